@@ -1,0 +1,25 @@
+# Compiler flags shared by every Starling target (applied through starling_options).
+add_library(starling_options INTERFACE)
+target_compile_options(starling_options INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter -Wno-missing-field-initializers>)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  # asio only detects coroutine support for GCC; clang 16 + libstdc++ 12 needs these.
+  target_compile_definitions(starling_options INTERFACE ASIO_HAS_CO_AWAIT ASIO_HAS_STD_COROUTINE)
+  target_compile_options(starling_options INTERFACE -Wno-gnu-zero-variadic-macro-arguments)
+endif()
+target_compile_definitions(starling_options INTERFACE ASIO_NO_DEPRECATED ASIO_STANDALONE
+  SPDLOG_FMT_EXTERNAL)
+if(STARLING_WERROR)
+  target_compile_options(starling_options INTERFACE -Werror)
+endif()
+if(STARLING_SANITIZE)
+  target_compile_options(starling_options INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
+    -fno-sanitize-recover=undefined)
+  target_link_options(starling_options INTERFACE -fsanitize=address,undefined)
+endif()
+if(STARLING_FUZZ)
+  # Coverage instrumentation for the library; the fuzz targets add -fsanitize=fuzzer themselves.
+  target_compile_options(starling_options INTERFACE -fsanitize=fuzzer-no-link,address,undefined
+    -fno-omit-frame-pointer)
+  target_link_options(starling_options INTERFACE -fsanitize=address,undefined)
+endif()

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs the exact Debian 12 packages Starling needs to build, test, benchmark and demo.
+# Idempotent and non-interactive: it installs only what is missing. Run as root (or with sudo).
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake make ninja-build ccache pkg-config git
+  clang-16 libclang-rt-16-dev lld-16
+  # libraries
+  libasio-dev libsodium-dev protobuf-compiler libprotobuf-dev libboost-dev
+  libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libtorch-dev
+  # anchors measured beside Starling in benchmarks
+  iperf3 libgloo-dev libopendht-dev
+  # data for the training demo
+  dataset-fashion-mnist
+  # emulated internet (netlab) and interop test
+  iproute2 iptables procps psmisc nodejs npm
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+# node/npm may come from outside Debian (e.g. a newer Node already on PATH): accept that.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  tmp=()
+  for p in "${missing[@]}"; do [[ "$p" == nodejs || "$p" == npm ]] || tmp+=("$p"); done
+  missing=("${tmp[@]}")
+fi
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,118 @@
+#include "starling/net/byte_stream.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace starling::net {
+
+awaitable<result<void>> read_exact(ByteStream& s, MutableBytesView buf) {
+  std::size_t got = 0;
+  while (got < buf.size()) {
+    auto n = co_await s.read_some(buf.subspan(got));
+    if (!n) co_return n.error();
+    got += n.value();
+  }
+  co_return success();
+}
+
+awaitable<result<void>> BufferedReader::fill() {
+  if (pos_ > 0 && pos_ == buf_.size()) {
+    buf_.clear();
+    pos_ = 0;
+  }
+  std::size_t old = buf_.size();
+  buf_.resize(old + 4096);
+  auto n = co_await s_->read_some(MutableBytesView(buf_).subspan(old));
+  if (!n) {
+    buf_.resize(old);
+    co_return n.error();
+  }
+  buf_.resize(old + n.value());
+  co_return success();
+}
+
+awaitable<result<std::uint64_t>> BufferedReader::read_uvarint() {
+  for (;;) {
+    auto d = decode_uvarint(BytesView(buf_).subspan(pos_));
+    if (!d) co_return d.error();
+    if (d.value()) {
+      pos_ += d.value()->length;
+      co_return d.value()->value;
+    }
+    ST_CO_TRY(co_await fill());
+  }
+}
+
+awaitable<result<void>> BufferedReader::read_exact(MutableBytesView out) {
+  std::size_t got = std::min(out.size(), buffered());
+  std::memcpy(out.data(), buf_.data() + pos_, got);
+  pos_ += got;
+  if (got < out.size()) {
+    ST_CO_TRY(co_await net::read_exact(*s_, out.subspan(got)));
+  }
+  co_return success();
+}
+
+awaitable<result<Bytes>> BufferedReader::read_length_prefixed(std::size_t max_len) {
+  ST_CO_TRY(auto len, co_await read_uvarint());
+  if (len > max_len)
+    co_return make_error(errc::too_large, "length prefix " + std::to_string(len) +
+                                              " exceeds limit " + std::to_string(max_len));
+  Bytes out(len);
+  ST_CO_TRY(co_await read_exact(out));
+  co_return out;
+}
+
+Bytes BufferedReader::take_buffered() {
+  Bytes rest(buf_.begin() + static_cast<std::ptrdiff_t>(pos_), buf_.end());
+  buf_.clear();
+  pos_ = 0;
+  return rest;
+}
+
+Bytes length_prefixed(BytesView payload) {
+  Bytes out;
+  out.reserve(payload.size() + uvarint_size(payload.size()));
+  append_uvarint(out, payload.size());
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+awaitable<result<void>> write_length_prefixed(ByteStream& s, BytesView payload) {
+  auto framed = length_prefixed(payload);
+  co_return co_await s.write(framed);
+}
+
+namespace {
+class PrefixedStream final : public ByteStream {
+ public:
+  PrefixedStream(ByteStreamPtr inner, Bytes prefix)
+      : inner_(std::move(inner)), prefix_(std::move(prefix)) {}
+  awaitable<result<std::size_t>> read_some(MutableBytesView buf) override {
+    if (pos_ < prefix_.size()) {
+      std::size_t n = std::min(buf.size(), prefix_.size() - pos_);
+      std::memcpy(buf.data(), prefix_.data() + pos_, n);
+      pos_ += n;
+      co_return n;
+    }
+    co_return co_await inner_->read_some(buf);
+  }
+  awaitable<result<void>> write(BytesView data) override { return inner_->write(data); }
+  awaitable<result<void>> close_write() override { return inner_->close_write(); }
+  void reset() override { inner_->reset(); }
+  asio::any_io_executor get_executor() override { return inner_->get_executor(); }
+  std::string describe() const override { return inner_->describe(); }
+
+ private:
+  ByteStreamPtr inner_;
+  Bytes prefix_;
+  std::size_t pos_ = 0;
+};
+}  // namespace
+
+ByteStreamPtr with_prefix(ByteStreamPtr inner, Bytes already_read) {
+  if (already_read.empty()) return inner;
+  return std::make_shared<PrefixedStream>(std::move(inner), std::move(already_read));
+}
+
+}  // namespace starling::net

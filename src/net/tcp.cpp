@@ -1,0 +1,74 @@
+#include "starling/net/tcp.hpp"
+
+#include <asio/connect.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+namespace starling::net {
+
+namespace {
+std::string ep_str(const asio::ip::tcp::endpoint& ep) {
+  auto a = ep.address();
+  return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(ep.port());
+}
+}  // namespace
+
+void tune_socket(asio::ip::tcp::socket& s) {
+  std::error_code ec;
+  s.set_option(asio::ip::tcp::no_delay(true), ec);
+}
+
+TcpStream::TcpStream(asio::ip::tcp::socket socket) : socket_(std::move(socket)) {
+  std::error_code ec;
+  local_ = socket_.local_endpoint(ec);
+  remote_ = socket_.remote_endpoint(ec);
+  describe_ = "tcp " + ep_str(local_) + "->" + ep_str(remote_);
+}
+
+TcpStream::~TcpStream() {
+  std::error_code ec;
+  socket_.close(ec);
+}
+
+awaitable<result<std::size_t>> TcpStream::read_some(MutableBytesView buf) {
+  auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buf.data(), buf.size()), use_nothrow);
+  if (ec) co_return from_asio(ec, describe_ + " read");
+  co_return n;
+}
+
+awaitable<result<void>> TcpStream::write(BytesView data) {
+  auto [ec, n] =
+      co_await asio::async_write(socket_, asio::buffer(data.data(), data.size()), use_nothrow);
+  if (ec) co_return from_asio(ec, describe_ + " write");
+  co_return success();
+}
+
+awaitable<result<void>> TcpStream::close_write() {
+  std::error_code ec;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+  if (ec && ec != asio::error::not_connected) co_return from_asio(ec, describe_ + " shutdown");
+  co_return success();
+}
+
+void TcpStream::reset() {
+  std::error_code ec;
+  if (!socket_.is_open()) return;
+  socket_.set_option(asio::socket_base::linger(true, 0), ec);  // RST instead of FIN
+  socket_.close(ec);
+}
+
+awaitable<result<std::shared_ptr<TcpStream>>> tcp_connect(asio::ip::tcp::endpoint ep,
+                                                          Duration timeout) {
+  auto ex = co_await asio::this_coro::executor;
+  auto op = [](asio::any_io_executor ex,
+               asio::ip::tcp::endpoint ep) -> awaitable<result<std::shared_ptr<TcpStream>>> {
+    asio::ip::tcp::socket s(ex);
+    auto [ec] = co_await s.async_connect(ep, use_nothrow);
+    if (ec) co_return from_asio(ec, "connect to " + ep_str(ep));
+    tune_socket(s);
+    co_return std::make_shared<TcpStream>(std::move(s));
+  };
+  co_return co_await with_timeout(op(ex, ep), timeout, "connect to " + ep_str(ep));
+}
+
+}  // namespace starling::net
