@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include <fmt/format.h>
+#include <sodium.h>
 
 #include "cli.hpp"
 #include "starling/net/echo.hpp"
@@ -16,6 +17,8 @@ struct DialOptions {
   int count = 5;
   double timeout_s = 10;
   std::string text = "hello from starling";
+  std::size_t bytes = 0;  // > 0: echo this many random bytes on each stream instead of text
+  int streams = 1;
 };
 
 awaitable<result<std::pair<std::shared_ptr<net::Host>, net::PeerId>>> dial(const DialOptions& o) {
@@ -61,6 +64,19 @@ awaitable<int> ping_main(std::shared_ptr<DialOptions> o) {
   co_return code;
 }
 
+awaitable<result<double>> echo_random(net::Host& host, const net::PeerId& peer, std::size_t n,
+                                       Duration timeout) {
+  Bytes data(n);
+  randombytes_buf(data.data(), data.size());
+  auto t0 = Clock::now();
+  ST_CO_TRY(auto back, co_await net::echo(host, peer, data, timeout));
+  if (back != data)
+    co_return make_error(errc::protocol_violation,
+                         fmt::format("echo returned {} bytes that differ from the {} sent",
+                                     back.size(), data.size()));
+  co_return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 awaitable<int> echo_main(std::shared_ptr<DialOptions> o) {
   auto d = co_await dial(*o);
   if (!d) {
@@ -69,14 +85,38 @@ awaitable<int> echo_main(std::shared_ptr<DialOptions> o) {
   }
   auto [host, peer] = d.value();
   auto timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->timeout_s));
-  auto r = co_await net::echo(*host, peer, as_bytes(o->text), timeout);
   int code = 0;
-  if (!r) {
-    std::cerr << "error: " << r.error().message() << "\n";
-    code = 1;
+  if (o->bytes == 0) {
+    auto r = co_await net::echo(*host, peer, as_bytes(o->text), timeout);
+    if (!r) {
+      std::cerr << "error: " << r.error().message() << "\n";
+      code = 1;
+    } else {
+      std::cout << "echo: " << as_string(r.value()) << "\n";
+      if (as_string(r.value()) != o->text) code = 1;
+    }
   } else {
-    std::cout << "echo: " << as_string(r.value()) << "\n";
-    if (as_string(r.value()) != o->text) code = 1;
+    // Several concurrent streams, each echoing its own random payload, verified byte for byte.
+    auto ex = co_await asio::this_coro::executor;
+    TaskScope scope(ex);
+    AsyncEvent done_ev(ex);
+    int done = 0, failed = 0;
+    double slowest = 0;
+    for (int i = 0; i < o->streams; ++i)
+      scope.spawn([&, i]() -> awaitable<void> {
+        auto r = co_await echo_random(*host, peer, o->bytes, timeout);
+        if (!r) {
+          ++failed;
+          std::cerr << "error: stream " << i << ": " << r.error().message() << "\n";
+        } else {
+          slowest = std::max(slowest, r.value());
+        }
+        if (++done == o->streams) done_ev.set();
+      }());
+    (void)co_await done_ev.wait();
+    std::cout << fmt::format("echo: {} stream(s) x {} bytes {} in {:.3f} s\n", o->streams, o->bytes,
+                             failed ? "FAILED" : "intact", slowest);
+    code = failed ? 1 : 0;
   }
   co_await host->stop();
   co_return code;
@@ -102,6 +142,8 @@ void add_echo_command(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand("echo", "dial a node and echo a message through /starling/echo/1.0.0");
   add_dial_options(cmd, *o);
   cmd->add_option("--text", o->text, "message")->capture_default_str();
+  cmd->add_option("--bytes", o->bytes, "echo this many random bytes per stream and verify them");
+  cmd->add_option("--streams", o->streams, "concurrent streams (with --bytes)")->capture_default_str();
   cmd->callback([&run, o] { run = [o] { return run_main([o] { return echo_main(o); }); }; });
 }
 
