@@ -376,8 +376,19 @@ async function dialMode (opts) {
       log('ping', { ms: result.ping_ms })
     }
     if (!opts.skip.has('identify')) {
-      const r = await step('identify', t, (signal) => node.services.identify.identify(conn, { signal }))
-      result.identify = identifyToJson(r)
+      // js reads Identify messages until the remote closes its write side, so a
+      // responder that forgets the FIN shows up here as a timeout
+      const idTimeout = Math.min(t, 10)
+      const started = performance.now()
+      let r
+      try {
+        r = await step('identify', idTimeout, (signal) => node.services.identify.identify(conn, { signal }))
+      } catch (err) {
+        throw new Error(err.message.includes('timed out')
+          ? `${err.message} (does the remote close its write side after the Identify message?)`
+          : err.message)
+      }
+      result.identify = { ...identifyToJson(r), ms: Math.round((performance.now() - started) * 10) / 10 }
     }
     if (!opts.skip.has('echo')) {
       const payload = randomBytes(opts.echoBytes)
