@@ -248,8 +248,10 @@ async function makeNode (opts) {
       inboundConnectionThreshold: opts.inboundThreshold
     },
     services: {
-      // the dialer runs identify itself so it can report the result
-      identify: identify({ runOnConnectionOpen: listen }),
+      // Identify is started by hand on every new connection (listen mode) or
+      // after the dial (dial mode), exactly when js would start it itself, so
+      // that failures can be logged and reported; js swallows them otherwise.
+      identify: identify({ runOnConnectionOpen: false }),
       identifyPush: identifyPush(),
       ping: ping()
     }
@@ -265,6 +267,12 @@ async function makeNode (opts) {
       encryption: c.encryption,
       multiplexer: c.multiplexer
     })
+    if (listen) {
+      // success is logged by the peer:identify event below
+      node.services.identify.identify(c).catch((err) => {
+        log('identify:failed', { peer: c.remotePeer.toString(), error: `${err.name}: ${err.message}` })
+      })
+    }
     // Log every stream on the connection once it ends, with its negotiated
     // protocol. The muxer is not public API; logging only, so tolerate its
     // absence.
