@@ -123,7 +123,17 @@ TEST(Multiaddr, TextRejections) {
   expect_text_reject("/dns/" + std::string(256, 'a'), inval, "too long");
   expect_text_reject("/p2p/notapeerid", inval, "peer id");
   expect_text_reject("/p2p/12D3KooWBtg3aaRMjxwedh83aGiUkwSxDwUZkzuJcfaqUmo7R3p0", inval, "base58");
-  expect_text_reject("/" + std::string(3000, 'a'), errc::too_large);
+  expect_text_reject("/" + std::string(kMaxMultiaddrTextSize, 'a'), errc::too_large);
+  // Within the text limit but over the binary limit: 600 x /p2p-circuit is 1200 bytes.
+  std::string many;
+  for (int i = 0; i < 600; ++i) many += "/p2p-circuit";
+  expect_text_reject(many, errc::too_large);
+  // The longest binary form that is accepted also prints and parses back.
+  Bytes circuits;
+  for (std::size_t i = 0; i < kMaxMultiaddrSize / 2; ++i) append_uvarint(circuits, 0x0122);
+  auto big = Multiaddr::from_bytes(circuits);
+  ASSERT_TRUE(big);
+  EXPECT_EQ(Multiaddr::parse(big.value().to_string()).value(), big.value());
 }
 
 TEST(Multiaddr, BinaryRejections) {

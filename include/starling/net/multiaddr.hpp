@@ -28,8 +28,10 @@ enum class Proto : std::uint32_t {
 // clang-format on
 
 // Limits on accepted encodings (a multiaddr in the wild is well under 300 bytes).
-constexpr std::size_t kMaxMultiaddrSize = 1024;      // binary form
-constexpr std::size_t kMaxMultiaddrTextSize = 2048;  // text form
+constexpr std::size_t kMaxMultiaddrSize = 1024;  // binary form
+// Text form: must admit the printed form of every accepted binary form (the worst case is
+// "/p2p-circuit", 12 characters for 2 bytes); the parsed result must still fit kMaxMultiaddrSize.
+constexpr std::size_t kMaxMultiaddrTextSize = 8 * kMaxMultiaddrSize;
 constexpr std::size_t kMaxDnsNameSize = 255;
 
 // The text name of a protocol ("ip4", "p2p-circuit", ...).
