@@ -117,7 +117,7 @@ awaitable<int> stream_main(asio::any_io_executor ex, std::string addr, std::uint
         std::cerr << r.error().message() << "\n";
       }
       if (++done == streams) all_done.set();
-    }());
+    });
   (void)co_await all_done.wait();
   auto dt = secs(Clock::now() - t0);
   nlohmann::json j{{"streams", streams}, {"bytes", per * streams}, {"seconds", dt},
@@ -159,7 +159,7 @@ awaitable<int> rpc_main(asio::any_io_executor ex, std::string addr, int calls, i
         (void)co_await s.value()->close_write();
       }
       if (++done == conc) all_done.set();
-    }());
+    });
   (void)co_await all_done.wait();
   auto dt = secs(Clock::now() - t0);
   std::sort(lat.begin(), lat.end());

@@ -19,8 +19,11 @@ Stream::Stream(std::shared_ptr<Session> session, std::uint32_t id, bool outbound
 
 Stream::~Stream() {
   if (registered_) {
-    // Dropped before both directions finished: tell the peer.
-    if (!session_->dead()) session_->send_frame(FrameType::window_update, flag::rst, id_, 0);
+    // Dropped before our side finished writing: tell the peer with RST. A stream whose write
+    // side was closed (FIN sent) is released quietly, so the peer still reads what we sent;
+    // anything it sends afterwards is discarded by the session.
+    if (!session_->dead() && !local_fin_ && !reset_)
+      session_->send_frame(FrameType::window_update, flag::rst, id_, 0);
     session_->unregister(*this);
   }
 }

@@ -57,6 +57,7 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   }
   // Serve until cancelled (Ctrl-C).
   (void)co_await sleep_for(std::chrono::hours(24 * 365));
+  co_await asio::this_coro::reset_cancellation_state();  // Ctrl-C: now clean up, bounded
   co_await host->stop();
   std::cout << "stopped" << std::endl;
   co_return 0;

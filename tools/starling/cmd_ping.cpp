@@ -112,7 +112,7 @@ awaitable<int> echo_main(std::shared_ptr<DialOptions> o) {
           slowest = std::max(slowest, r.value());
         }
         if (++done == o->streams) done_ev.set();
-      }());
+      });
     (void)co_await done_ev.wait();
     std::cout << fmt::format("echo: {} stream(s) x {} bytes {} in {:.3f} s\n", o->streams, o->bytes,
                              failed ? "FAILED" : "intact", slowest);
