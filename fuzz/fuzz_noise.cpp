@@ -130,7 +130,7 @@ void fuzz_transport(Input in) {
   bool corrupted = false;
   std::deque<std::size_t> chunks;
   std::vector<std::size_t> read_sizes;
-  for (int ops = 0; in.n && ops < 64; ++ops) {
+  for (int ops = 0; in.n && ops < 24; ++ops) {
     switch (in.byte() % 5) {
       case 0: {  // a genuine frame
         std::size_t len = in.u16() % (noise::kMaxPlaintext + 1);
