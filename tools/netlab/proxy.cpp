@@ -57,10 +57,12 @@ TimePoint Direction::release_time(TimePoint now, TimePoint last) {
 
 TimePoint Direction::reserve(std::size_t n, TimePoint now) {
   if (!paced()) return now;
-  TimePoint start = std::max(now, next_free_);
+  // Token bucket holding 10 ms of credit: a writer that woke up late (busy machine) may catch
+  // up on up to 10 ms of lost time, and an idle link can burst that much.
+  TimePoint start = std::max(next_free_, now - std::chrono::milliseconds(10));
   double secs = static_cast<double>(n) * 8.0 / (cfg_.rate_mbit * 1e6);
   next_free_ = start + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(secs));
-  return start;
+  return std::max(start, now);
 }
 
 std::size_t Direction::piece_size() const {
