@@ -9,6 +9,11 @@
 #include <cstring>
 
 namespace netlab {
+namespace {
+// Bookkeeping cost charged per queued chunk against max_buffer, so a stream of tiny writes
+// cannot pile up an unbounded number of chunks.
+constexpr std::size_t kChunkOverhead = 128;
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // StallSchedule
@@ -147,13 +152,13 @@ awaitable<void> Connection::run(tcp::endpoint target) {
 awaitable<void> Connection::read_loop(tcp::socket& src, Pipe& pipe, Direction& dir,
                                       const char* name) {
   const std::size_t max_buffer = proxy_.config().max_buffer;
+  std::vector<std::uint8_t> buf(64 * 1024);
   for (;;) {
     while (pipe.buffered >= max_buffer && !aborted_) {
       pipe.to_reader.reset();
       co_await pipe.to_reader.wait();
     }
     if (aborted_) co_return;
-    std::vector<std::uint8_t> buf(64 * 1024);
     auto [ec, n] = co_await src.async_read_some(asio::buffer(buf), use_nothrow);
     if (aborted_) co_return;
     Chunk c;
@@ -165,9 +170,8 @@ awaitable<void> Connection::read_loop(tcp::socket& src, Pipe& pipe, Direction& d
         std::fprintf(stderr, "delay-proxy: conn %llu: %s read error: %s\n",
                      static_cast<unsigned long long>(id_), name, ec.message().c_str());
     } else {
-      buf.resize(n);
-      c.bytes = std::move(buf);
-      pipe.buffered += n;
+      c.bytes.assign(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+      pipe.buffered += n + kChunkOverhead;
     }
     bool last = c.kind != Chunk::data;
     pipe.queue.push_back(std::move(c));
@@ -229,7 +233,7 @@ awaitable<void> Connection::write_loop(tcp::socket& dst, Pipe& pipe, Direction& 
       off += n;
       dir.bytes += n;
     }
-    pipe.buffered -= c.bytes.size();
+    pipe.buffered -= c.bytes.size() + kChunkOverhead;
     pipe.queue.pop_front();
     pipe.to_reader.set();
   }
