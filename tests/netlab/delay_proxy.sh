@@ -12,7 +12,7 @@ server() {
   local log="$T_TMP/server-$1.log"
   "$NETPROBE" server --listen 127.0.0.1:0 --mode "$2" >"$log" 2>&1 &
   SERVER_PID=$!
-  T_PIDS+=($SERVER_PID)
+  T_PIDS+=("$SERVER_PID")
   wait_for_line "$log" '^listening' 10 >/dev/null
   SERVER_PORT=$(listen_port "$log")
 }
@@ -23,7 +23,7 @@ proxy() {
   local log="$T_TMP/proxy-$n.log"
   "$DELAY_PROXY" --listen 127.0.0.1:0 "$@" >"$log" 2>"$T_TMP/proxy-$n.err" &
   PROXY_PID=$!
-  T_PIDS+=($PROXY_PID)
+  T_PIDS+=("$PROXY_PID")
   wait_for_line "$log" '^listening' 10 >/dev/null
   PROXY_PORT=$(listen_port "$log")
 }
@@ -37,7 +37,6 @@ note "echo server :$echo_port, reset server :$rst_port"
 
 base=$(probe rtt --connect "127.0.0.1:$echo_port" --count 20)
 note "baseline $base"
-base_med=$(field median "$base")
 
 # Fixed delay: RTT = 2 x 25 ms (+ small processing overhead).
 proxy fixed --target "127.0.0.1:$echo_port" --delay-ms 25
@@ -101,7 +100,7 @@ check "300 concurrent connections all verified" test "$(field ok "$b")" = 300
 for sig in TERM INT; do
   proxy "sig$sig" --target "127.0.0.1:$echo_port" --delay-ms 50 --rate-mbit 5
   probe bulk --connect "127.0.0.1:$PROXY_PORT" --bytes 50000000 >/dev/null 2>&1 &
-  T_PIDS+=($!)
+  T_PIDS+=("$!")
   sleep 0.5
   kill "-$sig" "$PROXY_PID"
   rc=0

@@ -103,7 +103,7 @@ bg_on() {
   local h=$1 logf=$2
   shift 2
   "$NETLAB" --name "$T_RUN" exec "$h" -- "$@" >"$logf" 2>&1 </dev/null &
-  T_PIDS+=($!)
+  T_PIDS+=("$!")
 }
 
 # wait_listen HOST PORT [SECONDS]: waits until a TCP socket listens on PORT inside HOST
