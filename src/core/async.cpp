@@ -96,6 +96,8 @@ void TaskScope::spawn(awaitable<void> task) {
 }
 
 awaitable<result<void>> TaskScope::close(Duration timeout) {
+  // Shutdown must complete even when the calling coroutine was itself cancelled.
+  co_await asio::this_coro::reset_cancellation_state();
   auto st = state_;
   st->closed = true;
   if (st->tasks.empty()) co_return success();
@@ -109,6 +111,13 @@ awaitable<result<void>> TaskScope::close(Duration timeout) {
     co_return r;
   }
   co_return success();
+}
+
+awaitable<result<void>> TaskScope::join(Duration timeout) {
+  auto st = state_;
+  if (st->tasks.empty()) co_return success();
+  st->drained.reset();
+  co_return co_await with_timeout(st->drained.wait(), timeout, "joining background tasks");
 }
 
 }  // namespace starling

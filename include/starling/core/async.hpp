@@ -84,12 +84,23 @@ class TaskScope {
 
   // Starts `task` on the scope's executor. Ignored (task not started) after close().
   void spawn(awaitable<void> task);
+  // Starts `fn()` where fn is a callable returning awaitable<void> (e.g. a lambda with
+  // captures). The callable is kept alive inside the task's frame, so capturing lambdas are
+  // safe here; never write spawn([&]() -> awaitable<void> {...}()) — the invoked lambda's
+  // captures die with the temporary closure while the coroutine still runs.
+  template <class F>
+    requires std::is_invocable_r_v<awaitable<void>, F&>
+  void spawn(F fn) {
+    spawn([](F f) -> awaitable<void> { co_await f(); }(std::move(fn)));
+  }
   std::size_t active() const noexcept;
   bool closed() const noexcept;
 
   // Cancels every task and waits until all have finished or `timeout` passes.
   // Returns errc::timeout if some task did not finish in time.
   awaitable<result<void>> close(Duration timeout = 5s);
+  // Waits (without cancelling) until every task has finished or `timeout` passes.
+  awaitable<result<void>> join(Duration timeout);
 
  private:
   struct State;
