@@ -84,8 +84,8 @@ void RoundCore::mark_failed(std::uint32_t peer, const std::string& reason, bool 
   failed_.set(peer);
   if (blame) blamed_.set(peer);
   logger("averaging")
-      ->info("all-reduce: {} failed in sub-round {} ({}): {}", who(peer), sub_.index, phase(),
-             reason);
+      ->info("all-reduce [member {}]: {} failed in sub-round {} ({}): {}", self_, who(peer),
+             sub_.index, phase(), reason);
 }
 
 void RoundCore::fail(Error e) {
@@ -93,7 +93,7 @@ void RoundCore::fail(Error e) {
   status_ = Status::failed;
   error_ = std::move(e);
   jobs_.clear();
-  logger("averaging")->warn("all-reduce failed: {}", error_.message());
+  logger("averaging")->warn("all-reduce [member {}] failed: {}", self_, error_.message());
 }
 
 void RoundCore::send(std::uint32_t to, RoundMessage m) {
@@ -115,7 +115,8 @@ result<void> RoundCore::on_message(std::uint32_t from, const RoundMessage& msg, 
   on_activity(from, now);
   auto r = handle(from, msg, now);
   if (!r) {
-    logger("averaging")->warn("all-reduce: excluding {}: {}", who(from), r.error().message());
+    logger("averaging")
+        ->warn("all-reduce [member {}]: excluding {}: {}", self_, who(from), r.error().message());
     mark_failed(from, r.error().message(), true);
   }
   advance(now);

@@ -52,7 +52,9 @@ void RoundCore::begin_subround(std::uint32_t index, std::vector<Segment> segment
     if (failed_.test(b.from)) continue;
     auto r = handle(b.from, b.msg, now);
     if (!r) {
-      logger("averaging")->warn("all-reduce: excluding {}: {}", who(b.from), r.error().message());
+      logger("averaging")
+          ->warn("all-reduce [member {}]: excluding {}: {}", self_, who(b.from),
+                 r.error().message());
       mark_failed(b.from, r.error().message());
     }
   }
