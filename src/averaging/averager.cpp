@@ -3,19 +3,12 @@
 #include <asio/thread_pool.hpp>
 #include <random>
 
+#include "averager_impl.hpp"
 #include "match_session.hpp"
 #include "round_runner.hpp"
 #include "starling/core/log.hpp"
 
 namespace starling::averaging {
-
-struct Averager::Impl {
-  explicit Impl(asio::any_io_executor ex) : round_registered(ex) {}
-  std::map<Bytes, std::shared_ptr<detail::RoundRunner>> rounds;  // by group id
-  AsyncEvent round_registered;
-  std::shared_ptr<detail::MatchSession> match;
-  bool started = false, stopped = false, stepping = false;
-};
 
 namespace {
 
@@ -145,12 +138,19 @@ void Averager::start() {
         }
         co_await runner->serve_inbound(hello.from, s, reader);
       });
+  host_->set_stream_handler(
+      kStateProtocol, [weak](net::ByteStreamPtr s, net::PeerId remote) -> awaitable<void> {
+        auto self = weak.lock();
+        if (!self) co_return;
+        co_await self->serve_state(std::move(s), std::move(remote));
+      });
 }
 
 awaitable<void> Averager::stop() {
   impl_->stopped = true;
   host_->remove_stream_handler(kJoinProtocol);
   host_->remove_stream_handler(kAllReduceProtocol);
+  host_->remove_stream_handler(kStateProtocol);
   impl_->round_registered.set();
   co_return;
 }

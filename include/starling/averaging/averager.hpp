@@ -20,6 +20,7 @@
 #include "starling/averaging/matchmaking_core.hpp"
 #include "starling/averaging/round_core.hpp"
 #include "starling/averaging/schema.hpp"
+#include "starling/averaging/state_transfer.hpp"
 #include "starling/averaging/wire.hpp"
 #include "starling/net/stream_host.hpp"
 
@@ -94,6 +95,16 @@ class Averager : public std::enable_shared_from_this<Averager> {
   // On error the tensors are unchanged.
   awaitable<result<StepResult>> step(StepOptions opts);
 
+  // Donor side of state transfer: snapshots the tensors now, with `epoch` and `metadata`
+  // (<= 64 KiB), serves that snapshot to newcomers until the next call, and announces it in the
+  // directory for `ttl`.
+  awaitable<result<void>> share_state(std::uint64_t epoch, Bytes metadata, Duration ttl = 300s);
+  // Newcomer side: downloads the best announced snapshot (highest epoch, most donors) from
+  // several donors in parallel, verifying every part, and writes it into the tensors. Errors:
+  // errc::not_found (nobody announces a state with this schema), unavailable (every donor
+  // failed), timeout. On error the tensors are unchanged.
+  awaitable<result<StateInfo>> load_state(LoadStateOptions opts = {});
+
   const Schema& schema() const noexcept { return schema_; }
   const Bytes& schema_hash() const noexcept { return schema_hash_; }
   const GroupKey& group_key() const noexcept { return key_; }
@@ -105,6 +116,8 @@ class Averager : public std::enable_shared_from_this<Averager> {
  private:
   Averager(std::shared_ptr<net::StreamHost> host, std::shared_ptr<Directory> directory,
            Schema schema, std::vector<TensorView> tensors, AveragerConfig cfg, AddressSink sink);
+  awaitable<void> serve_state(net::ByteStreamPtr s, net::PeerId remote);
+  Bytes state_key() const;
 
   std::shared_ptr<net::StreamHost> host_;
   std::shared_ptr<Directory> directory_;

@@ -11,6 +11,7 @@
 
 #include "starling/averaging/matchmaking_core.hpp"
 #include "starling/averaging/round_core.hpp"
+#include "starling/averaging/state_transfer.hpp"
 
 namespace starling::averaging {
 
@@ -59,5 +60,15 @@ Bytes encode_keepalive();
 Bytes encode_round(const RoundMessage& m, std::uint64_t payload_len = 0);
 // `members`: the group size (bitsets over members are checked against it).
 result<RoundFrame> decode_round(BytesView b, std::size_t members);
+
+// --- state transfer ---
+inline constexpr std::size_t kMaxStateParts = 1 << 22;
+inline constexpr std::size_t kMaxMetadata = 1 << 16;
+Bytes encode_announcement(const StateAnnouncement& a);
+result<StateAnnouncement> decode_announcement(BytesView b);
+Bytes encode_state_request(const StateRequest& r);
+result<StateRequest> decode_state_request(BytesView b);
+Bytes encode_state_frame(const StateFrame& f);
+result<StateFrame> decode_state_frame(BytesView b);
 
 }  // namespace starling::averaging::wire
