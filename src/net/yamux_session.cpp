@@ -48,8 +48,7 @@ Session::Session(ByteStreamPtr conn, bool is_client, YamuxConfig cfg)
       writer_wake_(ex_),
       space_(ex_),
       writer_done_(ex_),
-      reader_done_(ex_),
-      finished_(ex_) {
+      reader_done_(ex_) {
   space_.set();
 }
 
@@ -161,7 +160,7 @@ void Session::note_window(const RecvWindow& w, std::uint64_t growths) noexcept {
 void Session::maybe_close_after_goaway() {
   // The peer will open nothing more and we may not either: once the last stream is done
   // the session has no use, so close it.
-  if (!remote_goaway_ || closing_ || dead_ || !streams_.empty() || !accept_q_.empty()) return;
+  if (!remote_goaway_ || closing_ || dead_ || !streams_.empty()) return;
   asio::co_spawn(ex_, run_close(shared_from_this(), Error(errc::closed, "peer sent GoAway")),
                  asio::detached);
 }
@@ -203,9 +202,12 @@ awaitable<void> Session::close_with(Error why) {
                 std::max<Duration>(deadline - Clock::now() - 20ms, Duration::zero()));
     }
   }
+  // Done once our last frames are flushed and the connection half-closed; the wait for the
+  // peer's EOF and the release of the connection continue in the background (run_finish),
+  // bounded by the same deadline.
   const Duration left = deadline - Clock::now();
-  if (!finished_.is_set() && left > Duration::zero())
-    (void)co_await with_timeout(finished_.wait(), left, "");
+  if (!writer_done_.is_set() && left > Duration::zero())
+    (void)co_await with_timeout(writer_done_.wait(), left, "");
 }
 
 void Session::abort(Error why) { terminate(std::move(why), YamuxGoAway::normal); }
@@ -262,7 +264,6 @@ awaitable<void> Session::run_finish(std::shared_ptr<Session> self, Duration ling
   if (!done) self->conn_->reset();
   auto stopped = co_await self->scope_.close(500ms);
   if (stopped) self->conn_.reset();
-  self->finished_.set();
 }
 
 void Session::set_on_close(std::function<void(const Error&)> cb) {

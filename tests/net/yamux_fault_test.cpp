@@ -121,6 +121,7 @@ TEST(YamuxFault, DataForAFinishedStreamIsSkippedWithoutLosingSync) {
     EXPECT_TRUE(co_await read_exact(*s1.value(), two));
     EXPECT_EQ(as_string(two), "hi");
     EXPECT_FALSE(session->closed());
+    s1.value()->reset();
     co_await session->close();
     raw->reset();
   });

@@ -286,6 +286,7 @@ TEST(Yamux, ReaderThatDoesNotReadStallsWriterAtExactlyTheWindow) {
       EXPECT_TRUE(all.value() == data);
     }
     EXPECT_TRUE(writer_done);
+    EXPECT_TRUE(co_await s->close_write());
     co_await p.client->close();
   });
 }
@@ -386,6 +387,9 @@ TEST(Yamux, AckBacklogLimitsUnacknowledgedStreams) {
     auto [x, y] = co_await (acc() && opn());
     EXPECT_TRUE(x);
     EXPECT_TRUE(y);
+    for (auto* r : {&a, &b, &x, &y}) {
+      if (*r) r->value()->reset();
+    }
     co_await p.client->close();
   });
 }
@@ -415,6 +419,8 @@ TEST(Yamux, InboundStreamLimitAndBacklogAreEnforcedWithRst) {
     EXPECT_TRUE(co_await cs[0]->write(as_bytes("ok")));
     Bytes two(2);
     EXPECT_TRUE(co_await read_exact(*ss[0], two));
+    cs.clear();
+    ss.clear();
     co_await p.client->close();
   });
 }
@@ -434,6 +440,7 @@ TEST(Yamux, AcceptBacklogRejectsBeyondItsSize) {
       EXPECT_EQ(r.error(), errc::reset);
     }
     EXPECT_EQ(p.server->stats().streams_rejected, 1u);
+    cs.clear();
     co_await p.client->close();
   });
 }
@@ -453,6 +460,7 @@ TEST(Yamux, CancelledReadLeavesStreamUsable) {
     EXPECT_TRUE(co_await s->write(as_bytes("late")));
     auto n = co_await c->read_some(buf);
     EXPECT_TRUE(n && n.value() == 4);
+    c->reset();
     co_await p.client->close();
   });
 }

@@ -125,7 +125,9 @@ class YamuxSession {
   // Round-trip time of a yamux ping; errc::timeout after `timeout`.
   awaitable<result<Duration>> ping(Duration timeout);
   // Sends GoAway(normal), lets open streams finish for up to close_timeout, then resets what
-  // is left and closes the connection. Returns within close_timeout. Idempotent.
+  // is left, flushes and half-closes the connection. Returns within close_timeout; waiting for
+  // the peer's EOF and releasing the connection finish in the background within the same
+  // bound (the connection is aborted if the peer does not close). Idempotent.
   awaitable<void> close();
   // True once the session stopped taking new streams (close() called or the session ended).
   bool closed() const;
