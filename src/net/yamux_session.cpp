@@ -25,7 +25,9 @@ YamuxConfig sanitize(YamuxConfig c) {
   return c;
 }
 
-long long ms(Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+long long ms(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
 
 Error closed_error(const std::string& what, const std::optional<Error>& reason) {
   return Error(errc::closed, reason ? what + ": " + reason->message() : what);
@@ -63,8 +65,12 @@ void Session::start() {
   scope_.spawn(run_keepalive(self));
 }
 
-awaitable<void> Session::run_reader(std::shared_ptr<Session> self) { co_await self->reader_loop(); }
-awaitable<void> Session::run_writer(std::shared_ptr<Session> self) { co_await self->writer_loop(); }
+awaitable<void> Session::run_reader(std::shared_ptr<Session> self) {
+  co_await self->reader_loop();
+}
+awaitable<void> Session::run_writer(std::shared_ptr<Session> self) {
+  co_await self->writer_loop();
+}
 awaitable<void> Session::run_keepalive(std::shared_ptr<Session> self) {
   co_await self->keepalive_loop();
 }
@@ -85,10 +91,11 @@ awaitable<result<ByteStreamPtr>> Session::open_stream() {
   if (dead_ || local_goaway_)
     co_return closed_error(describe_ + ": open_stream on a closed session", reason_);
   if (unacked_outbound_ >= cfg_.max_unacked_outbound) {
-    auto w = co_await with_timeout(wait_ack_backlog(), cfg_.open_timeout,
-                                   fmt::format("{}: open_stream: {} streams still unacknowledged "
-                                               "after {} ms",
-                                               describe_, unacked_outbound_, ms(cfg_.open_timeout)));
+    auto w =
+        co_await with_timeout(wait_ack_backlog(), cfg_.open_timeout,
+                              fmt::format("{}: open_stream: {} streams still unacknowledged "
+                                          "after {} ms",
+                                          describe_, unacked_outbound_, ms(cfg_.open_timeout)));
     if (!w) co_return w.error();
   }
   if (dead_ || local_goaway_)
@@ -155,6 +162,7 @@ void Session::unregister_ack() noexcept {
 void Session::note_window(const RecvWindow& w, std::uint64_t growths) noexcept {
   stats_.largest_recv_window = std::max(stats_.largest_recv_window, w.window());
   stats_.window_growths += growths;
+  stats_.window_budget_peak = std::max(stats_.window_budget_peak, budget_.used());
 }
 
 void Session::maybe_close_after_goaway() {
@@ -210,7 +218,9 @@ awaitable<void> Session::close_with(Error why) {
     (void)co_await with_timeout(writer_done_.wait(), left, "");
 }
 
-void Session::abort(Error why) { terminate(std::move(why), YamuxGoAway::normal); }
+void Session::abort(Error why) {
+  terminate(std::move(why), YamuxGoAway::normal);
+}
 
 void Session::terminate(Error why, std::optional<YamuxGoAway> goaway, Duration linger) {
   if (dead_) return;
@@ -268,8 +278,7 @@ awaitable<void> Session::run_finish(std::shared_ptr<Session> self, Duration ling
 
 void Session::set_on_close(std::function<void(const Error&)> cb) {
   on_close_ = std::move(cb);
-  if (dead_ && on_close_ && reason_)
-    asio::post(ex_, [cb = on_close_, why = *reason_] { cb(why); });
+  if (dead_ && on_close_ && reason_) asio::post(ex_, [cb = on_close_, why = *reason_] { cb(why); });
 }
 
 YamuxStats Session::stats() const {
@@ -296,7 +305,9 @@ YamuxSession::~YamuxSession() {
   if (s_ && !s_->dead()) s_->abort(Error(errc::closed, s_->describe() + ": session dropped"));
 }
 
-void YamuxSession::start() { s_->start(); }
+void YamuxSession::start() {
+  s_->start();
+}
 
 awaitable<result<ByteStreamPtr>> YamuxSession::open_stream() {
   auto s = s_;
@@ -318,12 +329,20 @@ awaitable<void> YamuxSession::close() {
   co_await s->close();
 }
 
-bool YamuxSession::closed() const { return s_->closed(); }
-std::size_t YamuxSession::stream_count() const { return s_->stream_count(); }
+bool YamuxSession::closed() const {
+  return s_->closed();
+}
+std::size_t YamuxSession::stream_count() const {
+  return s_->stream_count();
+}
 void YamuxSession::set_on_close(std::function<void(const Error&)> cb) {
   s_->set_on_close(std::move(cb));
 }
-YamuxStats YamuxSession::stats() const { return s_->stats(); }
-std::string YamuxSession::describe() const { return s_->describe(); }
+YamuxStats YamuxSession::stats() const {
+  return s_->stats();
+}
+std::string YamuxSession::describe() const {
+  return s_->describe();
+}
 
 }  // namespace starling::net

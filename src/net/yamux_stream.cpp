@@ -26,7 +26,9 @@ Stream::~Stream() {
   }
 }
 
-asio::any_io_executor Stream::get_executor() { return session_->executor(); }
+asio::any_io_executor Stream::get_executor() {
+  return session_->executor();
+}
 
 awaitable<result<std::size_t>> Stream::read_some(MutableBytesView buf) {
   if (buf.empty()) co_return std::size_t{0};
@@ -82,8 +84,8 @@ awaitable<result<void>> Stream::write(BytesView data) {
       if (!w) co_return make_error(errc::cancelled, describe_ + ": write cancelled");
       continue;
     }
-    const std::size_t n = std::min({data.size() - off, static_cast<std::size_t>(send_.credit()),
-                                    max_frame});
+    const std::size_t n =
+        std::min({data.size() - off, static_cast<std::size_t>(send_.credit()), max_frame});
     session_->send_data(id_, data.subspan(off, n));
     send_.consume(n);
     off += n;

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 #include <cstdlib>
+#include <vector>
 
 #include <asio/io_context.hpp>
 
@@ -80,8 +80,7 @@ awaitable<result<std::size_t>> drain(ByteStream& s) {
 // Transfers `per_stream` bytes on each of `streams` streams from client to server; returns
 // the elapsed time (0 on failure).
 Duration yamux_transfer(asio::io_context& io, std::shared_ptr<YamuxSession> client,
-                        std::shared_ptr<YamuxSession> server, int streams,
-                        std::size_t per_stream) {
+                        std::shared_ptr<YamuxSession> server, int streams, std::size_t per_stream) {
   const Bytes chunk = test::pattern(1 << 20, 5);
   Duration took{0};
   run_with_deadline(
@@ -177,16 +176,39 @@ TEST(YamuxPerf, WindowAutoTuningFillsALinkWithLatency) {
   }
   const double tuned_rate = mb_per_s(total, tuned);
   const double fixed_rate = mb_per_s(total / 4, fixed);
-  std::printf("[yamux] 20 ms RTT: auto-tuned %.1f MiB/s (largest window %u KiB, %llu doublings, "
-              "rtt %.1f ms) vs fixed 256 KiB window %.1f MiB/s\n",
-              tuned_rate, tuned_stats.largest_recv_window / 1024,
-              static_cast<unsigned long long>(tuned_stats.window_growths),
-              std::chrono::duration<double, std::milli>(tuned_stats.rtt).count(), fixed_rate);
+  std::printf(
+      "[yamux] 20 ms RTT: auto-tuned %.1f MiB/s (largest window %u KiB, %llu doublings, "
+      "rtt %.1f ms) vs fixed 256 KiB window %.1f MiB/s\n",
+      tuned_rate, tuned_stats.largest_recv_window / 1024,
+      static_cast<unsigned long long>(tuned_stats.window_growths),
+      std::chrono::duration<double, std::milli>(tuned_stats.rtt).count(), fixed_rate);
   EXPECT_GT(tuned_stats.window_growths, 0u);
   EXPECT_GE(tuned_stats.largest_recv_window, 2u << 20);
   EXPECT_EQ(fixed_stats.largest_recv_window, 256u * 1024);
   EXPECT_LE(fixed_rate, 13.5);  // the window bound (plus measurement slack)
   EXPECT_GT(tuned_rate, 2 * fixed_rate);
+}
+
+TEST(YamuxPerf, SessionBudgetCapsWindowGrowthAcrossStreams) {
+  asio::io_context io;
+  // 4 streams over a 20 ms RTT: each is window-limited (256 KiB / 20 ms) so all want to grow.
+  auto [c, s] = test::DelayProxy::create(io, 10ms);
+  YamuxConfig cfg;
+  cfg.session_window_budget = 2u << 20;
+  auto client = YamuxSession::create(c, true, cfg);
+  auto server = YamuxSession::create(s, false, cfg);
+  client->start();
+  server->start();
+  const auto took = yamux_transfer(io, client, server, 4, 8u << 20);
+  const auto st = server->stats();
+  std::printf(
+      "[yamux] 4 streams, 20 ms RTT, 2 MiB growth budget: %.1f MiB/s, largest window %u "
+      "KiB, budget peak %zu KiB\n",
+      mb_per_s(32u << 20, took), st.largest_recv_window / 1024, st.window_budget_peak / 1024);
+  EXPECT_GT(st.window_growths, 0u);
+  EXPECT_GT(st.window_budget_peak, 0u);
+  EXPECT_LE(st.window_budget_peak, cfg.session_window_budget);
+  EXPECT_EQ(st.window_budget_used, 0u);  // released when the streams finished
 }
 
 TEST(YamuxPerf, ThroughputOverLoopbackTcp) {
@@ -214,11 +236,12 @@ TEST(YamuxPerf, ThroughputOverLoopbackTcp) {
     }
   }
   const double raw_rate = median(raw), one_rate = median(one), eight_rate = median(eight);
-  std::printf("[yamux] %zu MiB over loopback TCP, median of %d rounds: raw TCP %.0f MiB/s, "
-              "yamux 1 stream %.0f MiB/s (%.0f%% of raw, largest window %u KiB), yamux 8 "
-              "streams %.0f MiB/s (%.0f%% of raw)\n",
-              total >> 20, rounds, raw_rate, one_rate, 100 * one_rate / raw_rate, window / 1024,
-              eight_rate, 100 * eight_rate / raw_rate);
+  std::printf(
+      "[yamux] %zu MiB over loopback TCP, median of %d rounds: raw TCP %.0f MiB/s, "
+      "yamux 1 stream %.0f MiB/s (%.0f%% of raw, largest window %u KiB), yamux 8 "
+      "streams %.0f MiB/s (%.0f%% of raw)\n",
+      total >> 20, rounds, raw_rate, one_rate, 100 * one_rate / raw_rate, window / 1024, eight_rate,
+      100 * eight_rate / raw_rate);
   EXPECT_GT(one_rate, 0.0);
   EXPECT_GT(eight_rate, 0.0);
 }

@@ -36,7 +36,9 @@ awaitable<void> echo_server(std::shared_ptr<YamuxSession> s) {
   }
 }
 
-std::uint32_t id_of(const ByteStream& s) { return yamux_stream_stats(s).value().id; }
+std::uint32_t id_of(const ByteStream& s) {
+  return yamux_stream_stats(s).value().id;
+}
 
 }  // namespace
 
@@ -379,9 +381,7 @@ TEST(Yamux, AckBacklogLimitsUnacknowledgedStreams) {
       EXPECT_EQ(c.error(), errc::timeout);
     }
     // Accepting one (which ACKs it) makes room.
-    auto acc = [&]() -> awaitable<result<ByteStreamPtr>> {
-      return p.server->accept_stream();
-    };
+    auto acc = [&]() -> awaitable<result<ByteStreamPtr>> { return p.server->accept_stream(); };
     auto opn = [&]() -> awaitable<result<ByteStreamPtr>> { return p.client->open_stream(); };
     using namespace asio::experimental::awaitable_operators;
     auto [x, y] = co_await (acc() && opn());
@@ -479,6 +479,32 @@ TEST(Yamux, DroppedStreamIsResetForThePeer) {
       EXPECT_EQ(r.error(), errc::reset);
     }
     EXPECT_EQ(p.client->stream_count(), 0u);
+    co_await p.client->close();
+  });
+}
+
+TEST(Yamux, LargerInitialWindowIsAnnouncedWithSynAndAck) {
+  asio::io_context io;
+  YamuxConfig big;
+  big.initial_window = 1u << 20;
+  auto p = session_pair(io, big, big);
+  run_with_deadline(io, [&]() -> awaitable<void> {
+    auto c = (co_await p.client->open_stream()).value();
+    auto s = (co_await p.server->accept_stream()).value();
+    // The SYN carried 1 MiB - 256 KiB: the server may send 1 MiB at once.
+    EXPECT_EQ(yamux_stream_stats(*s)->send_credit, 1u << 20);
+    EXPECT_EQ(yamux_stream_stats(*s)->recv_window, 1u << 20);
+    // The ACK did the same for the client; a ping round trip makes sure it has arrived.
+    EXPECT_TRUE(co_await p.client->ping(2s));
+    EXPECT_EQ(yamux_stream_stats(*c)->send_credit, 1u << 20);
+    // So 1 MiB goes through without any reads on the other side.
+    const Bytes data = pattern(1u << 20, 11);
+    auto w = co_await with_timeout(c->write(data), 2s, "write 1 MiB");
+    EXPECT_TRUE(w) << w.error().message();
+    EXPECT_TRUE(co_await p.server->ping(2s));
+    EXPECT_EQ(yamux_stream_stats(*s)->buffered, 1u << 20);
+    c->reset();
+    s->reset();
     co_await p.client->close();
   });
 }
