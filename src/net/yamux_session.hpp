@@ -77,6 +77,8 @@ class Stream final : public ByteStream, public std::enable_shared_from_this<Stre
   RecvWindow recv_;
   SendWindow send_;
   ByteQueue buf_;
+  MutableBytesView wait_buf_{};  // buffer of the read waiting for data
+  std::size_t wait_got_ = 0;     // bytes already copied into it
   AsyncEvent read_ev_;
   AsyncEvent write_ev_;
   bool registered_ = false;    // in the session's stream table
@@ -216,7 +218,6 @@ class Session : public std::enable_shared_from_this<Session> {
   bool dead_ = false;
   std::optional<Error> reason_;
   std::function<void(const Error&)> on_close_;
-  AsyncEvent finished_;
   bool rejection_logged_ = false;
 
   YamuxStats stats_;
