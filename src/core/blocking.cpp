@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include <algorithm>
+
 #include <asio/post.hpp>
 #include <asio/strand.hpp>
 #include <asio/thread_pool.hpp>
@@ -30,7 +32,9 @@ bool running_in_executor_thread(const asio::any_io_executor& ex) {
   return false;  // unknown executor type: cannot tell
 }
 
-bool wait_until_done(BlockOnState& st, TimePoint deadline) {
+bool wait_done_for(BlockOnState& st, Duration d) {
+  constexpr Duration kLongest = std::chrono::hours(24 * 365 * 10);
+  auto deadline = Clock::now() + std::clamp(d, Duration::zero(), kLongest);
   std::unique_lock lock(st.mutex);
   return st.cv.wait_until(lock, deadline, [&] { return st.done; });
 }

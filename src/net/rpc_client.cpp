@@ -52,13 +52,14 @@ awaitable<result<std::shared_ptr<ClientCall>>> ClientCall::open(StreamHost& host
   auto describe = call_description(protocol, peer);
   if (opts.timeout <= Duration::zero())
     co_return make_error(errc::timeout, describe + ": no time left for the call");
-  auto deadline = Clock::now() + opts.timeout;
-  auto opened = co_await run_until(host.open_stream(peer, protocol, opts.timeout), deadline,
+  const Duration timeout = std::min(opts.timeout, kMaxTimeout);
+  auto deadline = Clock::now() + timeout;
+  auto opened = co_await run_until(host.open_stream(peer, protocol, timeout), deadline,
                                    describe + ": opening stream");
   if (!opened) {
     const auto& e = opened.error();
     if (e == errc::timeout)
-      co_return make_error(errc::timeout, describe + ": deadline of " + ms_string(opts.timeout) +
+      co_return make_error(errc::timeout, describe + ": deadline of " + ms_string(timeout) +
                                               " ms exceeded while opening the stream");
     if (e == errc::unsupported)
       co_return Error(make_error_code(rpc_errc::unimplemented),
@@ -68,16 +69,16 @@ awaitable<result<std::shared_ptr<ClientCall>>> ClientCall::open(StreamHost& host
   }
   auto call =
       std::make_shared<ClientCall>(std::move(opened).value(), std::move(peer), std::move(protocol),
-                                   deadline, opts.timeout, opts.max_message_size);
+                                   deadline, timeout, opts.max_message_size);
   call->arm_deadline();
   co_return call;
 }
 
 std::shared_ptr<ClientCall> ClientCall::attach(ByteStreamPtr stream, PeerId peer,
                                                std::string protocol, const CallOptions& opts) {
+  const Duration timeout = std::clamp(opts.timeout, Duration::zero(), kMaxTimeout);
   auto call = std::make_shared<ClientCall>(std::move(stream), std::move(peer), std::move(protocol),
-                                           Clock::now() + opts.timeout, opts.timeout,
-                                           opts.max_message_size);
+                                           Clock::now() + timeout, timeout, opts.max_message_size);
   call->arm_deadline();
   return call;
 }

@@ -99,7 +99,12 @@ awaitable<result<void>> ServerCall::write_message(const google::protobuf::Messag
   if (broken_) co_return make_error(errc::reset, "call stream is broken");
   ST_CO_TRY(auto frame, encode_payload_frame(msg, max_response_, "response"));
   auto w = co_await stream_->write(frame);
-  if (!w && w.error() != errc::cancelled) broken_ = true;
+  if (!w) {
+    // The frame may be half written (e.g. the write was cancelled): nothing more can be
+    // sent on this stream, not even a status.
+    broken_ = true;
+    write_broken_ = true;
+  }
   co_return w;
 }
 
@@ -125,6 +130,10 @@ awaitable<result<void>> ServerCall::watch() {
 
 awaitable<void> ServerCall::finish(std::uint32_t code, std::string_view message, Duration linger) {
   if (finished_) co_return;
+  if (write_broken_) {
+    reset();
+    co_return;
+  }
   auto deadline = Clock::now() + linger;
   auto send = [](ByteStream& s, Bytes frame) -> awaitable<result<void>> {
     ST_CO_TRY(co_await s.write(frame));
@@ -229,6 +238,13 @@ awaitable<void> serve_stream(std::shared_ptr<const MethodEntry> m,
     return cs.cancelled() != asio::cancellation_type::none;
   };
 
+  if (shared->active_calls > m->max_concurrent_calls) {
+    log->info("{}: refused, {} calls in progress", desc, shared->active_calls - 1);
+    co_await call.finish(static_cast<std::uint32_t>(rpc_errc::unavailable),
+                         "server busy: too many calls in progress", m->linger);
+    co_return;
+  }
+
   // 1. Request header.
   auto hdr = co_await run_until(call.read_header(), Clock::now() + m->header_timeout,
                                 "waiting for the request header");
@@ -261,12 +277,6 @@ awaitable<void> serve_stream(std::shared_ptr<const MethodEntry> m,
   if (hdr.value().max_response_size > 0)
     call.limit_response(static_cast<std::size_t>(
         std::min<std::uint64_t>(m->max_message_size, hdr.value().max_response_size)));
-  if (shared->active_calls > m->max_concurrent_calls) {
-    log->info("{}: refused, {} calls in progress", desc, shared->active_calls - 1);
-    co_await call.finish(static_cast<std::uint32_t>(rpc_errc::unavailable),
-                         "server busy: too many calls in progress", m->linger);
-    co_return;
-  }
   RpcContext ctx(remote, m->protocol, deadline);
 
   // 2. The request (unary / server-streaming), within the call's deadline.
@@ -328,7 +338,9 @@ void RpcServer::add_method(std::string protocol, detail::MethodKind kind, detail
   m->protocol = protocol;
   m->kind = kind;
   m->max_message_size = mo.max_message_size ? mo.max_message_size : opts_.max_message_size;
-  m->max_duration = mo.max_duration > Duration::zero() ? mo.max_duration : opts_.max_duration;
+  m->max_duration =
+      std::min<Duration>(mo.max_duration > Duration::zero() ? mo.max_duration : opts_.max_duration,
+                         detail::kMaxTimeout);
   m->header_timeout = opts_.header_timeout;
   m->linger = opts_.linger;
   m->max_concurrent_calls = opts_.max_concurrent_calls;

@@ -52,8 +52,8 @@ struct BlockOnSlot : BlockOnState {
 // True if the calling thread is running `ex`'s execution context (io_context / thread_pool,
 // possibly through a strand). False for executor types it does not know.
 bool running_in_executor_thread(const asio::any_io_executor& ex);
-// Waits until st.done or `deadline`; returns st.done.
-bool wait_until_done(BlockOnState& st, TimePoint deadline);
+// Waits until st.done or for `d` (saturating: a huge `d` never overflows); returns st.done.
+bool wait_done_for(BlockOnState& st, Duration d);
 // Emits terminal cancellation to the operation, on its executor.
 void cancel_on_executor(const asio::any_io_executor& ex, std::shared_ptr<BlockOnState> st);
 std::string describe_exception(std::exception_ptr e);
@@ -93,9 +93,9 @@ auto block_on(asio::any_io_executor ex, F make, Duration timeout, Duration unwin
         st->done = true;
         st->cv.notify_all();
       }));
-  if (!detail::wait_until_done(*st, Clock::now() + timeout)) {
+  if (!detail::wait_done_for(*st, timeout)) {
     detail::cancel_on_executor(ex, st);
-    bool unwound = detail::wait_until_done(*st, Clock::now() + unwind);
+    bool unwound = detail::wait_done_for(*st, unwind);
     std::lock_guard lock(st->mutex);
     if (unwound && st->value && st->value->has_value()) return std::move(*st->value);
     return detail::block_on_timeout(timeout, unwound);

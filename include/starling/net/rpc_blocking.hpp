@@ -17,7 +17,8 @@ namespace starling::net {
 
 class BlockingRpcClient {
  public:
-  explicit BlockingRpcClient(StreamHost& host) : host_(&host), client_(host) {}
+  // `host` must outlive this client and every call made through it.
+  explicit BlockingRpcClient(StreamHost& host) : host_(&host) {}
 
   // Extra time block_on allows beyond CallOptions::timeout before it cancels the call itself
   // (the call normally ends by its own deadline first).
@@ -25,45 +26,43 @@ class BlockingRpcClient {
 
   template <class Req, class Resp>
   result<Resp> unary(PeerId peer, std::string protocol, Req req, CallOptions opts = {}) {
-    RpcClient* client = &client_;
+    // The operation owns copies of everything it uses (the lambda lives in block_on's
+    // coroutine frame), so nothing points into this thread's stack.
     return block_on(
         host_->get_executor(),
-        [client, peer = std::move(peer), protocol = std::move(protocol), req = std::move(req),
-         opts] { return client->unary<Req, Resp>(peer, protocol, req, opts); },
-        opts.timeout + grace);
+        [host = host_, peer = std::move(peer), protocol = std::move(protocol), req = std::move(req),
+         opts]() -> awaitable<result<Resp>> {
+          RpcClient client(*host);
+          co_return co_await client.unary<Req, Resp>(peer, protocol, req, opts);
+        },
+        std::min(opts.timeout, detail::kMaxTimeout) + grace);
   }
 
   // Server-streaming; collects every response (the call's timeout bounds the whole stream).
   template <class Req, class Resp>
   result<std::vector<Resp>> server_streaming(PeerId peer, std::string protocol, Req req,
                                              CallOptions opts = {}) {
-    RpcClient* client = &client_;
     return block_on(
         host_->get_executor(),
-        [client, peer = std::move(peer), protocol = std::move(protocol), req = std::move(req),
-         opts] { return collect<Req, Resp>(client, peer, protocol, req, opts); },
-        opts.timeout + grace);
+        [host = host_, peer = std::move(peer), protocol = std::move(protocol), req = std::move(req),
+         opts]() -> awaitable<result<std::vector<Resp>>> {
+          RpcClient client(*host);
+          std::vector<Resp> out;
+          auto r = co_await client.server_streaming_each<Req, Resp>(
+              peer, protocol, req,
+              [&out](Resp&& m) -> result<void> {
+                out.push_back(std::move(m));
+                return success();
+              },
+              opts);
+          if (!r) co_return r.error();
+          co_return out;
+        },
+        std::min(opts.timeout, detail::kMaxTimeout) + grace);
   }
 
  private:
-  template <class Req, class Resp>
-  static awaitable<result<std::vector<Resp>>> collect(RpcClient* client, PeerId peer,
-                                                      std::string protocol, Req req,
-                                                      CallOptions opts) {
-    std::vector<Resp> out;
-    auto r = co_await client->server_streaming_each<Req, Resp>(
-        std::move(peer), std::move(protocol), std::move(req),
-        [&out](Resp&& r) -> result<void> {
-          out.push_back(std::move(r));
-          return success();
-        },
-        opts);
-    if (!r) co_return r.error();
-    co_return out;
-  }
-
   StreamHost* host_;
-  RpcClient client_;
 };
 
 }  // namespace starling::net

@@ -42,6 +42,8 @@ inline constexpr std::size_t kEnvelopeOverhead = 11;
 inline constexpr std::size_t kMinFrameLimit = 64 * 1024;
 inline constexpr std::size_t kMaxHeaderSize = 1024;
 inline constexpr std::size_t kMaxStatusMessage = 4096;
+// Longer timeouts are cut to this (so deadlines never overflow the clock).
+inline constexpr Duration kMaxTimeout = std::chrono::hours(24 * 365);
 
 // ---- frame codecs (pure functions; fuzzed) ----
 
@@ -233,7 +235,8 @@ class ServerCall final : public MessageSource, public MessageSink {
   std::size_t max_request_;
   std::size_t max_response_;
   bool client_closed_ = false;
-  bool broken_ = false;
+  bool broken_ = false;        // out of step or reset: no more reads
+  bool write_broken_ = false;  // a write failed: no more writes either
   bool finished_ = false;
 };
 
