@@ -448,6 +448,79 @@ TEST_F(RpcTest, UnresponsivePeerTimesOutOpening) {
   EXPECT_LT(took, 900ms);
 }
 
+TEST_F(RpcTest, BidiCancelAndDeadlineReachTheServer) {
+  const std::string kListen = "/test/listen/1.0.0";
+  int handler_errors = 0;
+  AsyncEvent handler_done(io.get_executor());
+  server.add_bidi<StringValue, StringValue>(
+      kListen,
+      [&](const net::RpcContext&, net::RpcReader<StringValue>& in,
+          net::RpcWriter<StringValue>&) -> awaitable<result<void>> {
+        for (;;) {
+          auto m = co_await in.read();
+          if (!m) {
+            ++handler_errors;  // the client's reset ends the handler's read
+            handler_done.set();
+            co_return m.error();
+          }
+          if (!m.value()) co_return success();
+        }
+      });
+  result<std::optional<StringValue>> idle = make_error(errc::internal);
+  Duration took{};
+  run([&]() -> awaitable<void> {
+    {
+      auto call = co_await client.bidi<StringValue, StringValue>(server_id, kListen);
+      EXPECT_TRUE(call);
+      if (!call) co_return;
+      EXPECT_TRUE(co_await call.value().write(str("hi")));
+      call.value().cancel();
+      EXPECT_TRUE(co_await with_timeout(handler_done.wait(), 2s, "handler"));
+      EXPECT_FALSE(co_await call.value().write(str("after cancel")));
+    }
+    // A bidi call whose deadline passes while the client waits for a reply.
+    handler_done.reset();
+    auto call =
+        co_await client.bidi<StringValue, StringValue>(server_id, kListen, {.timeout = 200ms});
+    EXPECT_TRUE(call);
+    if (!call) co_return;
+    auto t0 = Clock::now();
+    idle = co_await call.value().read();
+    took = ms_since(t0);
+    EXPECT_TRUE(co_await with_timeout(handler_done.wait(), 2s, "handler"));
+  });
+  EXPECT_EQ(handler_errors, 2);
+  ASSERT_FALSE(idle);
+  EXPECT_EQ(idle.error(), errc::timeout);
+  EXPECT_LT(took, 1s);
+}
+
+TEST_F(RpcTest, CallsInFlightSurviveServerRemoval) {
+  auto extra = std::make_unique<net::RpcServer>(server_host);
+  const std::string kLate = "/test/late/1.0.0";
+  extra->add_unary<StringValue, StringValue>(
+      kLate, [](const net::RpcContext&, StringValue req) -> awaitable<result<StringValue>> {
+        ST_CO_TRY(co_await sleep_for(200ms));
+        co_return str("late:" + req.value());
+      });
+  result<StringValue> in_flight = make_error(errc::internal), after = make_error(errc::internal);
+  run([&]() -> awaitable<void> {
+    asio::co_spawn(
+        io,
+        [&]() -> awaitable<void> {
+          (void)co_await sleep_for(50ms);
+          extra.reset();  // unregisters the method while the first call runs
+        },
+        asio::detached);
+    in_flight = co_await client.unary<StringValue, StringValue>(server_id, kLate, str("x"));
+    after = co_await client.unary<StringValue, StringValue>(server_id, kLate, str("y"));
+  });
+  ASSERT_TRUE(in_flight) << in_flight.error().message();
+  EXPECT_EQ(in_flight.value().value(), "late:x");
+  ASSERT_FALSE(after);
+  EXPECT_EQ(after.error(), rpc_errc::unimplemented);
+}
+
 // ---------------------------------------------------------------- dying peers
 
 TEST_F(RpcTest, ServerDiesMidCall) {
