@@ -118,15 +118,6 @@ awaitable<void> client_side(net::ByteStreamPtr stream, int mode) {
 
 }  // namespace
 
-// TEMPORARY: weak stand-ins until src/net/peer_id.cpp (crypto branch) is merged.
-namespace starling::net {
-[[gnu::weak]] std::string PeerId::to_string() const {
-  return "peer-" + to_hex(mh_);
-}
-[[gnu::weak]] std::string PeerId::short_string() const {
-  return "peer-" + to_hex(mh_);
-}
-}  // namespace starling::net
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static bool init = [] {

@@ -22,6 +22,8 @@ echo "== node B dials A, identifies it and pings it"
 "$bin" ping "$addr" --count 5
 echo "== node B echoes a message through /starling/echo/1.0.0"
 "$bin" echo "$addr" --text "hello from node B"
+echo "== node B calls the typed echo RPC (/starling/rpc/echo/1.0.0)"
+"$bin" echo "$addr" --rpc --text "hello over RPC"
 echo "== node B echoes 10 MB on 4 concurrent streams and checks every byte"
 "$bin" echo "$addr" --bytes 10485760 --streams 4
 echo "== stopping node A (bounded shutdown)"

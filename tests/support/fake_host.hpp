@@ -150,22 +150,3 @@ inline awaitable<result<net::ByteStreamPtr>> FakeHost::open_stream(const net::Pe
 
 }  // namespace starling::test
 
-// ---------------------------------------------------------------------------------------
-// TEMPORARY: weak stand-ins for the PeerId functions the RPC code and these tests use, so
-// they link before src/net/peer_id.cpp (crypto branch) is merged. Weak symbols lose to the
-// real (strong) definitions as soon as those are linked in. Delete this block after the merge.
-#ifndef STARLING_NO_PEER_ID_FALLBACK
-namespace starling::net {
-[[gnu::weak]] result<PeerId> PeerId::from_bytes(BytesView multihash) {
-  if (multihash.size() < 2) return make_error(errc::invalid_argument, "multihash too short");
-  return PeerId(Bytes(multihash.begin(), multihash.end()));
-}
-[[gnu::weak]] std::string PeerId::to_string() const {
-  return "peer-" + to_hex(mh_);
-}
-[[gnu::weak]] std::string PeerId::short_string() const {
-  if (mh_.size() < 6) return "peer-" + to_hex(mh_);
-  return "peer-" + to_hex(BytesView(mh_).subspan(mh_.size() - 6));
-}
-}  // namespace starling::net
-#endif
