@@ -109,6 +109,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void set_on_close(std::function<void(const Error&)> cb);
   YamuxStats stats() const;
   const std::string& describe() const noexcept { return describe_; }
+  const std::string& conn_describe() const noexcept { return conn_describe_; }
 
   // Used by streams.
   const YamuxConfig& config() const noexcept { return cfg_; }
@@ -175,6 +176,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool is_client_;
   YamuxConfig cfg_;
   AutoTune tune_;
+  std::string conn_describe_;
   std::string describe_;
   TaskScope scope_;
   WindowBudget budget_;

@@ -13,7 +13,7 @@ Stream::Stream(std::shared_ptr<Session> session, std::uint32_t id, bool outbound
     : session_(std::move(session)),
       id_(id),
       outbound_(outbound),
-      describe_(fmt::format("yamux stream {} on {}", id, session_->describe())),
+      describe_(fmt::format("yamux stream {} on {}", id, session_->conn_describe())),
       recv_(session_->config().initial_window, Clock::now()),
       read_ev_(session_->executor()),
       write_ev_(session_->executor()) {}

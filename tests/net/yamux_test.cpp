@@ -58,6 +58,7 @@ TEST(Yamux, OpenAcceptEchoAndIdParity) {
     EXPECT_EQ(id_of(*streams[0]), 1u);
     EXPECT_EQ(id_of(*streams[1]), 3u);
     EXPECT_EQ(id_of(*streams[2]), 5u);
+    EXPECT_EQ(streams[1]->describe(), "yamux stream 3 on " + p.client_tcp->describe());
     for (std::size_t i = 0; i < streams.size(); ++i) {
       const std::string msg = "hello " + std::to_string(i);
       EXPECT_TRUE(co_await streams[i]->write(as_bytes(msg)));
