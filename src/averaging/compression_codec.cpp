@@ -54,7 +54,9 @@ Range unit_range(const Layout& l, std::size_t u) {
   return {b, static_cast<std::size_t>(std::min<std::uint64_t>(l.unit_size(), l.count - b))};
 }
 
-bool normal_or_zero(float s) { return s == 0.0f || s >= FLT_MIN; }
+bool normal_or_zero(float s) {
+  return s == 0.0f || s >= FLT_MIN;
+}
 
 // Scalar fallbacks for chunks whose scale is subnormal.
 void encode_affine8_exact(const float* in, std::size_t n, double mid, double step,
@@ -68,7 +70,8 @@ void encode_sym_exact(const float* in, std::size_t n, double scale, int limit, b
                       std::uint8_t* out) {
   for (std::size_t i = 0; i < n; ++i) {
     double q = scale > 0 ? std::nearbyint(static_cast<double>(in[i]) / scale) : 0.0;
-    auto v = static_cast<int>(std::clamp(q, static_cast<double>(-limit), static_cast<double>(limit)));
+    auto v =
+        static_cast<int>(std::clamp(q, static_cast<double>(-limit), static_cast<double>(limit)));
     if (!nibbles) {
       out[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(v));
     } else if (i % 2 == 0) {
@@ -87,9 +90,12 @@ bool encode_unit(const Layout& l, const float* in, std::uint8_t* buf, std::size_
   std::uint8_t* payload = buf + l.payload_pos(b);
   std::uint8_t* params = buf + l.params_offset + u * l.param_bytes;
   switch (l.codec) {
-    case CodecId::none: return encode_f32(x, n, payload) == 0 || allow_non_finite;
-    case CodecId::float16: return encode_f16(x, n, payload) == 0 || allow_non_finite;
-    case CodecId::bfloat16: return encode_bf16(x, n, payload) == 0 || allow_non_finite;
+    case CodecId::none:
+      return encode_f32(x, n, payload) == 0 || allow_non_finite;
+    case CodecId::float16:
+      return encode_f16(x, n, payload) == 0 || allow_non_finite;
+    case CodecId::bfloat16:
+      return encode_bf16(x, n, payload) == 0 || allow_non_finite;
     case CodecId::uniform8: {
       Stats s = chunk_stats(x, n);
       if (s.max_abs_bits >= kNonFiniteBits) return false;
@@ -156,14 +162,24 @@ bool decode_unit(const Layout& l, const std::uint8_t* buf, float* out, std::size
       if (acc && check) bad = check_f32(payload, n);
       if (!bad) bad |= decode_f32(payload, n, y, acc, w);
       break;
-    case CodecId::float16: bad = decode_f16(payload, n, y, acc, w); break;
-    case CodecId::bfloat16: bad = decode_bf16(payload, n, y, acc, w); break;
+    case CodecId::float16:
+      bad = decode_f16(payload, n, y, acc, w);
+      break;
+    case CodecId::bfloat16:
+      bad = decode_bf16(payload, n, y, acc, w);
+      break;
     case CodecId::uniform8:
       decode_affine8(payload, n, load_f32(params), load_f32(params + 4), y, acc, w);
       break;
-    case CodecId::blockwise8: decode_sym8(payload, n, load_f32(params) / 127.0f, y, acc, w); break;
-    case CodecId::blockwise4: decode_sym4(payload, n, load_f32(params) / 7.0f, y, acc, w); break;
-    case CodecId::quantile8: decode_quantile_chunk(params, payload, n, y, acc, w); break;
+    case CodecId::blockwise8:
+      decode_sym8(payload, n, load_f32(params) / 127.0f, y, acc, w);
+      break;
+    case CodecId::blockwise4:
+      decode_sym4(payload, n, load_f32(params) / 7.0f, y, acc, w);
+      break;
+    case CodecId::quantile8:
+      decode_quantile_chunk(params, payload, n, y, acc, w);
+      break;
   }
   return !(check && bad);
 }
@@ -172,10 +188,14 @@ bool scan_unit(const Layout& l, const std::uint8_t* buf, std::size_t u) {
   auto [b, n] = unit_range(l, u);
   const std::uint8_t* payload = buf + l.payload_pos(b);
   switch (l.codec) {
-    case CodecId::none: return check_f32(payload, n) == 0;
-    case CodecId::float16: return check_f16(payload, n) == 0;
-    case CodecId::bfloat16: return check_bf16(payload, n) == 0;
-    default: return true;
+    case CodecId::none:
+      return check_f32(payload, n) == 0;
+    case CodecId::float16:
+      return check_f16(payload, n) == 0;
+    case CodecId::bfloat16:
+      return check_bf16(payload, n) == 0;
+    default:
+      return true;
   }
 }
 
@@ -190,9 +210,9 @@ result<void> decode_impl(BytesView buf, std::span<float> out, bool acc, float w,
   if (!lr) return rejected(lr.error());
   const Layout& l = lr.value();
   if (l.count != out.size())
-    return rejected(Error(errc::invalid_argument,
-                          fmt::format("compressed tensor: holds {} elements, expected {}",
-                                      l.count, out.size())));
+    return rejected(Error(
+        errc::invalid_argument,
+        fmt::format("compressed tensor: holds {} elements, expected {}", l.count, out.size())));
   if (auto v = validate_params(l, buf); !v) return rejected(v.error());
   if (acc && !std::isfinite(w))
     return Error(errc::invalid_argument, "decode_accumulate: weight is not finite");
@@ -217,7 +237,8 @@ result<void> decode_impl(BytesView buf, std::span<float> out, bool acc, float w,
                                       to_string(l.codec), bad.unit.load() * l.unit_size())));
   if (check && acc) {
     for_units(opt.pool, l, [&](std::size_t u0, std::size_t u1) {
-      for (std::size_t u = u0; u < u1; ++u) decode_unit(l, buf.data(), out.data(), u, true, w, false);
+      for (std::size_t u = u0; u < u1; ++u)
+        decode_unit(l, buf.data(), out.data(), u, true, w, false);
     });
   }
   return success();
@@ -229,9 +250,8 @@ result<void> encode_into(const CodecSpec& spec, std::span<const float> in, Mutab
                          const EncodeOptions& options) {
   ST_TRY(auto l, make_layout(spec, in.size()));
   if (out.size() != l.total)
-    return Error(errc::invalid_argument,
-                 fmt::format("encode: output has {} bytes, {} needs {}", out.size(),
-                             to_string(spec.codec), l.total));
+    return Error(errc::invalid_argument, fmt::format("encode: output has {} bytes, {} needs {}",
+                                                     out.size(), to_string(spec.codec), l.total));
   write_header(l, out.data());
   FirstBad bad;
   for_units(options.pool, l, [&](std::size_t u0, std::size_t u1) {
@@ -239,13 +259,13 @@ result<void> encode_into(const CodecSpec& spec, std::span<const float> in, Mutab
       if (!encode_unit(l, in.data(), out.data(), u, options.allow_non_finite)) bad.note(u);
   });
   if (bad.any()) {
-    const char* why = spec.codec == CodecId::float16 ? "inf/nan or beyond float16 range"
-                                                      : "inf/nan";
-    return Error(errc::invalid_argument,
-                 fmt::format("encode {}: input holds {} in elements [{}, {})",
-                             to_string(spec.codec), why, bad.unit.load() * l.unit_size(),
-                             std::min<std::uint64_t>((bad.unit.load() + 1) * l.unit_size(),
-                                                     l.count)));
+    const char* why =
+        is_chunked(spec.codec) ? "inf/nan" : "inf/nan (or a value that rounds to inf)";
+    return Error(
+        errc::invalid_argument,
+        fmt::format("encode {}: input holds {} in elements [{}, {})", to_string(spec.codec), why,
+                    bad.unit.load() * l.unit_size(),
+                    std::min<std::uint64_t>((bad.unit.load() + 1) * l.unit_size(), l.count)));
   }
   return success();
 }

@@ -10,13 +10,20 @@ namespace starling::averaging {
 
 std::string_view to_string(CodecId c) {
   switch (c) {
-    case CodecId::none: return "none";
-    case CodecId::float16: return "float16";
-    case CodecId::bfloat16: return "bfloat16";
-    case CodecId::uniform8: return "uniform8";
-    case CodecId::quantile8: return "quantile8";
-    case CodecId::blockwise8: return "blockwise8";
-    case CodecId::blockwise4: return "blockwise4";
+    case CodecId::none:
+      return "none";
+    case CodecId::float16:
+      return "float16";
+    case CodecId::bfloat16:
+      return "bfloat16";
+    case CodecId::uniform8:
+      return "uniform8";
+    case CodecId::quantile8:
+      return "quantile8";
+    case CodecId::blockwise8:
+      return "blockwise8";
+    case CodecId::blockwise4:
+      return "blockwise4";
   }
   return "unknown";
 }
@@ -37,11 +44,16 @@ bool is_chunked(CodecId c) {
 
 std::uint8_t default_block_log2(CodecId c) {
   switch (c) {
-    case CodecId::uniform8: return 12;
-    case CodecId::quantile8: return 16;
-    case CodecId::blockwise8: return 12;
-    case CodecId::blockwise4: return 9;
-    default: return 0;
+    case CodecId::uniform8:
+      return 12;
+    case CodecId::quantile8:
+      return 16;
+    case CodecId::blockwise8:
+      return 12;
+    case CodecId::blockwise4:
+      return 9;
+    default:
+      return 0;
   }
 }
 
@@ -53,25 +65,35 @@ std::size_t CodecSpec::block_size() const {
 namespace detail {
 namespace {
 
-bool known_codec(std::uint8_t id) { return id >= 1 && id <= 7; }
+bool known_codec(std::uint8_t id) {
+  return id >= 1 && id <= 7;
+}
 
 std::size_t param_bytes_for(CodecId c) {
   switch (c) {
-    case CodecId::uniform8: return 8;
-    case CodecId::quantile8: return kQuantileBins * 4;
+    case CodecId::uniform8:
+      return 8;
+    case CodecId::quantile8:
+      return kQuantileBins * 4;
     case CodecId::blockwise8:
-    case CodecId::blockwise4: return 4;
-    default: return 0;
+    case CodecId::blockwise4:
+      return 4;
+    default:
+      return 0;
   }
 }
 
 std::size_t payload_bytes_for(CodecId c, std::uint64_t n) {
   switch (c) {
-    case CodecId::none: return 4 * n;
+    case CodecId::none:
+      return 4 * n;
     case CodecId::float16:
-    case CodecId::bfloat16: return 2 * n;
-    case CodecId::blockwise4: return (n + 1) / 2;
-    default: return n;
+    case CodecId::bfloat16:
+      return 2 * n;
+    case CodecId::blockwise4:
+      return (n + 1) / 2;
+    default:
+      return n;
   }
 }
 
@@ -79,7 +101,9 @@ Error invalid(std::string what) {
   return Error(errc::invalid_argument, "compressed tensor: " + std::move(what));
 }
 
-bool finite(float f) { return std::isfinite(f); }
+bool finite(float f) {
+  return std::isfinite(f);
+}
 
 }  // namespace
 
@@ -90,11 +114,15 @@ std::size_t Layout::units() const {
 
 std::size_t Layout::payload_pos(std::size_t i) const {
   switch (codec) {
-    case CodecId::none: return payload_offset + 4 * i;
+    case CodecId::none:
+      return payload_offset + 4 * i;
     case CodecId::float16:
-    case CodecId::bfloat16: return payload_offset + 2 * i;
-    case CodecId::blockwise4: return payload_offset + i / 2;
-    default: return payload_offset + i;
+    case CodecId::bfloat16:
+      return payload_offset + 2 * i;
+    case CodecId::blockwise4:
+      return payload_offset + i / 2;
+    default:
+      return payload_offset + i;
   }
 }
 
@@ -141,8 +169,8 @@ result<Layout> parse_layout(BytesView buf) {
   if (!is_chunked(codec) && block_log2 != 0)
     return invalid(fmt::format("{} with block_log2 {}", to_string(codec), block_log2));
   if (is_chunked(codec) && (block_log2 < kMinBlockLog2 || block_log2 > kMaxBlockLog2))
-    return invalid(fmt::format("block_log2 {} outside [{}, {}]", block_log2, kMinBlockLog2,
-                               kMaxBlockLog2));
+    return invalid(
+        fmt::format("block_log2 {} outside [{}, {}]", block_log2, kMinBlockLog2, kMaxBlockLog2));
   std::uint64_t count = 0;
   for (int i = 0; i < 8; ++i) count |= std::uint64_t{buf[4 + i]} << (8 * i);
   ST_TRY(auto l, make_layout(CodecSpec{codec, block_log2}, count));
@@ -184,14 +212,16 @@ result<void> validate_params(const Layout& l, BytesView buf) {
         for (std::size_t k = 0; k < kQuantileBins; ++k) {
           float v = load_f32(cb + 4 * k);
           if (!finite(v) || !(v >= prev))
-            return invalid(fmt::format("quantile8 chunk {} codebook entry {} is {} (not finite "
-                                       "and sorted)",
-                                       c, k, v));
+            return invalid(
+                fmt::format("quantile8 chunk {} codebook entry {} is {} (not finite "
+                            "and sorted)",
+                            c, k, v));
           prev = v;
         }
       }
       break;
-    default: break;
+    default:
+      break;
   }
   return success();
 }

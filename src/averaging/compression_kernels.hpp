@@ -7,6 +7,7 @@
 // Vectorisation: every loop over values works on tiles of kTile values with a constant trip
 // count and __restrict pointers, so GCC and clang vectorise it even at -O2 (GCC's
 // "very cheap" cost model) for plain x86-64; tails are copied into a padded tile.
+// The quantile codec's bin search is scalar (table lookups), about 10x slower than the rest.
 #pragma once
 
 #include <bit>
@@ -15,6 +16,16 @@
 #include <cstring>
 
 #include "starling/averaging/compression.hpp"
+
+// The range kernels are compiled twice on x86-64, for AVX2 and for the baseline, and the
+// loader picks one at startup (GCC and clang function multiversioning), so builds need no
+// -march flag and still use 256-bit vectors where the CPU has them.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(STARLING_NO_TARGET_CLONES)
+#define ST_KERNEL_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ST_KERNEL_CLONES
+#endif
 
 static_assert(std::endian::native == std::endian::little,
               "the codecs write little-endian payloads by copying memory");
@@ -25,7 +36,7 @@ inline constexpr std::size_t kTile = 64;
 // Parallel work unit for the float codecs (they have no chunks on the wire).
 inline constexpr std::size_t kFloatUnit = std::size_t{1} << 14;
 inline constexpr std::size_t kQuantileBins = 256;
-inline constexpr std::size_t kQuantileSample = 4096;
+inline constexpr std::size_t kQuantileSample = 2048;
 
 // Where everything is in an encoded buffer.
 struct Layout {
@@ -59,7 +70,9 @@ inline float load_f32(const std::uint8_t* p) {
   std::memcpy(&f, p, 4);
   return f;
 }
-inline void store_f32(std::uint8_t* p, float f) { std::memcpy(p, &f, 4); }
+inline void store_f32(std::uint8_t* p, float f) {
+  std::memcpy(p, &f, 4);
+}
 
 // ---- scalar conversions (also used by the tile kernels) ----
 
@@ -77,9 +90,14 @@ inline std::uint32_t f32_to_f16_bits(std::uint32_t x) {
   float shifted = std::bit_cast<float>(a) + 0.5f;
   std::uint32_t sub = std::bit_cast<std::uint32_t>(shifted) - 0x3f000000u;
   std::uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
-  std::uint32_t r = a < 0x38800000u ? sub : normal;
-  r = a >= 0x477ff000u ? 0x7c00u : r;  // >= 65520 rounds to inf (also maps inf)
-  r = a > 0x7f800000u ? nan : r;
+  // Selections by masks rather than ?: so compilers do not move the float addition into a
+  // branch (which, under -ftrapping-math, blocks vectorisation).
+  std::uint32_t is_sub = 0u - static_cast<std::uint32_t>(a < 0x38800000u);
+  std::uint32_t is_inf = 0u - static_cast<std::uint32_t>(a >= 0x477ff000u);  // >= 65520
+  std::uint32_t is_nan = 0u - static_cast<std::uint32_t>(a > 0x7f800000u);
+  std::uint32_t r = (sub & is_sub) | (normal & ~is_sub);
+  r = (r & ~is_inf) | (0x7c00u & is_inf);
+  r = (r & ~is_nan) | (nan & is_nan);
   return r | sign;
 }
 
@@ -88,12 +106,14 @@ inline std::uint32_t f16_to_f32_bits(std::uint32_t h) {
   std::uint32_t e = (h >> 10) & 0x1fu;
   std::uint32_t m = h & 0x3ffu;
   std::uint32_t normal = ((e + 112u) << 23) | (m << 13);
-  std::uint32_t special = 0x7f800000u | (m << 13);
   // Subnormal (and zero): m * 2^-24, exact, computed without denormal arithmetic.
-  std::uint32_t sub = std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<int>(m)) *
-                                                   0x1p-24f);
-  std::uint32_t r = e == 0 ? sub : normal;
-  r = e == 31 ? special : r;
+  std::uint32_t sub =
+      std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<int>(m)) * 0x1p-24f);
+  std::uint32_t is_sub = 0u - static_cast<std::uint32_t>(e == 0);
+  std::uint32_t is_special = 0u - static_cast<std::uint32_t>(e == 31);
+  std::uint32_t r = (sub & is_sub) | (normal & ~is_sub);
+  // e == 31: normal is 0x47800000 | m << 13, so OR-ing the full exponent gives inf/nan.
+  r |= 0x7f800000u & is_special;
   return r | sign;
 }
 
@@ -140,25 +160,21 @@ std::uint32_t max_abs_bits(const float* in, std::size_t n);
 
 // q = round((x - mid) * inv_step + 127.5) clamped to [0, 255]; y = mid + (q - 127.5) * step.
 // (Centred so no intermediate overflows even when max - min exceeds FLT_MAX.)
-void encode_affine8(const float* in, std::size_t n, float mid, float inv_step,
-                    std::uint8_t* out);
+void encode_affine8(const float* in, std::size_t n, float mid, float inv_step, std::uint8_t* out);
 void decode_affine8(const std::uint8_t* in, std::size_t n, float mid, float step, float* out,
                     bool acc, float w);
 // Symmetric: q = round(x * inv_scale) clamped to [-127, 127] (int8) or [-7, 7] (nibble q+8);
 // y = q * scale. Byte -128 and nibble 0 decode as -127 and -7.
 void encode_sym8(const float* in, std::size_t n, float inv_scale, std::uint8_t* out);
-void decode_sym8(const std::uint8_t* in, std::size_t n, float scale, float* out, bool acc,
-                 float w);
+void decode_sym8(const std::uint8_t* in, std::size_t n, float scale, float* out, bool acc, float w);
 // n values into (n + 1) / 2 bytes; n must be even unless this is the tensor's last range
 // (then the last high nibble is written as 0).
 void encode_sym4(const float* in, std::size_t n, float inv_scale, std::uint8_t* out);
-void decode_sym4(const std::uint8_t* in, std::size_t n, float scale, float* out, bool acc,
-                 float w);
+void decode_sym4(const std::uint8_t* in, std::size_t n, float scale, float* out, bool acc, float w);
 
 // Quantile codec, one chunk: writes 256 codebook floats to `params` and n indices to `out`.
 // The chunk must be finite (checked by the caller).
-void encode_quantile_chunk(const float* in, std::size_t n, std::uint8_t* params,
-                           std::uint8_t* out);
+void encode_quantile_chunk(const float* in, std::size_t n, std::uint8_t* params, std::uint8_t* out);
 void decode_quantile_chunk(const std::uint8_t* params, const std::uint8_t* in, std::size_t n,
                            float* out, bool acc, float w);
 

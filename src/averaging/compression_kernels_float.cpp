@@ -57,7 +57,9 @@ std::uint32_t encode16(const float* in, std::size_t n, std::uint8_t* out) {
   return bad;
 }
 
-inline std::uint32_t bf16_to_f32_bits(std::uint32_t h) { return h << 16; }
+inline std::uint32_t bf16_to_f32_bits(std::uint32_t h) {
+  return h << 16;
+}
 
 // Converts a tile of 16-bit codes to floats; returns the OR of "is inf/nan".
 template <std::uint32_t (*Conv)(std::uint32_t), std::uint32_t ExpMask>
@@ -98,7 +100,8 @@ inline std::uint32_t scan_tile(const std::uint8_t* __restrict in) {
   T v[kTile];
   std::memcpy(v, in, sizeof(v));
   std::uint32_t bad = 0;
-  for (std::size_t i = 0; i < kTile; ++i) bad |= static_cast<std::uint32_t>((v[i] & ExpMask) == ExpMask);
+  for (std::size_t i = 0; i < kTile; ++i)
+    bad |= static_cast<std::uint32_t>((v[i] & ExpMask) == ExpMask);
   return bad;
 }
 
@@ -117,21 +120,41 @@ std::uint32_t scan(const std::uint8_t* in, std::size_t n) {
 
 }  // namespace
 
-std::uint32_t encode_f32(const float* in, std::size_t n, std::uint8_t* out) {
-  std::memcpy(out, in, n * sizeof(float));
-  return scan<kF32Exp, std::uint32_t>(out, n);
+ST_KERNEL_CLONES std::uint32_t encode_f32(const float* in, std::size_t n, std::uint8_t* out) {
+  // Copy and check tile by tile so the data is read from memory once.
+  std::uint32_t bad = 0;
+  std::size_t i = 0;
+  for (; i + kTile <= n; i += kTile) {
+    std::memcpy(out + 4 * i, in + i, kTile * sizeof(float));
+    bad |= scan_tile<kF32Exp, std::uint32_t>(out + 4 * i);
+  }
+  if (i < n) {
+    std::memcpy(out + 4 * i, in + i, (n - i) * sizeof(float));
+    bad |= scan<kF32Exp, std::uint32_t>(out + 4 * i, n - i);
+  }
+  return bad;
 }
-std::uint32_t encode_f16(const float* in, std::size_t n, std::uint8_t* out) {
+ST_KERNEL_CLONES std::uint32_t encode_f16(const float* in, std::size_t n, std::uint8_t* out) {
   return encode16<f32_to_f16_bits, kF16Exp>(in, n, out);
 }
-std::uint32_t encode_bf16(const float* in, std::size_t n, std::uint8_t* out) {
+ST_KERNEL_CLONES std::uint32_t encode_bf16(const float* in, std::size_t n, std::uint8_t* out) {
   return encode16<f32_to_bf16_bits, kBf16Exp>(in, n, out);
 }
 
-std::uint32_t decode_f32(const std::uint8_t* in, std::size_t n, float* out, bool acc, float w) {
+ST_KERNEL_CLONES std::uint32_t decode_f32(const std::uint8_t* in, std::size_t n, float* out,
+                                          bool acc, float w) {
   if (!acc) {
-    std::memcpy(out, in, n * sizeof(float));
-    return scan<kF32Exp, std::uint32_t>(in, n);
+    std::uint32_t bad = 0;
+    std::size_t i = 0;
+    for (; i + kTile <= n; i += kTile) {
+      std::memcpy(out + i, in + 4 * i, kTile * sizeof(float));
+      bad |= scan_tile<kF32Exp, std::uint32_t>(in + 4 * i);
+    }
+    if (i < n) {
+      std::memcpy(out + i, in + 4 * i, (n - i) * sizeof(float));
+      bad |= scan<kF32Exp, std::uint32_t>(in + 4 * i, n - i);
+    }
+    return bad;
   }
   float d[kTile];
   std::size_t i = 0;
@@ -145,20 +168,22 @@ std::uint32_t decode_f32(const std::uint8_t* in, std::size_t n, float* out, bool
   }
   return 0;  // callers scan with check_f32 before accumulating
 }
-std::uint32_t decode_f16(const std::uint8_t* in, std::size_t n, float* out, bool acc, float w) {
+ST_KERNEL_CLONES std::uint32_t decode_f16(const std::uint8_t* in, std::size_t n, float* out,
+                                          bool acc, float w) {
   return decode16<f16_to_f32_bits, kF16Exp>(in, n, out, acc, w);
 }
-std::uint32_t decode_bf16(const std::uint8_t* in, std::size_t n, float* out, bool acc, float w) {
+ST_KERNEL_CLONES std::uint32_t decode_bf16(const std::uint8_t* in, std::size_t n, float* out,
+                                           bool acc, float w) {
   return decode16<bf16_to_f32_bits, kBf16Exp>(in, n, out, acc, w);
 }
 
-std::uint32_t check_f32(const std::uint8_t* in, std::size_t n) {
+ST_KERNEL_CLONES std::uint32_t check_f32(const std::uint8_t* in, std::size_t n) {
   return scan<kF32Exp, std::uint32_t>(in, n);
 }
-std::uint32_t check_f16(const std::uint8_t* in, std::size_t n) {
+ST_KERNEL_CLONES std::uint32_t check_f16(const std::uint8_t* in, std::size_t n) {
   return scan<kF16Exp, std::uint16_t>(in, n);
 }
-std::uint32_t check_bf16(const std::uint8_t* in, std::size_t n) {
+ST_KERNEL_CLONES std::uint32_t check_bf16(const std::uint8_t* in, std::size_t n) {
   return scan<kBf16Exp, std::uint16_t>(in, n);
 }
 

@@ -12,8 +12,7 @@ constexpr float kRoundMagic = 12582912.0f;
 constexpr std::int32_t kRoundMagicBits = 0x4b400000;
 
 inline std::int32_t round_small(float t) {
-  return static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(t + kRoundMagic)) -
-         kRoundMagicBits;
+  return static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(t + kRoundMagic)) - kRoundMagicBits;
 }
 
 inline void emit_tile(const float* __restrict d, float* __restrict out, bool acc, float w) {
@@ -78,8 +77,7 @@ inline void affine_tile(const float* __restrict in, float mid, float inv,
 
 inline void unaffine_tile(const std::uint8_t* __restrict in, float mid, float step,
                           float* __restrict d) {
-  for (std::size_t i = 0; i < kTile; ++i)
-    d[i] = mid + (static_cast<float>(in[i]) - 127.5f) * step;
+  for (std::size_t i = 0; i < kTile; ++i) d[i] = mid + (static_cast<float>(in[i]) - 127.5f) * step;
 }
 
 inline void sym_tile(const float* __restrict in, float inv, std::int32_t limit,
@@ -127,7 +125,7 @@ inline void unsym4_tile(const std::uint8_t* __restrict in, float scale, float* _
 
 }  // namespace
 
-Stats chunk_stats(const float* in, std::size_t n) {
+ST_KERNEL_CLONES Stats chunk_stats(const float* in, std::size_t n) {
   TileStats s{INT32_MAX, INT32_MIN, 0};
   std::size_t i = 0;
   for (; i + kTile <= n; i += kTile) stats_tile(in + i, s);
@@ -139,7 +137,7 @@ Stats chunk_stats(const float* in, std::size_t n) {
   return {s.lo, s.hi, s.abs};
 }
 
-std::uint32_t max_abs_bits(const float* in, std::size_t n) {
+ST_KERNEL_CLONES std::uint32_t max_abs_bits(const float* in, std::size_t n) {
   std::uint32_t ab = 0;
   std::size_t i = 0;
   for (; i + kTile <= n; i += kTile) ab = abs_tile(in + i, ab);
@@ -151,8 +149,8 @@ std::uint32_t max_abs_bits(const float* in, std::size_t n) {
   return ab;
 }
 
-void encode_affine8(const float* in, std::size_t n, float mid, float inv_step,
-                    std::uint8_t* out) {
+ST_KERNEL_CLONES void encode_affine8(const float* in, std::size_t n, float mid, float inv_step,
+                                     std::uint8_t* out) {
   std::size_t i = 0;
   for (; i + kTile <= n; i += kTile) affine_tile(in + i, mid, inv_step, out + i);
   if (i < n) {
@@ -164,8 +162,8 @@ void encode_affine8(const float* in, std::size_t n, float mid, float inv_step,
   }
 }
 
-void decode_affine8(const std::uint8_t* in, std::size_t n, float mid, float step, float* out,
-                    bool acc, float w) {
+ST_KERNEL_CLONES void decode_affine8(const std::uint8_t* in, std::size_t n, float mid, float step,
+                                     float* out, bool acc, float w) {
   float d[kTile];
   std::size_t i = 0;
   for (; i + kTile <= n; i += kTile) {
@@ -180,7 +178,8 @@ void decode_affine8(const std::uint8_t* in, std::size_t n, float mid, float step
   }
 }
 
-void encode_sym8(const float* in, std::size_t n, float inv_scale, std::uint8_t* out) {
+ST_KERNEL_CLONES void encode_sym8(const float* in, std::size_t n, float inv_scale,
+                                  std::uint8_t* out) {
   std::size_t i = 0;
   for (; i + kTile <= n; i += kTile) sym8_tile(in + i, inv_scale, out + i);
   if (i < n) {
@@ -192,8 +191,8 @@ void encode_sym8(const float* in, std::size_t n, float inv_scale, std::uint8_t* 
   }
 }
 
-void decode_sym8(const std::uint8_t* in, std::size_t n, float scale, float* out, bool acc,
-                 float w) {
+ST_KERNEL_CLONES void decode_sym8(const std::uint8_t* in, std::size_t n, float scale, float* out,
+                                  bool acc, float w) {
   float d[kTile];
   std::size_t i = 0;
   for (; i + kTile <= n; i += kTile) {
@@ -208,7 +207,8 @@ void decode_sym8(const std::uint8_t* in, std::size_t n, float scale, float* out,
   }
 }
 
-void encode_sym4(const float* in, std::size_t n, float inv_scale, std::uint8_t* out) {
+ST_KERNEL_CLONES void encode_sym4(const float* in, std::size_t n, float inv_scale,
+                                  std::uint8_t* out) {
   std::size_t i = 0;
   for (; i + kTile <= n; i += kTile) sym4_tile(in + i, inv_scale, out + i / 2);
   if (i < n) {
@@ -223,8 +223,8 @@ void encode_sym4(const float* in, std::size_t n, float inv_scale, std::uint8_t* 
   }
 }
 
-void decode_sym4(const std::uint8_t* in, std::size_t n, float scale, float* out, bool acc,
-                 float w) {
+ST_KERNEL_CLONES void decode_sym4(const std::uint8_t* in, std::size_t n, float scale, float* out,
+                                  bool acc, float w) {
   float d[kTile];
   std::size_t i = 0;
   for (; i + kTile <= n; i += kTile) {

@@ -3,61 +3,133 @@
 //
 // Encoding: the 255 inner bin edges are quantiles of a strided sample of the chunk (the
 // whole chunk when it has at most kQuantileSample values); each value is sent as the number
-// of edges <= it (0..255), found through a small lookup grid plus exact correction steps;
-// each bin decodes to the mean of the values it received, clamped to the bin's range.
+// of edges <= it (0..255); each bin decodes to the mean of the values it received, clamped
+// to the bin's range.
+//
+// Finding the bin without branches: a uniform grid over [edge[1], edge[255]] whose cell
+// index cell(x) is a monotone function of x. An edge e with cell(e) < cell(x) is <= x and one
+// with cell(e) > cell(x) is > x, so the bin of x is base[cell] (edges in earlier cells) plus
+// the edges of its own cell that are <= x. When every cell holds at most kSlots distinct
+// edge values (the usual case) that is a fixed, branch-free computation; otherwise the chunk
+// falls back to a branchless binary search over all edges.
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "averaging/compression_kernels.hpp"
 
 namespace starling::averaging::detail {
+namespace {
+
+constexpr std::size_t kBins = kQuantileBins;
+constexpr std::size_t kSlots = 3;
+constexpr std::size_t kMaxCells = 1024;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct Cell {
+  float edge[kSlots];           // distinct edge values in this cell, +inf when unused
+  std::uint8_t weight[kSlots];  // how many edges have that value
+  std::uint8_t base;            // edges in earlier cells
+};
+
+struct Grid {
+  float origin = 0, inv = 0, last = 0;  // last = cells - 1
+  // Monotone non-decreasing in x (every step is); NaN-free input gives a cell in range.
+  std::uint32_t cell(float x) const {
+    float t = (x - origin) * inv;
+    t = t > 0.0f ? t : 0.0f;
+    t = t < last ? t : last;
+    return static_cast<std::uint32_t>(t);
+  }
+};
+
+// Builds the grid; returns false if some cell would need more than kSlots slots.
+bool build_grid(const std::array<float, kBins>& edge, std::size_t cells, Grid& g,
+                std::vector<Cell>& table) {
+  g.origin = edge[1];
+  float span = edge[kBins - 1] - edge[1];
+  float inv = static_cast<float>(cells) / span;
+  g.inv = span > 0 && std::isfinite(inv) ? inv : 0.0f;
+  g.last = static_cast<float>(cells - 1);
+  Cell empty{};
+  std::fill(std::begin(empty.edge), std::end(empty.edge), kInf);
+  table.assign(cells, empty);
+  std::vector<std::uint8_t> used(cells, 0);
+  std::vector<std::uint16_t> in_cell(cells + 1, 0);
+  for (std::size_t k = 1; k < kBins; ++k) {
+    std::uint32_t c = g.cell(edge[k]);
+    Cell& cell = table[c];
+    std::uint8_t& u = used[c];
+    if (u > 0 && cell.edge[u - 1] == edge[k]) {
+      ++cell.weight[u - 1];
+    } else {
+      if (u == kSlots) return false;
+      cell.edge[u] = edge[k];
+      cell.weight[u] = 1;
+      ++u;
+    }
+    ++in_cell[c + 1];
+  }
+  std::uint32_t base = 0;
+  for (std::size_t c = 0; c < cells; ++c) {
+    base += in_cell[c];
+    table[c].base = static_cast<std::uint8_t>(base);
+  }
+  return true;
+}
+
+}  // namespace
 
 void encode_quantile_chunk(const float* in, std::size_t n, std::uint8_t* params,
                            std::uint8_t* out) {
-  constexpr std::size_t kBins = kQuantileBins;
   std::array<float, kBins> codebook{};
   if (n == 0) return;
 
-  // Sample and edges. edge[k] (k = 1..255) is the lower edge of bin k.
+  // Sample and edges. edge[k] (k = 1..255) is the lower edge of bin k; edge[0] = -inf.
   std::size_t m = std::min(n, kQuantileSample);
   std::vector<float> sample(m);
   for (std::size_t j = 0; j < m; ++j) sample[j] = in[(j * n) / m];
   std::sort(sample.begin(), sample.end());
-  std::array<float, kBins + 1> edge{};
+  std::array<float, kBins> edge{};
+  edge[0] = -kInf;
   for (std::size_t k = 1; k < kBins; ++k) edge[k] = sample[(k * m) / kBins];
-  float lo_edge = edge[1], hi_edge = edge[kBins - 1];
+  Stats st = chunk_stats(in, n);
+  float lo = from_order_key(st.min_key), hi = from_order_key(st.max_key);
 
-  // Lookup grid over [edge[1], edge[255]]: start[c] = number of edges <= the cell's start.
-  std::size_t cells = std::clamp<std::size_t>(n / 16, 16, 1024);
-  double span = static_cast<double>(hi_edge) - static_cast<double>(lo_edge);
-  double inv = span > 0 ? static_cast<double>(cells) / span : 0.0;
-  std::vector<std::uint8_t> start(cells);
-  for (std::size_t c = 0; c < cells; ++c) {
-    double s = static_cast<double>(lo_edge) + (span > 0 ? static_cast<double>(c) / inv : 0.0);
-    auto it = std::upper_bound(edge.begin() + 1, edge.begin() + kBins, s,
-                               [](double v, float e) { return v < static_cast<double>(e); });
-    start[c] = static_cast<std::uint8_t>(it - (edge.begin() + 1));
-  }
+  Grid grid;
+  std::vector<Cell> table;
+  std::size_t cells = std::clamp<std::size_t>(n / 4, 64, kMaxCells);
+  bool use_grid = build_grid(edge, cells, grid, table);
 
   std::array<double, kBins> sum{};
   std::array<std::uint32_t, kBins> cnt{};
-  float lo = in[0], hi = in[0];
-  for (std::size_t i = 0; i < n; ++i) {
-    float x = in[i];
-    lo = std::min(lo, x);
-    hi = std::max(hi, x);
-    double t = (static_cast<double>(x) - static_cast<double>(lo_edge)) * inv;
-    t = std::clamp(t, 0.0, static_cast<double>(cells - 1));
-    std::size_t k = start[static_cast<std::size_t>(t)];
-    // Exact correction: afterwards edge[k] <= x < edge[k + 1] (with edge[0] = -inf and
-    // edge[256] = +inf).
-    while (k + 1 < kBins && x >= edge[k + 1]) ++k;
-    while (k > 0 && x < edge[k]) --k;
-    out[i] = static_cast<std::uint8_t>(k);
-    sum[k] += x;
-    ++cnt[k];
+  for (std::size_t i0 = 0; i0 < n; i0 += kTile) {
+    std::size_t len = std::min(kTile, n - i0);
+    float x[kTile];
+    std::uint32_t k[kTile] = {};
+    for (std::size_t i = 0; i < kTile; ++i) x[i] = in[i0 + (i < len ? i : 0)];
+    if (use_grid) {
+      for (std::size_t i = 0; i < kTile; ++i) {
+        const Cell& c = table[grid.cell(x[i])];
+        std::uint32_t v = c.base;
+        for (std::size_t s = 0; s < kSlots; ++s)
+          v += static_cast<std::uint32_t>(x[i] >= c.edge[s]) * c.weight[s];
+        k[i] = v;
+      }
+    } else {
+      // Branchless binary search: k = number of edge[1..255] <= x.
+      for (std::uint32_t step = kBins / 2; step >= 1; step /= 2) {
+        for (std::size_t i = 0; i < kTile; ++i)
+          k[i] += static_cast<std::uint32_t>(x[i] >= edge[k[i] + step]) * step;
+      }
+    }
+    for (std::size_t i = 0; i < len; ++i) {
+      out[i0 + i] = static_cast<std::uint8_t>(k[i]);
+      sum[k[i]] += x[i];
+      ++cnt[k[i]];
+    }
   }
 
   // Bin k holds values in [bin_lo(k), bin_hi(k)]; its code is the clamped mean, or the lower

@@ -11,7 +11,9 @@ ThreadPool::ThreadPool(std::size_t threads) {
   for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { worker_loop(); });
 }
 
-ThreadPool::~ThreadPool() { shutdown(); }
+ThreadPool::~ThreadPool() {
+  shutdown();
+}
 
 std::size_t ThreadPool::default_threads() {
   return std::max<std::size_t>(std::thread::hardware_concurrency(), 1);

@@ -24,8 +24,8 @@ using namespace starling::averaging;
 
 namespace {
 
-const CodecId kAll[] = {CodecId::none,      CodecId::float16,    CodecId::bfloat16,
-                        CodecId::uniform8,  CodecId::quantile8,  CodecId::blockwise8,
+const CodecId kAll[] = {CodecId::none,      CodecId::float16,   CodecId::bfloat16,
+                        CodecId::uniform8,  CodecId::quantile8, CodecId::blockwise8,
                         CodecId::blockwise4};
 const CodecId kQuantized[] = {CodecId::uniform8, CodecId::quantile8, CodecId::blockwise8,
                               CodecId::blockwise4};
@@ -75,7 +75,7 @@ std::vector<Case> cases() {
   c.push_back({"odd_sized_small", normal(131, 7)});
   c.push_back({"empty", {}});
   auto mixed = normal(4096 * 2 + 3, 8);
-  for (std::size_t i = 0; i < 700; ++i) mixed[i] = 0.0f;             // a zero block
+  for (std::size_t i = 0; i < 700; ++i) mixed[i] = 0.0f;              // a zero block
   for (std::size_t i = 4096; i < 4096 + 64; ++i) mixed[i] *= 1e-38f;  // subnormal-ish
   c.push_back({"mixed_blocks", mixed});
   c.push_back({"subnormal", std::vector<float>{1e-40f, -3e-41f, 0.0f, 1.4e-45f, 5e-39f}});
@@ -126,10 +126,14 @@ double bound(const CodecSpec& spec, const std::vector<float>& x, std::size_t i,
              const ChunkStats& cs) {
   double v = std::fabs(static_cast<double>(x[i]));
   switch (spec.codec) {
-    case CodecId::none: return 0.0;
-    case CodecId::float16: return v >= 0x1p-14 ? 0x1p-11 * v : 0x1p-25;
-    case CodecId::bfloat16: return v >= 0x1p-126 ? 0x1p-8 * v : 0x1p-134;
-    default: break;
+    case CodecId::none:
+      return 0.0;
+    case CodecId::float16:
+      return v >= 0x1p-14 ? 0x1p-11 * v : 0x1p-25;
+    case CodecId::bfloat16:
+      return v >= 0x1p-126 ? 0x1p-8 * v : 0x1p-134;
+    default:
+      break;
   }
   std::size_t c = i / spec.block_size();
   double lo = cs.lo[c], hi = cs.hi[c], a = cs.absmax[c];
@@ -231,8 +235,10 @@ TEST(Compression, ConstantAndZeroInputsAreExactForQuantizedCodecs) {
       // rounding of absmax / 127 (or / 7).
       bool exact = codec == CodecId::uniform8 || codec == CodecId::quantile8 || v == 0.0f;
       for (float d : y) {
-        if (exact) ASSERT_EQ(d, v) << to_string(codec);
-        else ASSERT_NEAR(d, v, 1e-6 * std::fabs(v)) << to_string(codec);
+        if (exact)
+          ASSERT_EQ(d, v) << to_string(codec);
+        else
+          ASSERT_NEAR(d, v, 1e-6 * std::fabs(v)) << to_string(codec);
       }
     }
   }
@@ -279,7 +285,10 @@ std::uint16_t reference_f16(float x) {
   int lo = 0, hi = 0x7bff;
   while (lo < hi) {  // first half >= a
     int mid = (lo + hi) / 2;
-    if (half_value(static_cast<std::uint16_t>(mid)) < a) lo = mid + 1; else hi = mid;
+    if (half_value(static_cast<std::uint16_t>(mid)) < a)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   best = static_cast<std::uint16_t>(lo);
   if (lo > 0) {
@@ -297,7 +306,8 @@ std::uint16_t reference_bf16(float x) {
   double dv = std::fabs(static_cast<double>(std::bit_cast<float>(down << 16)));
   double uv = std::fabs(static_cast<double>(std::bit_cast<float>(up << 16)));
   if ((up & 0x7f80) == 0x7f80) uv = std::ldexp(1.0, 128);  // rounding up gives inf
-  if (a - dv < uv - a || (a - dv == uv - a && down % 2 == 0)) return static_cast<std::uint16_t>(down);
+  if (a - dv < uv - a || (a - dv == uv - a && down % 2 == 0))
+    return static_cast<std::uint16_t>(down);
   return static_cast<std::uint16_t>(up);
 }
 std::uint16_t encoded16(CodecId c, float x) {
@@ -310,25 +320,29 @@ std::uint16_t encoded16(CodecId c, float x) {
 
 TEST(Compression, Float16MatchesReferenceRounding) {
   std::mt19937 g(21);
-  std::vector<float> xs = {0.0f,     -0.0f,      1.0f,        65504.0f,   65519.99f, 65520.0f,
-                           -65520.0f, 0x1p-24f,  0x1p-25f,    0x1.8p-24f, 0x1p-14f,  0x1.ffcp-15f,
-                           1e-45f,    3.0f * 0x1p-25f, 0x1.002p0f, 0x1.006p0f, 1e-8f};
+  std::vector<float> xs = {0.0f,       -0.0f,        1.0f,     65504.0f,        65519.99f,
+                           65520.0f,   -65520.0f,    0x1p-24f, 0x1p-25f,        0x1.8p-24f,
+                           0x1p-14f,   0x1.ffcp-15f, 1e-45f,   3.0f * 0x1p-25f, 0x1.002p0f,
+                           0x1.006p0f, 1e-8f};
   for (int i = 0; i < 200000; ++i) {
     auto bits = static_cast<std::uint32_t>(g());
     float x = std::bit_cast<float>(bits);
     if (!std::isfinite(x) || x == 0.0f) continue;
     // Keep most samples near the half range where rounding is interesting.
-    if (i % 2) x = std::ldexp(std::fabs(x) / std::ldexp(1.0f, std::ilogb(x)), int(bits % 44) - 28) *
-                   (bits & 1 ? -1.0f : 1.0f);
+    if (i % 2)
+      x = std::ldexp(std::fabs(x) / std::ldexp(1.0f, std::ilogb(x)), int(bits % 44) - 28) *
+          (bits & 1 ? -1.0f : 1.0f);
     xs.push_back(x);
   }
   int bad = 0;
   for (float x : xs) {
     std::uint16_t got = encoded16(CodecId::float16, x), want = reference_f16(x);
-    if (got != want && bad++ < 5) ADD_FAILURE() << std::hexfloat << x << " got " << got << " want " << want;
+    if (got != want && bad++ < 5)
+      ADD_FAILURE() << std::hexfloat << x << " got " << got << " want " << want;
 #ifdef __FLT16_MANT_DIG__
     auto hw = std::bit_cast<std::uint16_t>(static_cast<_Float16>(x));
-    if (got != hw && bad++ < 5) ADD_FAILURE() << std::hexfloat << x << " got " << got << " _Float16 " << hw;
+    if (got != hw && bad++ < 5)
+      ADD_FAILURE() << std::hexfloat << x << " got " << got << " _Float16 " << hw;
 #endif
   }
   EXPECT_EQ(bad, 0);
@@ -351,8 +365,10 @@ TEST(Compression, Float16DecodesEveryCode) {
   for (std::uint32_t h = 0; h < 65536; ++h) {
     int e = (h >> 10) & 31;
     if (e == 31) {
-      if (h & 1023) ASSERT_TRUE(std::isnan(y[h])) << h;
-      else ASSERT_EQ(y[h], (h & 0x8000) ? -kInf : kInf);
+      if (h & 1023)
+        ASSERT_TRUE(std::isnan(y[h])) << h;
+      else
+        ASSERT_EQ(y[h], (h & 0x8000) ? -kInf : kInf);
     } else {
       ASSERT_EQ(static_cast<double>(y[h]), half_value(static_cast<std::uint16_t>(h))) << h;
       ASSERT_EQ(std::signbit(y[h]), (h & 0x8000) != 0);
@@ -363,16 +379,19 @@ TEST(Compression, Float16DecodesEveryCode) {
 
 TEST(Compression, BFloat16MatchesReferenceRounding) {
   std::mt19937 g(22);
-  std::vector<float> xs = {0.0f, -0.0f, 1.0f, 0x1.008p0f, 0x1.018p0f, FLT_MAX, -FLT_MAX, 1e-45f,
-                           0x1.fep127f};
-  for (int i = 0; i < 200000; ++i) xs.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(g())));
+  std::vector<float> xs = {0.0f,    -0.0f,    1.0f,   0x1.008p0f, 0x1.018p0f,
+                           FLT_MAX, -FLT_MAX, 1e-45f, 0x1.fep127f};
+  for (int i = 0; i < 200000; ++i)
+    xs.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(g())));
   int bad = 0;
   for (float x : xs) {
     if (std::isnan(x)) continue;
     std::uint16_t got = encoded16(CodecId::bfloat16, x);
-    std::uint16_t want = std::isinf(x) ? static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(x) >> 16)
-                                       : reference_bf16(x);
-    if (got != want && bad++ < 5) ADD_FAILURE() << std::hexfloat << x << " got " << got << " want " << want;
+    std::uint16_t want = std::isinf(x)
+                             ? static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(x) >> 16)
+                             : reference_bf16(x);
+    if (got != want && bad++ < 5)
+      ADD_FAILURE() << std::hexfloat << x << " got " << got << " want " << want;
   }
   EXPECT_EQ(bad, 0);
 }
@@ -413,7 +432,7 @@ TEST(Compression, FloatCodecsCarryNonFiniteWhenAllowed) {
     EXPECT_EQ(y[4], 1.0f);
     EXPECT_TRUE(y[5] == 0.0f && std::signbit(y[5]));
     if (c == CodecId::float16) {
-      EXPECT_EQ(y[6], kInf);   // overflow rounds to inf (IEEE)
+      EXPECT_EQ(y[6], kInf);  // overflow rounds to inf (IEEE)
       EXPECT_EQ(y[7], -kInf);
     }
     EXPECT_FALSE(decode(enc.value(), y)) << "default decode rejects inf/nan payload";
@@ -457,7 +476,9 @@ void expect_rejected(const Bytes& b, std::size_t n, const char* what) {
   EXPECT_FALSE(decode_accumulate(b, acc, 1.0f)) << what;
   for (float v : acc) ASSERT_EQ(v, 1.0f) << what;
 }
-void set_f32(Bytes& b, std::size_t off, float f) { std::memcpy(b.data() + off, &f, 4); }
+void set_f32(Bytes& b, std::size_t off, float f) {
+  std::memcpy(b.data() + off, &f, 4);
+}
 }  // namespace
 
 TEST(CompressionWire, HeaderRejections) {
@@ -496,8 +517,9 @@ TEST(CompressionWire, HeaderRejections) {
     // Counts that disagree with the size or the output span, and absurd counts.
     std::vector<float> y2(299);
     EXPECT_FALSE(decode(ok, y2));
-    for (std::uint64_t count : {std::uint64_t{301}, std::uint64_t{1} << 40, (std::uint64_t{1} << 40) + 1,
-                                std::uint64_t{1} << 62, ~std::uint64_t{0}}) {
+    for (std::uint64_t count :
+         {std::uint64_t{301}, std::uint64_t{1} << 40, (std::uint64_t{1} << 40) + 1,
+          std::uint64_t{1} << 62, ~std::uint64_t{0}}) {
       b = ok;
       for (int i = 0; i < 8; ++i) b[4 + i] = static_cast<std::uint8_t>(count >> (8 * i));
       expect_rejected(b, 300, "count");
@@ -539,8 +561,13 @@ TEST(CompressionWire, ParameterRejections) {
       }
     }
   }
-  for (auto [lo, step] : {std::pair{kNan, 0.1f}, {0.0f, kNan}, {kInf, 0.1f}, {0.0f, -0.1f},
-                          {-FLT_MAX, kInf}, {FLT_MAX / 2, FLT_MAX / 200}, {-FLT_MAX, 1e36f}}) {
+  for (auto [lo, step] : {std::pair{kNan, 0.1f},
+                          {0.0f, kNan},
+                          {kInf, 0.1f},
+                          {0.0f, -0.1f},
+                          {-FLT_MAX, kInf},
+                          {FLT_MAX / 2, FLT_MAX / 200},
+                          {-FLT_MAX, 1e36f}}) {
     Bytes b = valid(CodecId::uniform8);
     set_f32(b, p + 8, lo);
     set_f32(b, p + 12, step);
@@ -675,18 +702,21 @@ TEST(Compression, AsyncRunsOnPoolAndResumesOnIoThread) {
   ThreadPool pool(2);
   asio::io_context io;
   auto x = normal(100000, 90);
-  test::run_with_deadline(io, [&]() -> awaitable<void> {
-    auto enc = co_await encode_async(pool, {CodecId::blockwise8}, x);
-    EXPECT_TRUE(enc);
-    if (!enc) co_return;
-    std::vector<float> y(x.size()), acc(x.size(), 0.0f);
-    EXPECT_TRUE(co_await decode_async(pool, enc.value(), y));
-    EXPECT_TRUE(co_await decode_accumulate_async(pool, enc.value(), acc, 2.0f));
-    for (std::size_t i = 0; i < x.size(); ++i) EXPECT_EQ(acc[i], 2.0f * y[i]);
-    std::vector<float> wrong(5);
-    auto bad = co_await decode_async(pool, enc.value(), wrong);
-    EXPECT_FALSE(bad);
-  }, 30s);
+  test::run_with_deadline(
+      io,
+      [&]() -> awaitable<void> {
+        auto enc = co_await encode_async(pool, {CodecId::blockwise8}, x);
+        EXPECT_TRUE(enc);
+        if (!enc) co_return;
+        std::vector<float> y(x.size()), acc(x.size(), 0.0f);
+        EXPECT_TRUE(co_await decode_async(pool, enc.value(), y));
+        EXPECT_TRUE(co_await decode_accumulate_async(pool, enc.value(), acc, 2.0f));
+        for (std::size_t i = 0; i < x.size(); ++i) EXPECT_EQ(acc[i], 2.0f * y[i]);
+        std::vector<float> wrong(5);
+        auto bad = co_await decode_async(pool, enc.value(), wrong);
+        EXPECT_FALSE(bad);
+      },
+      30s);
 }
 
 // ---- error feedback ----

@@ -16,7 +16,7 @@
 //              |y-x| <= step/2 + 2^-20 max(|min|, |max|) + 2^-140 (the last term only
 //              matters when step is subnormal).
 //   quantile8  per chunk 256 bins with equal counts (edges are quantiles of a strided
-//              sample of up to 4096 chunk values), each value sent as its bin index and
+//              sample of up to 2048 chunk values), each value sent as its bin index and
 //              decoded to the mean of its bin. With c the 256 decoded values of the chunk and
 //              c[-1] = chunk min, c[256] = chunk max, a value sent as index b satisfies
 //              |y-x| <= max(c[b]-c[b-1], c[b+1]-c[b]). Typical error: docs/compression.md.
@@ -25,8 +25,9 @@
 //   blockwise4 per block a = max|x|, q = round(7 x / a) in [-7, 7], two values a byte:
 //              |y-x| <= a/14 + 2^-20 a + 2^-140.
 //
-// Non-finite values: by default encode() rejects input containing inf/nan (and float16
-// overflow to inf) with errc::invalid_argument, and decode() rejects buffers whose float
+// Non-finite values: by default encode() rejects input containing inf/nan (and values that
+// round to inf: |x| >= 65520 for float16, >= 0x1.ffp127 for bfloat16) with
+// errc::invalid_argument, and decode() rejects buffers whose float
 // payload holds inf/nan. With allow_non_finite the float codecs carry inf/nan through
 // (nan stays nan, inf stays inf); the quantizing codecs always reject non-finite input.
 //

@@ -93,6 +93,10 @@ class ThreadPool {
     std::function<void()> run;      // executes the work
     std::function<void()> abandon;  // called instead of run when the pool shuts down
   };
+  template <class Out>
+  struct RunState;
+  template <class F, class Out>
+  static Task make_run_task(std::shared_ptr<RunState<Out>> st, F f);
   // Queues `t`; if the pool is stopped, calls t.abandon() at once and returns false.
   bool post(Task t);
   void worker_loop();
@@ -124,55 +128,70 @@ auto ThreadPool::submit(F&& f) -> std::future<std::invoke_result_t<std::decay_t<
   return fut;
 }
 
-template <class F>
-auto ThreadPool::run(F f) -> awaitable<typename detail::run_result<std::invoke_result_t<F&>>::type> {
-  using R = std::invoke_result_t<F&>;
-  using Out = typename detail::run_result<R>::type;
+// State shared between run()'s coroutine and the worker executing its task.
+template <class Out>
+struct ThreadPool::RunState {
   enum Phase : int { kQueued = 0, kRunning = 1, kCancelled = 2 };
-  struct State {
-    explicit State(asio::any_io_executor e) : ex(e), timer(e, TimePoint::max()) {}
-    asio::any_io_executor ex;
-    asio::steady_timer timer;  // touched only on `ex`
-    std::atomic<int> phase{kQueued};
-    std::optional<Out> value;  // written by the worker before it posts completion
-    std::exception_ptr error;
-    bool done = false;  // on `ex` only
-  };
-  auto ex = co_await asio::this_coro::executor;
-  auto st = std::make_shared<State>(ex);
-  auto finish = [st] {
+  explicit RunState(asio::any_io_executor e) : ex(e), timer(e, TimePoint::max()) {}
+  asio::any_io_executor ex;
+  asio::steady_timer timer;  // touched only on `ex`
+  std::atomic<int> phase{kQueued};
+  std::optional<Out> value;  // written by the worker before it posts completion
+  std::exception_ptr error;
+  bool done = false;  // on `ex` only
+
+  // From any thread: wakes the coroutine on its executor.
+  static void finish(const std::shared_ptr<RunState>& st) {
     asio::post(st->ex, [st] {
       st->done = true;
       st->timer.cancel();
     });
+  }
+};
+
+// Built outside the coroutine body (GCC 12 crashes on lambdas nested in coroutine lambdas).
+template <class F, class Out>
+ThreadPool::Task ThreadPool::make_run_task(std::shared_ptr<RunState<Out>> st, F f) {
+  using R = std::invoke_result_t<F&>;
+  using State = RunState<Out>;
+  Task t;
+  t.run = [st, f = std::move(f)]() mutable {
+    int expected = State::kQueued;
+    if (!st->phase.compare_exchange_strong(expected, State::kRunning)) return;
+    try {
+      if constexpr (std::is_void_v<R>) {
+        f();
+        st->value.emplace(success());
+      } else {
+        st->value.emplace(f());
+      }
+    } catch (...) {
+      st->error = std::current_exception();
+    }
+    State::finish(st);
   };
-  post(Task{[st, finish, f = std::move(f)]() mutable {
-              int expected = kQueued;
-              if (!st->phase.compare_exchange_strong(expected, kRunning)) return;
-              try {
-                if constexpr (std::is_void_v<R>) {
-                  f();
-                  st->value.emplace(success());
-                } else {
-                  st->value.emplace(f());
-                }
-              } catch (...) {
-                st->error = std::current_exception();
-              }
-              finish();
-            },
-            [st, finish] {
-              int expected = kQueued;
-              if (st->phase.compare_exchange_strong(expected, kCancelled)) finish();
-            }});
+  t.abandon = [st] {
+    int expected = State::kQueued;
+    if (st->phase.compare_exchange_strong(expected, State::kCancelled)) State::finish(st);
+  };
+  return t;
+}
+
+template <class F>
+auto ThreadPool::run(F f)
+    -> awaitable<typename detail::run_result<std::invoke_result_t<F&>>::type> {
+  using Out = typename detail::run_result<std::invoke_result_t<F&>>::type;
+  using State = RunState<Out>;
+  auto st = std::make_shared<State>(co_await asio::this_coro::executor);
+  post(make_run_task<F, Out>(st, std::move(f)));
   for (;;) {
     if (st->done) break;
     (void)co_await st->timer.async_wait(use_nothrow);
     if (st->done) break;
     auto cs = co_await asio::this_coro::cancellation_state;
     if (cs.cancelled() != asio::cancellation_type::none) {
-      int expected = kQueued;
-      if (st->phase.compare_exchange_strong(expected, kCancelled))
+      int expected = State::kQueued;
+      if (st->phase.compare_exchange_strong(expected, State::kCancelled))
         co_return make_error(errc::cancelled, "thread pool task cancelled before it started");
       // Already running: keep waiting, it may use our caller's data.
       co_await asio::this_coro::reset_cancellation_state();
