@@ -159,8 +159,7 @@ bool decode_unit(const Layout& l, const std::uint8_t* buf, float* out, std::size
   std::uint32_t bad = 0;
   switch (l.codec) {
     case CodecId::none:
-      if (acc && check) bad = check_f32(payload, n);
-      if (!bad) bad |= decode_f32(payload, n, y, acc, w);
+      bad = decode_f32(payload, n, y, acc, w);
       break;
     case CodecId::float16:
       bad = decode_f16(payload, n, y, acc, w);
