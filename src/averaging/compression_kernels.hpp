@@ -20,8 +20,17 @@
 // The range kernels are compiled twice on x86-64, for AVX2 and for the baseline, and the
 // loader picks one at startup (GCC and clang function multiversioning), so builds need no
 // -march flag and still use 256-bit vectors where the CPU has them.
+// ThreadSanitizer and MemorySanitizer instrument the ifunc resolver, which runs during
+// relocation before their runtime exists and crashes; such builds use the baseline kernels.
+#if defined(__SANITIZE_THREAD__)
+#define ST_NO_CLONES_FOR_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define ST_NO_CLONES_FOR_SANITIZER 1
+#endif
+#endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(STARLING_NO_TARGET_CLONES)
+    !defined(STARLING_NO_TARGET_CLONES) && !defined(ST_NO_CLONES_FOR_SANITIZER)
 #define ST_KERNEL_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define ST_KERNEL_CLONES

@@ -78,9 +78,10 @@ class ThreadPool {
                     const std::function<void(std::size_t, std::size_t)>& fn);
 
   // Runs `f` on the pool and resumes the awaiting coroutine on its own executor with the
-  // value (an exception from f is rethrown there). Cancelling the awaiting coroutine before
-  // f has started removes it (errc::cancelled); once f runs, the await lasts until f
-  // returns, because f may use data owned by the awaiting coroutine.
+  // value (an exception from f is rethrown there). f is destroyed on the pool thread before
+  // the coroutine resumes (or, if it never ran, wherever the pool drops the task). Cancelling the
+  // awaiting coroutine before f has started removes it (errc::cancelled); once f runs, the await
+  // lasts until f returns, because f may use data owned by the awaiting coroutine.
   template <class F>
   auto run(F f) -> awaitable<typename detail::run_result<std::invoke_result_t<F&>>::type>;
 
@@ -128,25 +129,35 @@ auto ThreadPool::submit(F&& f) -> std::future<std::invoke_result_t<std::decay_t<
   return fut;
 }
 
-// State shared between run()'s coroutine and the worker executing its task.
+// State shared between run()'s coroutine and the worker executing its task. It holds no
+// I/O object, so whichever thread drops the last reference may destroy it. The timer the
+// coroutine sleeps on lives in the coroutine frame and is reached only through the
+// completion handler, which runs on the coroutine's executor.
 template <class Out>
 struct ThreadPool::RunState {
   enum Phase : int { kQueued = 0, kRunning = 1, kCancelled = 2 };
-  explicit RunState(asio::any_io_executor e) : ex(e), timer(e, TimePoint::max()) {}
+  explicit RunState(asio::any_io_executor e) : ex(std::move(e)) {}
   asio::any_io_executor ex;
-  asio::steady_timer timer;  // touched only on `ex`
   std::atomic<int> phase{kQueued};
   std::optional<Out> value;  // written by the worker before it posts completion
   std::exception_ptr error;
-  bool done = false;  // on `ex` only
+  // On `ex` only:
+  asio::steady_timer* timer = nullptr;  // set while the coroutine waits
+  bool done = false;
 
-  // From any thread: wakes the coroutine on its executor.
-  static void finish(const std::shared_ptr<RunState>& st) {
-    asio::post(st->ex, [st] {
+  // From any thread, once: wakes the coroutine on its executor.
+  static void finish(std::shared_ptr<RunState> st) {
+    auto ex = st->ex;
+    asio::post(ex, [st = std::move(st)] {
       st->done = true;
-      st->timer.cancel();
+      if (st->timer) st->timer->cancel();
     });
   }
+  // Clears `timer` when the coroutine's frame goes away.
+  struct TimerGuard {
+    RunState* s;
+    ~TimerGuard() { s->timer = nullptr; }
+  };
 };
 
 // Built outside the coroutine body (GCC 12 crashes on lambdas nested in coroutine lambdas).
@@ -154,19 +165,25 @@ template <class F, class Out>
 ThreadPool::Task ThreadPool::make_run_task(std::shared_ptr<RunState<Out>> st, F f) {
   using R = std::invoke_result_t<F&>;
   using State = RunState<Out>;
+  auto holder = std::make_shared<std::optional<F>>(std::move(f));
   Task t;
-  t.run = [st, f = std::move(f)]() mutable {
+  t.run = [st, holder] {
     int expected = State::kQueued;
     if (!st->phase.compare_exchange_strong(expected, State::kRunning)) return;
-    try {
-      if constexpr (std::is_void_v<R>) {
-        f();
-        st->value.emplace(success());
-      } else {
-        st->value.emplace(f());
+    {
+      // f is called and destroyed before the coroutine is woken.
+      F fn = std::move(**holder);
+      holder->reset();
+      try {
+        if constexpr (std::is_void_v<R>) {
+          fn();
+          st->value.emplace(success());
+        } else {
+          st->value.emplace(fn());
+        }
+      } catch (...) {
+        st->error = std::current_exception();
       }
-    } catch (...) {
-      st->error = std::current_exception();
     }
     State::finish(st);
   };
@@ -182,11 +199,15 @@ auto ThreadPool::run(F f)
     -> awaitable<typename detail::run_result<std::invoke_result_t<F&>>::type> {
   using Out = typename detail::run_result<std::invoke_result_t<F&>>::type;
   using State = RunState<Out>;
-  auto st = std::make_shared<State>(co_await asio::this_coro::executor);
+  auto ex = co_await asio::this_coro::executor;
+  auto st = std::make_shared<State>(ex);
+  asio::steady_timer timer(ex, TimePoint::max());
+  st->timer = &timer;
+  typename State::TimerGuard guard{st.get()};
   post(make_run_task<F, Out>(st, std::move(f)));
   for (;;) {
     if (st->done) break;
-    (void)co_await st->timer.async_wait(use_nothrow);
+    (void)co_await timer.async_wait(use_nothrow);
     if (st->done) break;
     auto cs = co_await asio::this_coro::cancellation_state;
     if (cs.cancelled() != asio::cancellation_type::none) {
