@@ -1,4 +1,6 @@
 // base58btc (Bitcoin alphabet) and multibase base32 (RFC 4648 lower-case, no padding).
+// Decoders are strict (every byte string has exactly one accepted encoding) and return
+// errc::invalid_argument naming the bad character. Pure functions, any thread.
 #pragma once
 
 #include <string>

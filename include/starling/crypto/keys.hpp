@@ -1,6 +1,8 @@
 // Identity keys (libp2p crypto): Ed25519 key pairs from libsodium, the libp2p protobuf
 // encoding of public keys (crypto.proto: KeyType type = 1; bytes Data = 2), signature
 // verification, SHA-256, and identity files (0600) on disk.
+// Threading: everything here is safe to call from any thread; KeyPair/PublicKey are immutable
+// values. The identity-file functions do blocking file I/O (call them at startup).
 #pragma once
 
 #include <array>
@@ -39,12 +41,26 @@ class PublicKey {
 
 class KeyPair {
  public:
+  KeyPair() = default;  // all-zero placeholder; use generate() / from_seed()
+  KeyPair(const KeyPair&) = default;
+  KeyPair(KeyPair&&) = default;
+  KeyPair& operator=(const KeyPair&) = default;
+  KeyPair& operator=(KeyPair&&) = default;
+  ~KeyPair();  // wipes the secret
+
   static KeyPair generate();
   // Deterministic key pair from a 32-byte seed.
   static result<KeyPair> from_seed(BytesView seed);
   const PublicKey& public_key() const noexcept { return public_; }
   Bytes sign(BytesView msg) const;  // 64-byte Ed25519 signature
   BytesView seed() const noexcept { return seed_; }
+
+  // The libp2p PrivateKey protobuf (Type = Ed25519, Data = seed || public key, 64 bytes).
+  Bytes to_private_protobuf() const;
+  // Parses a PrivateKey protobuf: Ed25519 only (others: errc::unsupported); Data of 64 bytes
+  // (seed || public) or the legacy 96 (seed || public || public); the public half must match
+  // the seed. Malformed input: errc::invalid_argument.
+  static result<KeyPair> from_private_protobuf(BytesView pb);
 
  private:
   std::array<std::uint8_t, 32> seed_{};

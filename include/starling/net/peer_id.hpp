@@ -1,6 +1,8 @@
 // libp2p peer IDs: the multihash of a protobuf-encoded public key (identity multihash when the
 // encoding is <= 42 bytes, as for Ed25519: "12D3KooW..."; sha2-256 otherwise: "Qm..."),
-// printed in base58btc. Also parses the CIDv1 form (multibase base32 "b...", codec libp2p-key).
+// printed in base58btc. Also parses the CIDv1 form (multibase base32 "b..." or base58btc "z...",
+// codec libp2p-key). Parse errors are errc::invalid_argument with the reason; callers that got
+// the input from a peer log it and map it to their protocol error. Threading: plain values.
 #pragma once
 
 #include <compare>
@@ -20,7 +22,7 @@ class PeerId {
   static PeerId from_public_key(const crypto::PublicKey& key);
   // From the binary multihash; rejects unknown hash codes, wrong lengths, non-minimal varints.
   static result<PeerId> from_bytes(BytesView multihash);
-  // From base58btc ("12D3KooW...", "Qm...") or CIDv1 ("bafz..."); errors say why.
+  // From base58btc ("12D3KooW...", "Qm...") or CIDv1 ("bafz...", "z..."); errors say why.
   static result<PeerId> from_string(std::string_view s);
 
   std::string to_string() const;  // base58btc
