@@ -13,6 +13,7 @@ TimePoint Blacklist::on_failure(const DhtId& id, TimePoint now) {
   auto it = entries_.find(id);
   if (it == entries_.end()) {
     if (entries_.size() >= capacity_) {
+      next_sweep_ = {};
       sweep(now);
       if (entries_.size() >= capacity_) {
         // Forget the peer whose ban ends first.
@@ -33,6 +34,8 @@ TimePoint Blacklist::on_failure(const DhtId& id, TimePoint now) {
 }
 
 void Blacklist::sweep(TimePoint now) {
+  if (now < next_sweep_) return;
+  next_sweep_ = now + max_ / 8;
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (it->second.until + max_ < now)
       it = entries_.erase(it);

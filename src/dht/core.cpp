@@ -1,7 +1,7 @@
 // DhtCore: construction, request bookkeeping, responses and failures, operation results.
 #include "starling/dht/core.hpp"
 
-#include "starling/core/log.hpp"
+#include "dht_log.hpp"
 
 namespace starling::dht {
 
@@ -106,7 +106,8 @@ void DhtCore::fail_request(std::uint64_t rid, const Error& error, const Now& now
   pending_.erase(it);
   timers_.erase(Timer{p.deadline, TimerKind::request_deadline, rid});
   timers_.erase(Timer{p.slow_at, TimerKind::request_slow, rid});
-  logger("dht")->debug("request to {} failed: {}", p.to.peer.short_string(), error.message());
+  if (dht_log().should_log(spdlog::level::debug))
+    dht_log().debug("request to {} failed: {}", p.to.peer.short_string(), error.message());
   note_failure(p.to, now);
   switch (p.purpose) {
     case Purpose::lookup: {
@@ -152,8 +153,8 @@ void DhtCore::on_response(RequestId id, const Response& resp, const Now& now) {
       break;
   }
   if (!fits) {
-    logger("dht")->warn("peer {} answered a request with a mismatched {} response",
-                        p.to.peer.short_string(), describe(resp));
+    dht_log().warn("peer {} answered a request with a mismatched {} response",
+                   p.to.peer.short_string(), describe(resp));
     fail_request(rid, make_error(errc::protocol_violation, "mismatched response"), now);
     return;
   }

@@ -1,5 +1,5 @@
 // DhtCore: iterative lookups (bootstrap, find_node, get) and what their answers mean.
-#include "starling/core/log.hpp"
+#include "dht_log.hpp"
 #include "starling/dht/core.hpp"
 
 namespace starling::dht {
@@ -9,7 +9,7 @@ void DhtCore::start_lookup(Operation& op, const DhtId& target, const std::vector
   op.lookup.emplace(target, cfg_.alpha, cfg_.effective_beam());
   for (const auto& s : seeds)
     if (s.id != self_.id) op.lookup->add(s, 1);
-  for (const auto& c : routing_.closest(target, cfg_.effective_beam())) op.lookup->add(c, 1);
+  for (auto& c : routing_.closest(target, cfg_.effective_beam())) op.lookup->add(std::move(c), 1);
   routing_.touch(target, now.mono);
 }
 
@@ -18,7 +18,7 @@ std::vector<Contact> DhtCore::contacts_of(const std::vector<PeerInfo>& peers) co
   out.reserve(peers.size());
   for (const auto& p : peers) {
     if (p.peer == self_.peer) continue;
-    out.push_back(Contact::of(p.peer, p.addrs));
+    out.push_back(Contact{p.peer, DhtId::of_peer(p.peer), p.addrs});
   }
   return out;
 }
@@ -56,8 +56,8 @@ void DhtCore::on_find_response(Operation& op, const Contact& from, const FindRes
   for (Record rec : res.records) {
     auto ok = validators_.validate(op.key, rec, ctx);
     if (!ok) {
-      logger("dht")->warn("peer {} returned an invalid record for key {}: {}",
-                          from.peer.short_string(), op.key.to_string(), ok.error().message());
+      dht_log().warn("peer {} returned an invalid record for key {}: {}", from.peer.short_string(),
+                     op.key.to_string(), ok.error().message());
       continue;
     }
     if (rec.ttl > cfg_.max_ttl) rec.ttl = cfg_.max_ttl;

@@ -1,12 +1,12 @@
 // DhtCore: answering requests from other nodes (ping, store, find).
-#include "starling/core/log.hpp"
+#include "dht_log.hpp"
 #include "starling/dht/core.hpp"
 
 namespace starling::dht {
 
 Response DhtCore::handle_request(const net::PeerId& from, const Request& request, const Now& now) {
   if (from != self_.peer) {
-    Contact c = Contact::of(from, request.sender.addrs);
+    Contact c{from, DhtId::of_peer(from), request.sender.addrs};
     if (request.sender.client_mode)
       routing_.remove(c.id);  // clients never enter routing tables
     else if (!blacklist_.blocked(c.id, now.mono))
@@ -23,16 +23,16 @@ Response DhtCore::handle_store(const net::PeerId& from, const StoreRequest& req,
   for (const auto& item : req.items) {
     for (Record rec : item.records) {
       if (auto ok = validators_.validate(item.key, rec, ctx); !ok) {
-        logger("dht")->warn("rejected a record from {} for key {}: {}", from.short_string(),
-                            item.key.to_string(), ok.error().message());
+        dht_log().warn("rejected a record from {} for key {}: {}", from.short_string(),
+                       item.key.to_string(), ok.error().message());
         out.status.push_back(StoreStatus::rejected);
         continue;
       }
       if (rec.ttl > cfg_.max_ttl) rec.ttl = cfg_.max_ttl;
       auto m = store_.put(item.key, rec.subkey, rec.body, now.mono + rec.ttl, now.mono);
       if (!m) {
-        logger("dht")->warn("could not store a record from {} for key {}: {}", from.short_string(),
-                            item.key.to_string(), m.error().message());
+        dht_log().warn("could not store a record from {} for key {}: {}", from.short_string(),
+                       item.key.to_string(), m.error().message());
         out.status.push_back(m.error() == dht_errc::capacity ? StoreStatus::full
                                                              : StoreStatus::rejected);
       } else {

@@ -1,5 +1,5 @@
 // DhtCore: store operations, caching along the lookup path, and the store side of republishing.
-#include "starling/core/log.hpp"
+#include "dht_log.hpp"
 #include "starling/dht/core.hpp"
 
 namespace starling::dht {

@@ -75,12 +75,6 @@ std::size_t DhtId::leading_zeros() const noexcept {
   return kBits;
 }
 
-DhtId DhtId::operator^(const DhtId& o) const noexcept {
-  DhtId r;
-  for (std::size_t i = 0; i < kBytes; ++i) r.v_[i] = v_[i] ^ o.v_[i];
-  return r;
-}
-
 std::string DhtId::to_hex() const {
   return starling::to_hex(bytes());
 }

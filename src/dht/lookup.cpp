@@ -8,7 +8,7 @@ Lookup::Lookup(DhtId target, std::size_t alpha, std::size_t beam, std::size_t ma
       beam_(beam ? beam : 1),
       max_candidates_(max_candidates ? max_candidates : 8 * (beam ? beam : 1)) {}
 
-void Lookup::add(const Contact& contact, std::size_t hop) {
+void Lookup::add(Contact contact, std::size_t hop) {
   const DhtId d = contact.id ^ target_;
   if (by_distance_.count(d)) return;
   if (by_distance_.size() >= max_candidates_) {
@@ -22,7 +22,7 @@ void Lookup::add(const Contact& contact, std::size_t hop) {
     if (far == by_distance_.end() || !(d < far->first)) return;
     by_distance_.erase(far);
   }
-  by_distance_.emplace(d, Candidate{contact, State::fresh, hop});
+  by_distance_.emplace(d, Candidate{std::move(contact), State::fresh, hop});
 }
 
 void Lookup::set_state(Candidate& c, State s) {
@@ -61,12 +61,12 @@ const Lookup::Candidate* Lookup::find(const DhtId& id) const {
   return it == by_distance_.end() ? nullptr : &it->second;
 }
 
-void Lookup::on_response(const DhtId& from, const std::vector<Contact>& peers) {
+void Lookup::on_response(const DhtId& from, std::vector<Contact> peers) {
   Candidate* c = find_mut(from);
   if (!c || (c->state != State::in_flight && c->state != State::slow)) return;
   set_state(*c, State::responded);
   const std::size_t hop = c->hop + 1;
-  for (const auto& p : peers) add(p, hop);
+  for (auto& p : peers) add(std::move(p), hop);
 }
 
 void Lookup::on_failure(const DhtId& from) {
@@ -81,14 +81,20 @@ void Lookup::on_slow(const DhtId& from) {
 }
 
 bool Lookup::converged() const {
+  // The beam closest usable candidates answered; slow ones are passed over, unless fewer than
+  // a beam of candidates is known: then their answers may still bring closer nodes.
   std::size_t usable = 0;
+  bool slow = false;
   for (const auto& [d, c] : by_distance_) {
-    if (usable >= beam_) return true;
-    if (c.state == State::failed || c.state == State::slow) continue;
+    if (c.state == State::failed) continue;
+    if (c.state == State::slow) {
+      slow = true;
+      continue;
+    }
     if (c.state != State::responded) return false;
-    ++usable;
+    if (++usable >= beam_) return true;
   }
-  return true;
+  return !slow;
 }
 
 bool Lookup::idle() const {

@@ -74,6 +74,7 @@ std::optional<RoutingTable::PingAction> RoutingTable::on_seen(const Contact& con
   for (;;) {
     const std::size_t bi = bucket_index(contact.id);
     Bucket& b = buckets_[bi];
+    b.last_touched = now;  // traffic with a node of this range keeps the bucket fresh
     if (auto it = find_node(b.nodes, contact.id); it != b.nodes.end()) {
       RoutingNode n = std::move(*it);
       b.nodes.erase(it);

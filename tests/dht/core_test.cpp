@@ -81,7 +81,8 @@ TEST(DhtCore, DictionaryMergedAcrossReplicasAndLatest) {
   ASSERT_TRUE(store(net, 2, key, {entry("bob", "b1", 100)}).status);
   ASSERT_TRUE(store(net, 3, key, {entry("alice", "a2", 200)}).status);
   // A newer "carol" lands on one replica only (as if other stores were lost).
-  auto closest = net.run_op(0, [&](DhtCore& c, const Now& now) { return c.find_node(key.id(), now); });
+  auto closest =
+      net.run_op(0, [&](DhtCore& c, const Now& now) { return c.find_node(key.id(), now); });
   ASSERT_TRUE(closest.status);
   std::size_t lone = 0;
   for (std::size_t i = 0; i < net.size(); ++i)
@@ -169,10 +170,12 @@ TEST(DhtCore, ConcurrentGetsShareOneLookup) {
   const auto before = net.core(reader).active_operations();
   std::vector<OpId> ids;
   for (int i = 0; i < 3; ++i)
-    ids.push_back(net.start_op(reader, [&](DhtCore& c, const Now& now) { return c.get(key, {}, now); }));
+    ids.push_back(
+        net.start_op(reader, [&](DhtCore& c, const Now& now) { return c.get(key, {}, now); }));
   EXPECT_EQ(net.core(reader).active_operations(), before + 1);
   // A `latest` get cannot join a non-latest search.
-  ids.push_back(net.start_op(reader, [&](DhtCore& c, const Now& now) { return c.get(key, {true}, now); }));
+  ids.push_back(
+      net.start_op(reader, [&](DhtCore& c, const Now& now) { return c.get(key, {true}, now); }));
   EXPECT_EQ(net.core(reader).active_operations(), before + 2);
   std::vector<OpResult> rs;
   for (auto id : ids) rs.push_back(net.wait_op(reader, id));
@@ -269,8 +272,8 @@ TEST(DhtCore, RejectsInvalidRecordsAtOriginAndFromPeers) {
   auto forged = make_signed_record(net.key(4), key, std::nullopt, to_bytes("forged"), 60s,
                                    static_cast<std::uint64_t>(wall_micros(net.now_of(4).wall)));
   direct.items.push_back(StoreItem{key, {forged, plain("unsigned", 2)}});
-  auto resp = net.core(5).handle_request(net.core(4).peer(), Request{NodeHeader{}, direct},
-                                         net.now_of(5));
+  auto resp =
+      net.core(5).handle_request(net.core(4).peer(), Request{NodeHeader{}, direct}, net.now_of(5));
   EXPECT_EQ(std::get<StoreResponse>(resp.body).status,
             (std::vector<StoreStatus>{StoreStatus::rejected, StoreStatus::rejected}));
   EXPECT_EQ(net.core(5).records().key_count(), 0u);

@@ -23,10 +23,9 @@ struct Net {
     std::vector<Contact> v;
     for (const auto& n : nodes)
       if (n.id != from) v.push_back(n);
-    std::partial_sort(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(k, v.size())),
-                      v.end(), [&](const Contact& a, const Contact& b) {
-                        return closer(target, a.id, b.id);
-                      });
+    std::partial_sort(
+        v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(k, v.size())), v.end(),
+        [&](const Contact& a, const Contact& b) { return closer(target, a.id, b.id); });
     v.resize(std::min(k, v.size()));
     return v;
   }

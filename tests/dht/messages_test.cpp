@@ -30,7 +30,8 @@ TEST(DhtMessages, RequestsRoundTrip) {
   std::vector<Request> reqs;
   reqs.push_back(Request{h, PingRequest{}});
   StoreRequest s;
-  s.items.push_back(StoreItem{RecordKey::from_string("k1"), {rec(std::nullopt, "p"), rec("a", "x")}});
+  s.items.push_back(
+      StoreItem{RecordKey::from_string("k1"), {rec(std::nullopt, "p"), rec("a", "x")}});
   s.items.push_back(StoreItem{RecordKey::from_string("k2"), {rec("", "empty sub-key")}});
   reqs.push_back(Request{NodeHeader{true, {}}, s});
   std::mt19937_64 rng(1);
@@ -121,11 +122,12 @@ TEST(DhtMessages, EnforcesLimits) {
   EXPECT_EQ(decode_request(encode(store_with(4, 1, 5)), lim).error(), errc::too_large);
   EXPECT_EQ(decode_request(encode(store_with(1, 11, 5)), lim).error(), errc::too_large);
   EXPECT_EQ(decode_request(encode(store_with(1, 1, 6)), lim).error(), errc::too_large);
-  EXPECT_EQ(decode_request(encode(store_with(3, 400, 5)), WireLimits{.max_message_bytes = 1000})
-                .error(),
-            errc::too_large);
+  EXPECT_EQ(
+      decode_request(encode(store_with(3, 400, 5)), WireLimits{.max_message_bytes = 1000}).error(),
+      errc::too_large);
   std::mt19937_64 rng(2);
-  Request find{NodeHeader{}, FindRequest{{DhtId::random(rng), DhtId::random(rng), DhtId::random(rng)}, false}};
+  Request find{NodeHeader{},
+               FindRequest{{DhtId::random(rng), DhtId::random(rng), DhtId::random(rng)}, false}};
   EXPECT_EQ(decode_request(encode(find), lim).error(), errc::too_large);
   Request addrs{NodeHeader{false, {to_bytes("a"), to_bytes("b")}}, PingRequest{}};
   EXPECT_EQ(decode_request(encode(addrs), lim).error(), errc::too_large);

@@ -10,8 +10,12 @@ using namespace starling::dht;
 
 namespace {
 const TimePoint t0 = TimePoint{} + std::chrono::hours(1);
-RecordBody body(std::string v, std::uint64_t version) { return RecordBody{to_bytes(v), version, {}, {}}; }
-std::string val(const Entry* e) { return e ? std::string(as_string(e->body.value)) : "<none>"; }
+RecordBody body(std::string v, std::uint64_t version) {
+  return RecordBody{to_bytes(v), version, {}, {}};
+}
+std::string val(const Entry* e) {
+  return e ? std::string(as_string(e->body.value)) : "<none>";
+}
 }  // namespace
 
 TEST(DhtId, XorMetricAndPrefixes) {
@@ -43,7 +47,7 @@ TEST(Slot, NewestWinsPerSubKeyInAnyOrder) {
     std::string v;
     std::uint64_t ver;
   };
-  std::vector<W> writes = {{"a", "a1", 10}, {"a", "a2", 20}, {"b", "b1", 15},
+  std::vector<W> writes = {{"a", "a1", 10},         {"a", "a2", 20}, {"b", "b1", 15},
                            {std::nullopt, "p", 12}, {"c", "c1", 11}, {"b", "b0", 15}};
   std::vector<int> order(writes.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
@@ -145,7 +149,8 @@ TEST(RecordStore, ByteLimit) {
   RecordStore st(RecordStore::Limits{100, 100, 1000});
   const auto k = RecordKey::from_string("k");
   EXPECT_TRUE(st.put(k, SubKey::from_string("a"), body(std::string(500, 'x'), 1), t0 + 1s, t0));
-  EXPECT_EQ(st.put(k, SubKey::from_string("b"), body(std::string(500, 'x'), 1), t0 + 1s, t0).error(),
-            dht_errc::capacity);
+  EXPECT_EQ(
+      st.put(k, SubKey::from_string("b"), body(std::string(500, 'x'), 1), t0 + 1s, t0).error(),
+      dht_errc::capacity);
   EXPECT_GT(st.total_bytes(), 500u);
 }

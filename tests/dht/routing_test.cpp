@@ -39,7 +39,9 @@ void check_partition(const RoutingTable& t) {
     for (const auto& n : b.nodes) EXPECT_TRUE(b.covers(n.contact.id));
     EXPECT_LE(b.nodes.size(), t.options().k);
     total += b.nodes.size();
-    if (i > 0) EXPECT_LT(t.buckets()[i - 1].prefix, b.prefix);
+    if (i > 0) {
+      EXPECT_LT(t.buckets()[i - 1].prefix, b.prefix);
+    }
   }
   EXPECT_EQ(total, t.size());
   // Sum of 2^-depth over buckets == 1 (the ranges partition the space).
@@ -91,7 +93,9 @@ TEST(RoutingTable, RelaxedSplitKeepsMoreFarNodes) {
   EXPECT_EQ(classic.size(), 4u);
   EXPECT_EQ(relaxed.size(), 64u);
   for (const auto& b : relaxed.buckets())
-    if (!b.covers(self)) EXPECT_LE(b.depth, 5u);
+    if (!b.covers(self)) {
+      EXPECT_LE(b.depth, 5u);
+    }
 }
 
 TEST(RoutingTable, EvictionOnlyWhenPingFails) {
@@ -186,14 +190,22 @@ TEST(RoutingTable, RefreshTargetsUntouchedBuckets) {
   std::mt19937_64 rng(8);
   const DhtId self = DhtId::random(rng);
   RoutingTable t(self, opts(2, 0), t0);
+  std::vector<Contact> by_cpl;
   for (std::size_t cpl = 0; cpl < 6; ++cpl)
-    for (int i = 0; i < 2; ++i) t.on_seen(with_id(at_distance(self, cpl, rng)), t0);
+    for (int i = 0; i < 2; ++i) {
+      by_cpl.push_back(with_id(at_distance(self, cpl, rng)));
+      t.on_seen(by_cpl.back(), t0);
+    }
   EXPECT_TRUE(t.refresh_targets(t0 + 5min, 10min, rng).empty());
-  // A lookup inside bucket cpl=0 keeps it fresh.
+  // A lookup inside bucket cpl=0 keeps it fresh, and so does traffic with a node of cpl=1.
   t.touch(at_distance(self, 0, rng), t0 + 8min);
+  t.on_seen(by_cpl[2], t0 + 9min);
   auto targets = t.refresh_targets(t0 + 11min, 10min, rng);
-  EXPECT_EQ(targets.size(), t.buckets().size() - 1);
-  for (const auto& id : targets) EXPECT_NE(id.common_prefix_length(self), 0u);
+  EXPECT_EQ(targets.size(), t.buckets().size() - 2);
+  for (const auto& id : targets) {
+    EXPECT_NE(id.common_prefix_length(self), 0u);
+    EXPECT_NE(id.common_prefix_length(self), 1u);
+  }
   // Each target lies in a distinct bucket.
   std::set<std::size_t> depths;
   for (const auto& id : targets) depths.insert(id.common_prefix_length(self));

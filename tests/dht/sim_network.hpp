@@ -51,15 +51,17 @@ class SimNetwork {
   std::size_t add_node(std::optional<DhtConfig> cfg = std::nullopt, Duration wall_skew = {}) {
     const std::size_t i = nodes_.size();
     Bytes seed(32, 0);
-    for (std::size_t b = 0; b < 8; ++b) seed[b] = static_cast<std::uint8_t>((opt_.seed * 1000003 + i) >> (8 * b));
+    for (std::size_t b = 0; b < 8; ++b)
+      seed[b] = static_cast<std::uint8_t>((opt_.seed * 1000003 + i) >> (8 * b));
     auto key = crypto::KeyPair::from_seed(seed).value();
     auto peer = net::PeerId::from_public_key(key.public_key());
     auto n = std::make_unique<Node>();
     n->key = key;
     n->skew = wall_skew;
-    n->core = std::make_unique<DhtCore>(cfg ? *cfg : opt_.config, peer,
-                                        ValidatorChain::standard(), opt_.seed * 7919 + i, now_);
-    n->core->set_addresses({to_bytes("sim/" + std::to_string(i))});
+    n->core = std::make_unique<DhtCore>(cfg ? *cfg : opt_.config, peer, ValidatorChain::standard(),
+                                        opt_.seed * 7919 + i, now_);
+    // No addresses: the simulated network routes by peer id (and addresses are opaque to
+    // the core anyway); this keeps the 1000-node runs light on copies.
     index_[peer] = i;
     nodes_.push_back(std::move(n));
     schedule_tick(i);
@@ -70,7 +72,7 @@ class SimNetwork {
   const crypto::KeyPair& key(std::size_t i) const { return nodes_.at(i)->key; }
   Contact contact(std::size_t i) {
     auto& c = core(i);
-    return Contact{c.peer(), c.id(), {to_bytes("sim/" + std::to_string(i))}};
+    return Contact{c.peer(), c.id(), {}};
   }
   std::size_t size() const { return nodes_.size(); }
   bool alive(std::size_t i) const { return nodes_.at(i)->alive; }
@@ -78,9 +80,9 @@ class SimNetwork {
   TimePoint time() const { return now_; }
   Now now_of(std::size_t i) const {
     const auto since = std::chrono::duration_cast<std::chrono::microseconds>(now_ - start_);
-    return Now{now_, WallTime(std::chrono::microseconds(kWallEpochMicros) + since +
-                              std::chrono::duration_cast<std::chrono::microseconds>(
-                                  nodes_.at(i)->skew))};
+    return Now{now_,
+               WallTime(std::chrono::microseconds(kWallEpochMicros) + since +
+                        std::chrono::duration_cast<std::chrono::microseconds>(nodes_.at(i)->skew))};
   }
   std::uint64_t messages() const { return delivered_; }
   std::uint64_t dropped() const { return dropped_; }
@@ -182,7 +184,8 @@ class SimNetwork {
     return Duration(std::uniform_int_distribution<Duration::rep>(lo, std::max(lo, hi))(rng_));
   }
   bool drop() {
-    return opt_.drop_rate > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < opt_.drop_rate;
+    return opt_.drop_rate > 0 &&
+           std::uniform_real_distribution<double>(0, 1)(rng_) < opt_.drop_rate;
   }
   void push(Event e) {
     e.seq = seq_++;
@@ -211,7 +214,8 @@ class SimNetwork {
       push(Event{now_ + latency(), 0, Kind::request, i, it->second,
                  static_cast<std::uint64_t>(out->id), std::move(req), nullptr});
     }
-    while (auto r = n.core->poll_result()) n.results.emplace(static_cast<std::uint64_t>(r->id), std::move(*r));
+    while (auto r = n.core->poll_result())
+      n.results.emplace(static_cast<std::uint64_t>(r->id), std::move(*r));
     schedule_tick(i);
   }
 
@@ -244,7 +248,8 @@ class SimNetwork {
           return;
         }
         if (opt_.encode) resp = std::make_shared<Response>(decode_response(encode(*resp)).value());
-        push(Event{now_ + latency(), 0, Kind::response, e.to, e.from, e.rid, nullptr, std::move(resp)});
+        push(Event{now_ + latency(), 0, Kind::response, e.to, e.from, e.rid, nullptr,
+                   std::move(resp)});
         return;
       }
       case Kind::response: {

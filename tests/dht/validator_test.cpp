@@ -11,7 +11,9 @@ using namespace starling::dht;
 namespace {
 const WallTime wall = WallTime(std::chrono::seconds(1'700'000'000));
 const ValidationContext ctx{wall, std::chrono::minutes(10)};
-std::uint64_t version_at(WallTime t) { return static_cast<std::uint64_t>(wall_micros(t)); }
+std::uint64_t version_at(WallTime t) {
+  return static_cast<std::uint64_t>(wall_micros(t));
+}
 
 struct Owner {
   crypto::KeyPair key = crypto::KeyPair::generate();
@@ -98,9 +100,9 @@ TEST(OwnerSignature, SubKeyOwnersAndMultipleOwners) {
   auto rec = make_signed_record(a.key, key, sk, to_bytes("hello"), 30s, version_at(wall));
   EXPECT_TRUE(check(key, rec));
   // b cannot write a's sub-key; nobody can write it unsigned.
-  EXPECT_EQ(check(key, make_signed_record(b.key, key, sk, to_bytes("x"), 30s, version_at(wall)))
-                .error(),
-            dht_errc::bad_signature);
+  EXPECT_EQ(
+      check(key, make_signed_record(b.key, key, sk, to_bytes("x"), 30s, version_at(wall))).error(),
+      dht_errc::bad_signature);
   Record plain{sk, RecordBody{to_bytes("x"), version_at(wall), {}, {}}, 30s};
   EXPECT_EQ(check(key, plain).error(), dht_errc::missing_signature);
   // Key owned by a, sub-key owned by b: rejected whoever signs.
@@ -111,7 +113,8 @@ TEST(OwnerSignature, SubKeyOwnersAndMultipleOwners) {
             dht_errc::multiple_owners);
   // Unowned record carrying a signature.
   const auto free_key = RecordKey::from_string("free");
-  auto stray = make_signed_record(a.key, free_key, std::nullopt, to_bytes("x"), 30s, version_at(wall));
+  auto stray =
+      make_signed_record(a.key, free_key, std::nullopt, to_bytes("x"), 30s, version_at(wall));
   EXPECT_EQ(check(free_key, stray).error(), dht_errc::unexpected_signature);
   stray.body.signature.clear();
   EXPECT_TRUE(check(free_key, stray));
@@ -124,7 +127,8 @@ TEST(OwnerSignature, ReplayWindowUsesWallClockOnlyCoarsely) {
   EXPECT_TRUE(check(key, make_signed_record(a.key, key, std::nullopt, to_bytes("v"), 2min,
                                             version_at(wall - 1min))));
   // Signed 1 hour ago for 2 minutes, replayed now: its signed life (+ skew) is over.
-  auto old = make_signed_record(a.key, key, std::nullopt, to_bytes("v"), 2min, version_at(wall - 1h));
+  auto old =
+      make_signed_record(a.key, key, std::nullopt, to_bytes("v"), 2min, version_at(wall - 1h));
   old.ttl = 2min;  // the replayer claims a fresh ttl
   EXPECT_EQ(check(key, old).error(), dht_errc::signature_window);
   // Signed by a clock 9 minutes ahead of ours: within the skew bound, accepted.
@@ -179,6 +183,5 @@ TEST(Validators, SizesSchemasAndChainOrder) {
   r = plain;
   EXPECT_TRUE(schema.validate(RecordKey::from_string("config"), r, ctx));
   r = plain;
-  EXPECT_EQ(schema.validate(RecordKey::from_string("elsewhere"), r, ctx).error(),
-            dht_errc::schema);
+  EXPECT_EQ(schema.validate(RecordKey::from_string("elsewhere"), r, ctx).error(), dht_errc::schema);
 }

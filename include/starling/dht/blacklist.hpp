@@ -20,6 +20,7 @@ class Blacklist {
   // Records a failure; returns the end of the new ban.
   TimePoint on_failure(const DhtId& id, TimePoint now);
   void on_success(const DhtId& id) { entries_.erase(id); }
+  // Forgets entries whose ban ended more than `max` ago (at most every `max` / 8).
   void sweep(TimePoint now);
   std::size_t size() const noexcept { return entries_.size(); }
   std::size_t failures(const DhtId& id) const;
@@ -31,6 +32,7 @@ class Blacklist {
   };
   Duration base_, max_;
   std::size_t capacity_;
+  TimePoint next_sweep_{};
   std::unordered_map<DhtId, Entry> entries_;
 };
 

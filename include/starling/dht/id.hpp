@@ -56,25 +56,36 @@ class DhtId {
   // Position of the most significant set bit counted from the top (256 for zero).
   std::size_t leading_zeros() const noexcept;
 
-  DhtId operator^(const DhtId& o) const noexcept;
+  DhtId operator^(const DhtId& o) const noexcept {
+    DhtId r;
+    for (std::size_t i = 0; i < kBytes; ++i) r.v_[i] = v_[i] ^ o.v_[i];
+    return r;
+  }
   std::string to_hex() const;
   std::string short_hex() const;  // first 8 hex digits, for logs
 
-  friend auto operator<=>(const DhtId&, const DhtId&) = default;
+  // Numeric order of the 256-bit big-endian value (compared 64 bits at a time).
+  friend std::strong_ordering operator<=>(const DhtId& a, const DhtId& b) noexcept {
+    for (std::size_t i = 0; i < kBytes; i += 8) {
+      const std::uint64_t x = a.word(i), y = b.word(i);
+      if (x != y) return x < y ? std::strong_ordering::less : std::strong_ordering::greater;
+    }
+    return std::strong_ordering::equal;
+  }
   friend bool operator==(const DhtId&, const DhtId&) = default;
 
  private:
+  std::uint64_t word(std::size_t i) const noexcept {  // big-endian 8 bytes at offset i
+    std::uint64_t w = 0;
+    for (std::size_t j = 0; j < 8; ++j) w = (w << 8) | v_[i + j];
+    return w;
+  }
   Array v_{};
 };
 
 // True iff `a` is strictly closer to `target` than `b` in the XOR metric.
 inline bool closer(const DhtId& target, const DhtId& a, const DhtId& b) noexcept {
-  for (std::size_t i = 0; i < DhtId::kBytes; ++i) {
-    const std::uint8_t da = a.array()[i] ^ target.array()[i];
-    const std::uint8_t db = b.array()[i] ^ target.array()[i];
-    if (da != db) return da < db;
-  }
-  return false;
+  return (a ^ target) < (b ^ target);
 }
 
 // The key a user stores under (arbitrary bytes) and its id in the DHT.

@@ -31,12 +31,12 @@ class Lookup {
 
   const DhtId& target() const noexcept { return target_; }
   // Adds a candidate learned at `hop` (ignored if already known or hopelessly far).
-  void add(const Contact& contact, std::size_t hop);
+  void add(Contact contact, std::size_t hop);
   // The candidates to query now (marked in flight): the closest fresh ones inside the beam,
   // up to alpha requests in flight.
   std::vector<Contact> next();
   // `from` answered with `peers` (added at its hop + 1).
-  void on_response(const DhtId& from, const std::vector<Contact>& peers);
+  void on_response(const DhtId& from, std::vector<Contact> peers);
   void on_failure(const DhtId& from);
   void on_slow(const DhtId& from);
   // Converged: the beam closest usable candidates have all answered.

@@ -3,8 +3,9 @@
 // bucket also splits while its depth is not a multiple of b (the relaxed rule of the
 // Kademlia paper, section 4.2). A full bucket that cannot split keeps newcomers in a bounded
 // replacement cache and asks the caller to ping its least-recently-seen node; the node is
-// evicted (and the freshest replacement promoted) only if that ping fails. Buckets not
-// touched by a lookup for a while are reported for refresh.
+// evicted (and the freshest replacement promoted) only if that ping fails. Buckets that saw
+// neither a lookup in their range nor traffic with one of their nodes for a while are
+// reported for refresh.
 //
 // Only nodes that proved alive and are not in client mode go in here; the caller decides that.
 // No I/O: time is a parameter; pings are returned as actions.
