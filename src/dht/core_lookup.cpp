@@ -67,7 +67,9 @@ void DhtCore::on_find_response(Operation& op, const Contact& from, const FindRes
   if (had_value) {
     if (op.found_hop == 0 || hop < op.found_hop) op.found_hop = hop;
     op.stats.hops = op.found_hop;
-    if (!op.latest) finish(op.id, success(), now);  // `op` is gone after this
+    ++op.value_answers;
+    if (!op.latest && (!op.found.is_dictionary() || op.value_answers >= op.quorum))
+      finish(op.id, success(), now);  // `op` is gone after this
     return;
   }
   if (!op.closest_without_value || closer(op.key.id(), from.id, op.closest_without_value->id))
@@ -156,7 +158,10 @@ OpId DhtCore::bootstrap(std::vector<Contact> seeds, const Now& now) {
 OpId DhtCore::get(const RecordKey& key, GetOptions options, const Now& now) {
   if (auto g = active_gets_.find(key.id()); g != active_gets_.end()) {
     auto primary = ops_.find(g->second);
-    if (primary != ops_.end() && (primary->second.latest || !options.latest)) {
+    const bool covers = primary != ops_.end() &&
+                        (primary->second.latest ||
+                         (!options.latest && primary->second.quorum >= options.dictionary_quorum));
+    if (covers) {
       const std::uint64_t id = next_id_++;
       primary->second.joined.push_back(id);
       return OpId{id};
@@ -166,10 +171,12 @@ OpId DhtCore::get(const RecordKey& key, GetOptions options, const Now& now) {
   const std::uint64_t id = op.id;
   op.key = key;
   op.latest = options.latest;
+  op.quorum = std::max<std::size_t>(options.dictionary_quorum, 1);
   if (!cfg_.client_mode)
     if (const Slot* local = store_.find(key.id(), now.mono)) {
       op.found.merge_all(*local);
-      if (!op.latest) {
+      op.value_answers = 1;
+      if (!op.latest && (!op.found.is_dictionary() || op.quorum <= 1)) {
         finish(id, success(), now);
         return OpId{id};
       }

@@ -3,6 +3,8 @@
 // mode, bootstrap errors, republishing, eviction pings, blacklist, invalid records.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "sim_network.hpp"
 #include "starling/dht/signing.hpp"
 
@@ -109,6 +111,44 @@ TEST(DhtCore, DictionaryMergedAcrossReplicasAndLatest) {
   ASSERT_TRUE(g.status);
   EXPECT_FALSE(g.value.is_dictionary());
   EXPECT_EQ(value_of(g), "reset");
+}
+
+TEST(DhtCore, EarlyDictionaryGetMergesAQuorumOfAnswers) {
+  auto net = network(40);
+  // One entry on each of the three closest nodes only (as if the other stores were lost).
+  // Returns a reader that holds none of them.
+  auto scatter = [&](const RecordKey& key) {
+    auto closest =
+        net.run_op(0, [&](DhtCore& c, const Now& now) { return c.find_node(key.id(), now); });
+    EXPECT_GE(closest.closest.size(), 3u);
+    const char* names[] = {"x", "y", "z"};
+    std::vector<std::size_t> held_by;
+    for (std::size_t r = 0; r < 3; ++r) {
+      std::size_t node = 0;
+      for (std::size_t i = 0; i < net.size(); ++i)
+        if (net.core(i).id() == closest.closest[r].id) node = i;
+      held_by.push_back(node);
+      StoreRequest direct;
+      direct.items.push_back(StoreItem{key, {entry(names[r], names[r], 100)}});
+      net.core(node).handle_request(net.core(0).peer(), Request{NodeHeader{}, direct},
+                                    net.now_of(node));
+    }
+    std::size_t reader = 1;
+    while (std::find(held_by.begin(), held_by.end(), reader) != held_by.end()) ++reader;
+    return reader;
+  };
+  // Default: not `latest`, stops after 3 answers carrying values, merged.
+  const auto k1 = RecordKey::from_string("scattered 1");
+  auto g = get(net, scatter(k1), k1);
+  ASSERT_TRUE(g.status) << g.status.error().message();
+  EXPECT_EQ(g.value.dictionary().size(), 3u);
+  // With a quorum of 1 it stops at the first answer.
+  const auto k2 = RecordKey::from_string("scattered 2");
+  auto one = net.run_op(scatter(k2), [&](DhtCore& c, const Now& now) {
+    return c.get(k2, GetOptions{false, 1}, now);
+  });
+  ASSERT_TRUE(one.status) << one.status.error().message();
+  EXPECT_EQ(one.value.dictionary().size(), 1u);
 }
 
 TEST(DhtCore, EarlyStopUsesFewerRequestsThanLatest) {

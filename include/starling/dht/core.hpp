@@ -32,11 +32,16 @@
 namespace starling::dht {
 
 struct GetOptions {
-  // false: finish as soon as one node returns a fresh valid value (plain or dictionary; a
-  //        value held locally counts, with 0 hops).
+  // false: finish early: as soon as one node returns a fresh valid plain value, or once
+  //        `dictionary_quorum` nodes returned dictionaries (merged, newest per sub-key). A
+  //        value held locally counts as one answer, with 0 hops.
   // true:  run the lookup until it converges on the closest nodes and merge every value
-  //        found there (newest per sub-key), for readers that must not miss a recent write.
+  //        found there, for readers that must not miss a recent write on a lagging replica.
   bool latest = false;
+  // Dictionaries are written piecewise by many writers, so one replica may lack entries
+  // another has; merging a few answers (they arrive together, alpha requests are in
+  // flight near the key) costs little time.
+  std::size_t dictionary_quorum = 3;
 };
 
 struct StoreOptions {
@@ -148,6 +153,8 @@ class DhtCore {
     LookupStats stats;
     std::size_t seeds = 0;                              // bootstrap
     bool latest = false;                                // get
+    std::size_t quorum = 1;                             // get: dictionary answers that suffice
+    std::size_t value_answers = 0;                      // get: answers that carried a valid value
     Slot found;                                         // get: merged values; store: the payload
     std::size_t found_hop = 0;                          // get
     std::vector<std::uint64_t> joined;                  // get: ops sharing this lookup
