@@ -13,7 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev
   # anchors measured beside Starling in benchmarks
-  iperf3 libgloo-dev libopendht-dev
+  iperf3 jq libgloo-dev libopendht-dev
   # data for the training demo
   dataset-fashion-mnist
   # emulated internet (netlab) and interop test

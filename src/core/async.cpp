@@ -111,4 +111,11 @@ awaitable<result<void>> TaskScope::close(Duration timeout) {
   co_return success();
 }
 
+awaitable<result<void>> TaskScope::join(Duration timeout) {
+  auto st = state_;
+  if (st->tasks.empty()) co_return success();
+  st->drained.reset();
+  co_return co_await with_timeout(st->drained.wait(), timeout, "joining background tasks");
+}
+
 }  // namespace starling

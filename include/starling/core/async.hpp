@@ -90,6 +90,8 @@ class TaskScope {
   // Cancels every task and waits until all have finished or `timeout` passes.
   // Returns errc::timeout if some task did not finish in time.
   awaitable<result<void>> close(Duration timeout = 5s);
+  // Waits (without cancelling) until every task has finished or `timeout` passes.
+  awaitable<result<void>> join(Duration timeout);
 
  private:
   struct State;

@@ -1,0 +1,168 @@
+// Host: a libp2p node. Listens on TCP, dials peers, upgrades every connection
+// (multistream-select -> Noise XX -> multistream-select -> yamux), keeps one live connection
+// per peer and reuses it, routes inbound streams to protocol handlers, and runs identify and
+// ping. Implements StreamHost for the protocols above it.
+//
+// Threading rule: a Host lives on one executor (one io_context thread); call its coroutines
+// from that executor only. Blocking callers use core/blocking.hpp.
+// Invariants: every dial, handshake and negotiation has a deadline; stop() completes within
+// HostConfig::shutdown_timeout even with streams in flight; a misbehaving peer only ever
+// loses its own connection.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <asio/ip/tcp.hpp>
+
+#include "starling/crypto/keys.hpp"
+#include "starling/net/multiaddr.hpp"
+#include "starling/net/stream_host.hpp"
+#include "starling/net/yamux.hpp"
+
+namespace starling::net {
+
+struct HostConfig {
+  // Addresses to listen on; port 0 picks a free port (listen_addresses() reports it).
+  std::vector<std::string> listen = {"/ip4/127.0.0.1/tcp/0"};
+  Duration dial_timeout = 10s;       // TCP connect + security + muxer, per address
+  Duration negotiate_timeout = 10s;  // multistream-select on a new stream
+  Duration idle_timeout = 120s;      // a connection with no streams for this long is closed
+  std::size_t max_connections = 1024;
+  std::size_t max_pending_inbound = 64;  // inbound connections still handshaking
+  Duration shutdown_timeout = 5s;    // bound for stop()
+  std::string agent_version = "starling/0.1.0";
+  YamuxConfig yamux;
+};
+
+// What the host knows about a peer (from identify and from callers).
+struct PeerInfo {
+  std::vector<Multiaddr> addrs;
+  std::vector<std::string> protocols;
+  std::string agent_version;
+  std::string protocol_version;
+  std::optional<Multiaddr> observed_addr;  // how the peer sees us
+  bool identified = false;
+};
+
+struct ConnectionInfo {
+  PeerId peer;
+  Multiaddr remote_addr;
+  bool outbound = false;
+  std::size_t streams = 0;
+};
+
+class Host final : public StreamHost, public std::enable_shared_from_this<Host> {
+ public:
+  static std::shared_ptr<Host> create(asio::any_io_executor ex, crypto::KeyPair key,
+                                      HostConfig cfg = {});
+  ~Host() override;
+
+  // Binds every configured listen address. Errors name the address.
+  awaitable<result<void>> start();
+  // Closes listeners and connections, cancels handlers; bounded by shutdown_timeout.
+  awaitable<void> stop();
+
+  // Actual listen addresses (port resolved), each with /p2p/<id>.
+  std::vector<Multiaddr> listen_addresses() const;
+  const PeerId& local_peer() const override { return id_; }
+  const crypto::KeyPair& key() const { return key_; }
+  asio::any_io_executor get_executor() override { return ex_; }
+
+  // Remembers addresses for a peer (used by open_stream/connect by id).
+  void add_addresses(const PeerId& peer, const std::vector<Multiaddr>& addrs);
+  // Connects to an address (with or without /p2p/<id>; without, any peer is accepted).
+  // Reuses a live connection to the same peer. Returns the peer's id.
+  awaitable<result<PeerId>> connect(const Multiaddr& addr, std::optional<Duration> timeout = {});
+  // Connects to a peer by id using known addresses.
+  awaitable<result<void>> connect(const PeerId& peer, std::optional<Duration> timeout = {});
+  // Closes every connection to `peer`.
+  void disconnect(const PeerId& peer);
+
+  awaitable<result<ByteStreamPtr>> open_stream(const PeerId& peer, std::string protocol,
+                                               Duration timeout) override;
+  void set_stream_handler(std::string protocol, StreamHandler handler) override;
+  void remove_stream_handler(const std::string& protocol) override;
+  std::vector<std::string> protocols() const;
+
+  bool is_connected(const PeerId& peer) const;
+  std::vector<ConnectionInfo> connections() const;
+  std::optional<PeerInfo> peer_info(const PeerId& peer) const;
+  // Waits until identify with `peer` completed (or timeout).
+  awaitable<result<PeerInfo>> wait_identified(const PeerId& peer, Duration timeout);
+
+  // Connection events (called on the host's executor).
+  using PeerCallback = std::function<void(const PeerId&)>;
+  void on_peer_connected(PeerCallback cb) { on_connected_.push_back(std::move(cb)); }
+  void on_peer_disconnected(PeerCallback cb) { on_disconnected_.push_back(std::move(cb)); }
+
+  // Test/diagnostic counters.
+  struct Stats {
+    std::uint64_t inbound_connections = 0, outbound_connections = 0, rejected_connections = 0;
+    std::uint64_t failed_handshakes = 0, inbound_streams = 0, rejected_streams = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Connection;
+  struct PendingDial;
+  Host(asio::any_io_executor ex, crypto::KeyPair key, HostConfig cfg);
+
+  awaitable<void> accept_loop(std::shared_ptr<asio::ip::tcp::acceptor> acc);
+  awaitable<void> handle_inbound(std::shared_ptr<class TcpStream> tcp);
+  awaitable<result<std::shared_ptr<Connection>>> dial_peer(PeerId peer, TimePoint deadline);
+  awaitable<result<std::shared_ptr<Connection>>> dial_addr(Multiaddr addr,
+                                                           std::optional<PeerId> expected,
+                                                           TimePoint deadline);
+  awaitable<result<std::shared_ptr<Connection>>> get_or_dial(const PeerId& peer,
+                                                             TimePoint deadline);
+  std::shared_ptr<Connection> add_connection(std::shared_ptr<YamuxSession> session, PeerId peer,
+                                             Multiaddr remote, bool outbound);
+  void remove_connection(std::uint64_t id, const Error& why);
+  std::shared_ptr<Connection> best_connection(const PeerId& peer) const;
+  awaitable<void> stream_accept_loop(std::shared_ptr<Connection> conn);
+  awaitable<void> handle_stream(std::shared_ptr<Connection> conn, ByteStreamPtr stream);
+  awaitable<void> idle_sweeper();
+  // identify
+  awaitable<void> identify_peer(std::shared_ptr<Connection> conn);
+  awaitable<void> serve_identify(ByteStreamPtr stream, PeerId remote);
+  awaitable<void> serve_identify_push(ByteStreamPtr stream, PeerId remote);
+  Bytes identify_message(const Multiaddr& observed) const;
+  void apply_identify(const PeerId& peer, BytesView msg);
+
+  asio::any_io_executor ex_;
+  crypto::KeyPair key_;
+  PeerId id_;
+  HostConfig cfg_;
+  TaskScope scope_;
+  bool started_ = false, stopping_ = false;
+  std::vector<std::shared_ptr<asio::ip::tcp::acceptor>> acceptors_;
+  std::vector<Multiaddr> listen_addrs_;
+  std::map<PeerId, std::vector<std::shared_ptr<Connection>>> conns_;
+  std::map<PeerId, std::shared_ptr<PendingDial>> dialing_;
+  std::map<std::string, StreamHandler> handlers_;
+  std::map<PeerId, PeerInfo> peers_;
+  std::map<PeerId, std::shared_ptr<AsyncEvent>> identify_waiters_;
+  std::size_t pending_inbound_ = 0;
+  std::uint64_t next_conn_id_ = 1;
+  std::vector<PeerCallback> on_connected_, on_disconnected_;
+  Stats stats_;
+};
+
+inline constexpr const char* kIdentifyProtocol = "/ipfs/id/1.0.0";
+inline constexpr const char* kIdentifyPushProtocol = "/ipfs/id/push/1.0.0";
+inline constexpr const char* kPingProtocol = "/ipfs/ping/1.0.0";
+inline constexpr const char* kNoiseProtocol = "/noise";
+inline constexpr const char* kYamuxProtocol = "/yamux/1.0.0";
+
+// Ping (libp2p ping 1.0.0: 32 random bytes echoed back). Serving is installed by the host.
+// Sends `count` pings over one stream and returns each round-trip time.
+awaitable<result<std::vector<Duration>>> ping(Host& host, const PeerId& peer, int count,
+                                              Duration timeout);
+
+}  // namespace starling::net

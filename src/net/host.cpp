@@ -1,0 +1,171 @@
+// Host lifecycle: creation, listening, accepting and upgrading inbound connections, stop().
+#include <asio/ip/tcp.hpp>
+
+#include "host_internal.hpp"
+#include "starling/core/log.hpp"
+#include "starling/net/multistream.hpp"
+#include "starling/net/noise.hpp"
+
+namespace starling::net {
+
+std::shared_ptr<Host> Host::create(asio::any_io_executor ex, crypto::KeyPair key,
+                                   HostConfig cfg) {
+  return std::shared_ptr<Host>(new Host(std::move(ex), std::move(key), std::move(cfg)));
+}
+
+Host::Host(asio::any_io_executor ex, crypto::KeyPair key, HostConfig cfg)
+    : ex_(ex),
+      key_(std::move(key)),
+      id_(PeerId::from_public_key(key_.public_key())),
+      cfg_(std::move(cfg)),
+      scope_(ex) {}
+
+Host::~Host() {
+  for (auto& acc : acceptors_) {
+    std::error_code ec;
+    acc->close(ec);
+  }
+}
+
+awaitable<result<void>> Host::start() {
+  if (started_) co_return make_error(errc::already_exists, "host already started");
+  started_ = true;
+  auto self = shared_from_this();
+  for (const auto& text : cfg_.listen) {
+    ST_CO_TRY(auto ma, Multiaddr::parse(text));
+    auto ep = ma.to_tcp_endpoint();
+    if (!ep) co_return ep.error().with_context("listen on " + text);
+    auto acc = std::make_shared<asio::ip::tcp::acceptor>(ex_);
+    std::error_code ec;
+    acc->open(ep.value().protocol(), ec);
+    if (!ec) acc->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec && ep.value().address().is_v6()) acc->set_option(asio::ip::v6_only(true), ec);
+    if (!ec) acc->bind(ep.value(), ec);
+    if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) co_return from_asio(ec, "listen on " + text);
+    auto actual = endpoint_addr(acc->local_endpoint(ec));
+    listen_addrs_.push_back(actual);
+    acceptors_.push_back(acc);
+    scope_.spawn(accept_loop(acc));
+  }
+  set_stream_handler(kIdentifyProtocol, [w = weak_from_this()](ByteStreamPtr s, PeerId p) {
+    auto self = w.lock();
+    return self ? self->serve_identify(std::move(s), std::move(p)) : []() -> awaitable<void> {
+      co_return;
+    }();
+  });
+  set_stream_handler(kIdentifyPushProtocol, [w = weak_from_this()](ByteStreamPtr s, PeerId p) {
+    auto self = w.lock();
+    return self ? self->serve_identify_push(std::move(s), std::move(p))
+                : []() -> awaitable<void> { co_return; }();
+  });
+  set_stream_handler(kPingProtocol, [](ByteStreamPtr s, PeerId) -> awaitable<void> {
+    std::array<std::uint8_t, 32> buf;
+    for (;;) {
+      auto r = co_await read_exact(*s, buf);
+      if (!r) break;
+      if (!co_await s->write(buf)) break;
+    }
+    (void)co_await s->close_write();
+  });
+  scope_.spawn(idle_sweeper());
+  co_return success();
+}
+
+std::vector<Multiaddr> Host::listen_addresses() const {
+  std::vector<Multiaddr> out;
+  for (auto& a : listen_addrs_) out.push_back(a.with_peer_id(id_));
+  return out;
+}
+
+awaitable<void> Host::accept_loop(std::shared_ptr<asio::ip::tcp::acceptor> acc) {
+  auto self = shared_from_this();
+  for (;;) {
+    auto [ec, sock] = co_await acc->async_accept(use_nothrow);
+    if (ec) {
+      if (ec == asio::error::operation_aborted || stopping_) co_return;
+      logger("net")->warn("accept failed: {}", ec.message());
+      // Back off briefly (e.g. EMFILE) instead of spinning.
+      if (!co_await sleep_for(50ms)) co_return;
+      continue;
+    }
+    std::size_t total = 0;
+    for (auto& [p, v] : conns_) total += v.size();
+    if (total >= cfg_.max_connections || pending_inbound_ >= cfg_.max_pending_inbound) {
+      ++stats_.rejected_connections;
+      logger("net")->warn("rejecting inbound connection: limit reached ({} connections, {} pending)",
+                          total, pending_inbound_);
+      std::error_code ignore;
+      sock.close(ignore);
+      continue;
+    }
+    tune_socket(sock);
+    scope_.spawn(handle_inbound(std::make_shared<TcpStream>(std::move(sock))));
+  }
+}
+
+awaitable<void> Host::handle_inbound(std::shared_ptr<TcpStream> tcp) {
+  auto self = shared_from_this();
+  ++pending_inbound_;
+  struct Dec {
+    std::size_t& n;
+    ~Dec() { --n; }
+  } dec{pending_inbound_};
+  auto remote = endpoint_addr(tcp->remote_endpoint());
+  auto upgrade = [&]() -> awaitable<result<std::shared_ptr<Connection>>> {
+    ST_CO_TRY(auto sec, co_await multistream_handle(
+                            tcp, [](std::string_view p) { return p == kNoiseProtocol; },
+                            cfg_.dial_timeout));
+    ST_CO_TRY(auto chan, co_await noise_secure_inbound(sec.stream, key_, cfg_.dial_timeout));
+    ST_CO_TRY(auto mux, co_await multistream_handle(
+                            chan.stream, [](std::string_view p) { return p == kYamuxProtocol; },
+                            cfg_.dial_timeout));
+    auto session = YamuxSession::create(mux.stream, /*is_client=*/false, cfg_.yamux);
+    co_return add_connection(session, chan.remote_peer, remote, /*outbound=*/false);
+  };
+  auto r = co_await with_timeout(upgrade(), cfg_.dial_timeout, "inbound upgrade from " +
+                                                                   remote.to_string());
+  if (!r) {
+    ++stats_.failed_handshakes;
+    logger("net")->info("inbound connection from {} failed: {}", remote.to_string(),
+                        r.error().message());
+    tcp->reset();
+    co_return;
+  }
+  ++stats_.inbound_connections;
+}
+
+awaitable<void> Host::stop() {
+  if (stopping_) co_return;
+  stopping_ = true;
+  auto self = shared_from_this();
+  for (auto& acc : acceptors_) {
+    std::error_code ec;
+    acc->close(ec);
+  }
+  std::vector<std::shared_ptr<Connection>> all;
+  for (auto& [p, v] : conns_)
+    for (auto& c : v) all.push_back(c);
+  // Close every session concurrently (each close is bounded by the yamux close timeout),
+  // then cancel whatever handlers remain.
+  TaskScope closing(ex_);
+  for (auto& c : all) closing.spawn(c->session->close());
+  (void)co_await closing.join(cfg_.shutdown_timeout / 2);
+  (void)co_await closing.close(cfg_.shutdown_timeout / 4);
+  auto r = co_await scope_.close(cfg_.shutdown_timeout / 4);
+  if (!r) logger("net")->warn("host {} stop: {}", id_.short_string(), r.error().message());
+  conns_.clear();
+  for (auto& [p, w] : identify_waiters_) w->set();
+}
+
+void Host::set_stream_handler(std::string protocol, StreamHandler handler) {
+  handlers_[std::move(protocol)] = std::move(handler);
+}
+void Host::remove_stream_handler(const std::string& protocol) { handlers_.erase(protocol); }
+std::vector<std::string> Host::protocols() const {
+  std::vector<std::string> out;
+  for (auto& [p, h] : handlers_) out.push_back(p);
+  return out;
+}
+
+}  // namespace starling::net

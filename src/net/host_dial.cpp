@@ -1,0 +1,191 @@
+// Host: outbound dials, the connection registry, and connection-level events.
+#include <asio/ip/tcp.hpp>
+
+#include "host_internal.hpp"
+#include "starling/core/log.hpp"
+#include "starling/net/multistream.hpp"
+#include "starling/net/noise.hpp"
+
+namespace starling::net {
+
+namespace {
+Duration remaining(TimePoint deadline) {
+  auto now = Clock::now();
+  return deadline > now ? deadline - now : Duration::zero();
+}
+}  // namespace
+
+void Host::add_addresses(const PeerId& peer, const std::vector<Multiaddr>& addrs) {
+  auto& info = peers_[peer];
+  for (const auto& a : addrs) {
+    auto bare = a.without_peer_id();
+    if (std::find(info.addrs.begin(), info.addrs.end(), bare) == info.addrs.end())
+      info.addrs.push_back(bare);
+  }
+}
+
+std::shared_ptr<Host::Connection> Host::best_connection(const PeerId& peer) const {
+  auto it = conns_.find(peer);
+  if (it == conns_.end()) return nullptr;
+  for (auto& c : it->second)  // oldest live connection first
+    if (!c->closed && !c->session->closed()) return c;
+  return nullptr;
+}
+
+bool Host::is_connected(const PeerId& peer) const { return best_connection(peer) != nullptr; }
+
+std::vector<ConnectionInfo> Host::connections() const {
+  std::vector<ConnectionInfo> out;
+  for (auto& [p, v] : conns_)
+    for (auto& c : v)
+      if (!c->closed) out.push_back({c->peer, c->remote_addr, c->outbound, c->session->stream_count()});
+  return out;
+}
+
+std::optional<PeerInfo> Host::peer_info(const PeerId& peer) const {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::shared_ptr<Host::Connection> Host::add_connection(std::shared_ptr<YamuxSession> session,
+                                                       PeerId peer, Multiaddr remote,
+                                                       bool outbound) {
+  auto conn = std::make_shared<Connection>();
+  conn->id = next_conn_id_++;
+  conn->peer = peer;
+  conn->remote_addr = remote;
+  conn->outbound = outbound;
+  conn->session = session;
+  conn->last_active = Clock::now();
+  bool first = best_connection(peer) == nullptr;
+  conns_[peer].push_back(conn);
+  if (outbound) add_addresses(peer, {remote});
+  std::weak_ptr<Host> weak = weak_from_this();
+  auto id = conn->id;
+  session->set_on_close([weak, id](const Error& why) {
+    if (auto self = weak.lock()) self->remove_connection(id, why);
+  });
+  session->start();
+  logger("net")->debug("{} connection to {} via {}", outbound ? "outbound" : "inbound",
+                       peer.short_string(), remote.to_string());
+  scope_.spawn(stream_accept_loop(conn));
+  scope_.spawn(identify_peer(conn));
+  if (first)
+    for (auto& cb : on_connected_) cb(peer);
+  return conn;
+}
+
+void Host::remove_connection(std::uint64_t id, const Error& why) {
+  for (auto it = conns_.begin(); it != conns_.end(); ++it) {
+    auto& v = it->second;
+    auto c = std::find_if(v.begin(), v.end(), [&](auto& x) { return x->id == id; });
+    if (c == v.end()) continue;
+    (*c)->closed = true;
+    PeerId peer = it->first;
+    logger("net")->debug("connection to {} closed: {}", peer.short_string(), why.message());
+    v.erase(c);
+    if (v.empty()) {
+      conns_.erase(it);
+      for (auto& cb : on_disconnected_) cb(peer);
+    }
+    return;
+  }
+}
+
+void Host::disconnect(const PeerId& peer) {
+  auto it = conns_.find(peer);
+  if (it == conns_.end()) return;
+  for (auto& c : it->second) scope_.spawn(c->session->close());
+}
+
+awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(
+    Multiaddr addr, std::optional<PeerId> expected, TimePoint deadline) {
+  auto self = shared_from_this();
+  auto what = "dial " + (expected ? expected->to_string() + " at " : std::string()) +
+              addr.to_string();
+  auto op = [&]() -> awaitable<result<std::shared_ptr<Connection>>> {
+    asio::ip::tcp::endpoint ep;
+    if (auto dns = addr.dns_tcp()) {
+      asio::ip::tcp::resolver resolver(ex_);
+      auto [ec, results] = co_await resolver.async_resolve(dns->first, std::to_string(dns->second),
+                                                           use_nothrow);
+      if (ec || results.empty()) co_return from_asio(ec, "resolve " + dns->first);
+      ep = *results.begin();
+    } else {
+      ST_CO_TRY(ep, addr.to_tcp_endpoint());
+    }
+    ST_CO_TRY(auto tcp, co_await tcp_connect(ep, remaining(deadline)));
+    std::vector<std::string> sec_protos{kNoiseProtocol}, mux_protos{kYamuxProtocol};
+    ST_CO_TRY(auto sec, co_await multistream_select(tcp, sec_protos, remaining(deadline)));
+    ST_CO_TRY(auto chan,
+              co_await noise_secure_outbound(sec.stream, key_, expected, remaining(deadline)));
+    ST_CO_TRY(auto mux, co_await multistream_select(chan.stream, mux_protos, remaining(deadline)));
+    if (stopping_) co_return make_error(errc::cancelled, "host is stopping");
+    auto session = YamuxSession::create(mux.stream, /*is_client=*/true, cfg_.yamux);
+    ++stats_.outbound_connections;
+    co_return add_connection(session, chan.remote_peer, addr.without_peer_id(), true);
+  };
+  auto r = co_await with_timeout(op(), remaining(deadline), what);
+  if (!r) co_return r.error().with_context(what);
+  co_return r;
+}
+
+awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_peer(PeerId peer,
+                                                                     TimePoint deadline) {
+  auto it = peers_.find(peer);
+  if (it == peers_.end() || it->second.addrs.empty())
+    co_return make_error(errc::not_found, "dial " + peer.to_string() + ": no known addresses");
+  auto addrs = it->second.addrs;
+  std::string errors;
+  for (auto& a : addrs) {
+    if (remaining(deadline) <= Duration::zero()) break;
+    auto r = co_await dial_addr(a, peer, deadline);
+    if (r) co_return r;
+    errors += (errors.empty() ? "" : "; ") + r.error().message();
+    if (r.error() == errc::cancelled) break;
+  }
+  if (errors.empty()) errors = "deadline passed before any address was tried";
+  co_return make_error(errc::unavailable, "dial " + peer.to_string() + " failed: " + errors);
+}
+
+awaitable<result<std::shared_ptr<Host::Connection>>> Host::get_or_dial(const PeerId& peer,
+                                                                       TimePoint deadline) {
+  if (stopping_) co_return make_error(errc::cancelled, "host is stopping");
+  if (peer == id_) co_return make_error(errc::invalid_argument, "cannot dial self");
+  if (auto c = best_connection(peer)) co_return c;
+  // Join a dial already in progress instead of opening a second connection.
+  if (auto it = dialing_.find(peer); it != dialing_.end()) {
+    auto pending = it->second;
+    ST_CO_TRY(co_await with_timeout(pending->done.wait(), remaining(deadline),
+                                    "waiting for dial to " + peer.to_string()));
+    co_return pending->outcome;
+  }
+  auto pending = std::make_shared<PendingDial>(ex_);
+  dialing_[peer] = pending;
+  auto r = co_await dial_peer(peer, deadline);
+  pending->outcome = r;
+  pending->done.set();
+  dialing_.erase(peer);
+  co_return r;
+}
+
+awaitable<result<PeerId>> Host::connect(const Multiaddr& addr, std::optional<Duration> timeout) {
+  auto deadline = Clock::now() + timeout.value_or(cfg_.dial_timeout);
+  auto expected = addr.peer_id();
+  if (expected) {
+    add_addresses(*expected, {addr});
+    ST_CO_TRY(auto c, co_await get_or_dial(*expected, deadline));
+    co_return c->peer;
+  }
+  ST_CO_TRY(auto c, co_await dial_addr(addr, std::nullopt, deadline));
+  co_return c->peer;
+}
+
+awaitable<result<void>> Host::connect(const PeerId& peer, std::optional<Duration> timeout) {
+  auto deadline = Clock::now() + timeout.value_or(cfg_.dial_timeout);
+  ST_CO_TRY(co_await get_or_dial(peer, deadline));
+  co_return success();
+}
+
+}  // namespace starling::net

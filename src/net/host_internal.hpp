@@ -1,0 +1,29 @@
+// Private parts of Host shared by its translation units.
+#pragma once
+
+#include "starling/net/host.hpp"
+#include "starling/net/tcp.hpp"
+
+namespace starling::net {
+
+struct Host::Connection {
+  std::uint64_t id = 0;
+  PeerId peer;
+  Multiaddr remote_addr;
+  bool outbound = false;
+  std::shared_ptr<YamuxSession> session;
+  TimePoint last_active;
+  bool closed = false;
+};
+
+struct Host::PendingDial {
+  explicit PendingDial(asio::any_io_executor ex) : done(ex) {}
+  AsyncEvent done;
+  result<std::shared_ptr<Connection>> outcome = make_error(errc::internal, "dial in progress");
+};
+
+inline Multiaddr endpoint_addr(const asio::ip::tcp::endpoint& ep) {
+  return Multiaddr::from_tcp_endpoint(ep);
+}
+
+}  // namespace starling::net

@@ -1,0 +1,31 @@
+// The `starling` command line: one file per subcommand, each registering itself on the app.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <asio/io_context.hpp>
+
+#include "starling/core/async.hpp"
+#include "starling/crypto/keys.hpp"
+
+namespace starling::cli {
+
+// Each subcommand adds itself to `app` and sets `run` to what executes when it is chosen.
+using Runner = std::function<int()>;
+void add_id_command(CLI::App& app, Runner& run);
+void add_node_command(CLI::App& app, Runner& run);
+void add_ping_command(CLI::App& app, Runner& run);
+void add_echo_command(CLI::App& app, Runner& run);
+
+// Default identity path: $STARLING_HOME/identity.key or ~/.starling/identity.key.
+std::string default_identity_path();
+// Loads (or creates, with a note on stderr) the identity at `path`; prints errors and exits 2.
+crypto::KeyPair load_identity_or_exit(const std::string& path, bool create);
+
+// Runs `main` on a fresh io_context until it finishes or SIGINT/SIGTERM arrives; on a signal
+// the coroutine is cancelled (it should then clean up, bounded). Returns main's exit code.
+int run_main(std::function<awaitable<int>()> main);
+
+}  // namespace starling::cli

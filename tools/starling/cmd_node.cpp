@@ -1,0 +1,76 @@
+// `starling node`: run a libp2p node, print its multiaddrs, serve identify/ping/echo.
+#include <iostream>
+
+#include "cli.hpp"
+#include "starling/core/log.hpp"
+#include "starling/net/echo.hpp"
+#include "starling/net/host.hpp"
+
+namespace starling::cli {
+
+namespace {
+struct NodeOptions {
+  std::string identity = default_identity_path();
+  std::vector<std::string> listen{"/ip4/0.0.0.0/tcp/0"};
+  std::vector<std::string> connect;
+  std::string addr_file;
+};
+
+awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
+  auto key = load_identity_or_exit(o->identity, true);
+  net::HostConfig cfg;
+  cfg.listen = o->listen;
+  auto host = net::Host::create(co_await asio::this_coro::executor, key, cfg);
+  auto started = co_await host->start();
+  if (!started) {
+    std::cerr << "error: " << started.error().message() << "\n";
+    co_return 2;
+  }
+  net::install_echo(*host);
+  host->on_peer_connected([](const net::PeerId& p) { std::cout << "connected " << p.to_string() << std::endl; });
+  host->on_peer_disconnected([](const net::PeerId& p) { std::cout << "disconnected " << p.to_string() << std::endl; });
+  std::cout << "peer id " << host->local_peer().to_string() << "\n";
+  std::string all;
+  for (auto& a : host->listen_addresses()) {
+    std::cout << "listening on " << a.to_string() << "\n";
+    all += a.to_string() + "\n";
+  }
+  std::cout << std::flush;
+  if (!o->addr_file.empty()) {
+    auto tmp = o->addr_file + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    if (f) {
+      std::fputs(all.c_str(), f);
+      std::fclose(f);
+      std::rename(tmp.c_str(), o->addr_file.c_str());
+    }
+  }
+  for (auto& c : o->connect) {
+    auto ma = net::Multiaddr::parse(c);
+    if (!ma) {
+      std::cerr << "error: --connect " << c << ": " << ma.error().message() << "\n";
+      continue;
+    }
+    auto r = co_await host->connect(ma.value());
+    if (r) std::cout << "dialled " << r.value().to_string() << std::endl;
+    else std::cerr << "error: " << r.error().message() << std::endl;
+  }
+  // Serve until cancelled (Ctrl-C).
+  (void)co_await sleep_for(std::chrono::hours(24 * 365));
+  co_await host->stop();
+  std::cout << "stopped" << std::endl;
+  co_return 0;
+}
+}  // namespace
+
+void add_node_command(CLI::App& app, Runner& run) {
+  auto o = std::make_shared<NodeOptions>();
+  auto* cmd = app.add_subcommand("node", "run a node: print its multiaddrs, serve ping/identify/echo");
+  cmd->add_option("--identity,-i", o->identity, "identity file (created if missing)")->capture_default_str();
+  cmd->add_option("--listen,-l", o->listen, "multiaddr to listen on (repeatable)")->capture_default_str();
+  cmd->add_option("--connect,-c", o->connect, "multiaddr to dial at start (repeatable)");
+  cmd->add_option("--addr-file", o->addr_file, "write the listen multiaddrs to this file");
+  cmd->callback([&run, o] { run = [o] { return run_main([o] { return node_main(o); }); }; });
+}
+
+}  // namespace starling::cli
