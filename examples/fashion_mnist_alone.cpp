@@ -38,15 +38,24 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model") model = v;
-    else if (k == "--batch") batch = std::stoul(v);
-    else if (k == "--lr") lr = std::stod(v);
-    else if (k == "--threads") threads = std::stoi(v);
-    else if (k == "--max-samples") max_samples = std::stoul(v);
-    else if (k == "--eval-every") eval_every = std::stoul(v);
-    else if (k == "--target-accuracy") target = std::stod(v);
-    else if (k == "--seed") seed = std::stoull(v);
-    else if (k == "--data-dir") data_dir = v;
+    if (k == "--model")
+      model = v;
+    else if (k == "--batch")
+      batch = std::stoul(v);
+    else if (k == "--lr")
+      lr = std::stod(v);
+    else if (k == "--threads")
+      threads = std::stoi(v);
+    else if (k == "--max-samples")
+      max_samples = std::stoul(v);
+    else if (k == "--eval-every")
+      eval_every = std::stoul(v);
+    else if (k == "--target-accuracy")
+      target = std::stod(v);
+    else if (k == "--seed")
+      seed = std::stoull(v);
+    else if (k == "--data-dir")
+      data_dir = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -58,7 +67,11 @@ int main(int argc, char** argv) {
   auto test = optim::load_fashion_mnist(data_dir, optim::Split::test);
   if (!kind || !train || !test) {
     std::fprintf(stderr, "error: %s\n",
-                 (!kind ? kind.error() : !train ? train.error() : test.error()).message().c_str());
+                 (!kind    ? kind.error()
+                  : !train ? train.error()
+                           : test.error())
+                     .message()
+                     .c_str());
     return 1;
   }
   optim::FashionTask task(train.value(), kind.value(), 0, seed);
@@ -70,8 +83,8 @@ int main(int argc, char** argv) {
                 for (auto& p : task.model()->parameters()) n += p.numel();
                 return n;
               }()));
-  std::printf("%10s %10s %9s %10s %11s %9s %10s\n", "samples", "train_s", "samples/s", "train_cpu_s",
-              "samples/cpu_s", "test_acc", "test_loss");
+  std::printf("%10s %10s %9s %10s %11s %9s %10s\n", "samples", "train_s", "samples/s",
+              "train_cpu_s", "samples/cpu_s", "test_acc", "test_loss");
   using clk = std::chrono::steady_clock;
   double train_seconds = 0, train_cpu = 0;
   std::size_t seen = 0, next_eval = eval_every;

@@ -54,7 +54,9 @@ std::uint32_t crc32_of(BytesView b) {
   return static_cast<std::uint32_t>(crc);
 }
 
-std::string checkpoint_name(std::uint64_t epoch) { return fmt::format("ckpt-{:012}.stc", epoch); }
+std::string checkpoint_name(std::uint64_t epoch) {
+  return fmt::format("ckpt-{:012}.stc", epoch);
+}
 
 bool is_checkpoint_name(const std::string& n) {
   if (n.size() != 21 || n.rfind("ckpt-", 0) != 0 || n.substr(17) != ".stc") return false;
@@ -115,14 +117,16 @@ result<Bytes> read_file(const fs::path& path, std::size_t max_bytes) {
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd < 0) {
-    if (errno == ENOENT) return make_error(errc::not_found, fmt::format("{}: no such file", path.string()));
+    if (errno == ENOENT)
+      return make_error(errc::not_found, fmt::format("{}: no such file", path.string()));
     return os_error("open", path);
   }
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) return os_error("stat", path);
   auto size = static_cast<std::size_t>(st.st_size);
   if (size > max_bytes)
-    return make_error(errc::too_large, fmt::format("{}: {} bytes (limit {})", path.string(), size, max_bytes));
+    return make_error(errc::too_large,
+                      fmt::format("{}: {} bytes (limit {})", path.string(), size, max_bytes));
   Bytes out(size);
   std::size_t got = 0;
   while (got < size) {
@@ -177,7 +181,9 @@ Bytes encode_checkpoint(const CheckpointMeta& meta, BytesView payload) {
 }
 
 result<DecodedCheckpoint> decode_checkpoint(BytesView in) {
-  auto bad = [](std::string why) { return make_error(errc::invalid_argument, "checkpoint: " + why); };
+  auto bad = [](std::string why) {
+    return make_error(errc::invalid_argument, "checkpoint: " + why);
+  };
   if (in.size() < 8 + 4 + 4 + 8 + 4) return bad(fmt::format("truncated ({} bytes)", in.size()));
   if (!std::equal(std::begin(kMagic), std::end(kMagic), in.begin())) return bad("bad magic");
   const std::uint32_t version = load_be32(in.data() + 8);
@@ -195,7 +201,8 @@ result<DecodedCheckpoint> decode_checkpoint(BytesView in) {
                            in.size() - off - 4));
   const std::uint32_t want_crc = load_be32(in.data() + in.size() - 4);
   const std::uint32_t got_crc = crc32_of(in.first(in.size() - 4));
-  if (want_crc != got_crc) return bad(fmt::format("CRC mismatch ({:08x} != {:08x})", got_crc, want_crc));
+  if (want_crc != got_crc)
+    return bad(fmt::format("CRC mismatch ({:08x} != {:08x})", got_crc, want_crc));
 
   pb::training::CheckpointMeta m;
   if (!m.ParseFromArray(meta_bytes.data(), static_cast<int>(meta_bytes.size())))
@@ -250,7 +257,8 @@ result<fs::path> CheckpointDir::save(const CheckpointMeta& meta, BytesView paylo
   return p;
 }
 
-result<std::optional<CheckpointDir::Loaded>> CheckpointDir::load_latest(std::size_t max_bytes) const {
+result<std::optional<CheckpointDir::Loaded>> CheckpointDir::load_latest(
+    std::size_t max_bytes) const {
   for (const auto& p : list()) {
     auto raw = read_file(p, max_bytes);
     if (!raw) {

@@ -37,8 +37,8 @@ std::uint64_t splitmix64(std::uint64_t& x) {
 
 // Uniform in [0, bound) without modulo bias (rejection sampling on the top of the range).
 std::uint64_t bounded(std::mt19937_64& rng, std::uint64_t bound) {
-  const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() -
-                              std::numeric_limits<std::uint64_t>::max() % bound;
+  const std::uint64_t limit =
+      std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % bound;
   std::uint64_t v;
   do {
     v = rng();
@@ -60,7 +60,8 @@ result<Bytes> gunzip(BytesView in, std::size_t max_out) {
     ~Guard() { inflateEnd(z); }
   } guard{&zs};
   zs.next_in = const_cast<Bytef*>(in.data());
-  zs.avail_in = static_cast<uInt>(std::min<std::size_t>(in.size(), std::numeric_limits<uInt>::max()));
+  zs.avail_in =
+      static_cast<uInt>(std::min<std::size_t>(in.size(), std::numeric_limits<uInt>::max()));
   std::size_t fed = zs.avail_in;
   std::uint8_t chunk[1 << 16];
   for (;;) {
@@ -69,7 +70,8 @@ result<Bytes> gunzip(BytesView in, std::size_t max_out) {
     int rc = inflate(&zs, Z_NO_FLUSH);
     std::size_t produced = sizeof chunk - zs.avail_out;
     if (out.size() + produced > max_out)
-      return make_error(errc::too_large, fmt::format("gzip: inflates to more than {} bytes", max_out));
+      return make_error(errc::too_large,
+                        fmt::format("gzip: inflates to more than {} bytes", max_out));
     out.insert(out.end(), chunk, chunk + produced);
     if (zs.avail_in == 0 && fed < in.size()) {
       std::size_t more = std::min<std::size_t>(in.size() - fed, std::numeric_limits<uInt>::max());
@@ -90,8 +92,9 @@ result<Bytes> gunzip(BytesView in, std::size_t max_out) {
     }
     if (rc == Z_OK) continue;
     if (rc == Z_BUF_ERROR && zs.avail_in == 0 && fed == in.size())
-      return make_error(errc::invalid_argument,
-                        fmt::format("gzip: truncated (stream ends after {} input bytes)", in.size()));
+      return make_error(
+          errc::invalid_argument,
+          fmt::format("gzip: truncated (stream ends after {} input bytes)", in.size()));
     return make_error(errc::invalid_argument,
                       fmt::format("gzip: corrupt stream ({})", zs.msg ? zs.msg : zError(rc)));
   }
@@ -104,16 +107,20 @@ result<Bytes> read_maybe_gzip(const std::filesystem::path& path, std::size_t max
   auto size = std::filesystem::file_size(path, ec);
   if (ec) return make_error(errc::io, fmt::format("{}: {}", path.string(), ec.message()));
   if (size > kMaxFileBytes)
-    return make_error(errc::too_large, fmt::format("{}: {} bytes is too large", path.string(), size));
+    return make_error(errc::too_large,
+                      fmt::format("{}: {} bytes is too large", path.string(), size));
   std::ifstream f(path, std::ios::binary);
-  if (!f) return make_error(errc::io, fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
+  if (!f)
+    return make_error(errc::io,
+                      fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
   Bytes raw(size);
   f.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(size));
   if (static_cast<std::size_t>(f.gcount()) != size)
     return make_error(errc::io, fmt::format("{}: short read", path.string()));
   if (!is_gzip(raw)) {
     if (raw.size() > max_out)
-      return make_error(errc::too_large, fmt::format("{}: larger than {} bytes", path.string(), max_out));
+      return make_error(errc::too_large,
+                        fmt::format("{}: larger than {} bytes", path.string(), max_out));
     return raw;
   }
   auto r = gunzip(raw, max_out);
@@ -124,8 +131,8 @@ result<Bytes> read_maybe_gzip(const std::filesystem::path& path, std::size_t max
 result<IdxArray> parse_idx_ubyte(BytesView in, std::size_t expected_ndims) {
   if (in.size() < 4) return make_error(errc::invalid_argument, "idx: shorter than its magic");
   if (in[0] != 0 || in[1] != 0)
-    return make_error(errc::invalid_argument,
-                      fmt::format("idx: bad magic {:02x}{:02x}{:02x}{:02x}", in[0], in[1], in[2], in[3]));
+    return make_error(errc::invalid_argument, fmt::format("idx: bad magic {:02x}{:02x}{:02x}{:02x}",
+                                                          in[0], in[1], in[2], in[3]));
   if (in[2] != kIdxUbyte)
     return make_error(errc::invalid_argument,
                       fmt::format("idx: element type 0x{:02x} is not unsigned byte (0x08)", in[2]));
@@ -141,14 +148,15 @@ result<IdxArray> parse_idx_ubyte(BytesView in, std::size_t expected_ndims) {
     a.dims.push_back(d);
     total *= d;
     if (total > kMaxInflatedBytes)
-      return make_error(errc::too_large, fmt::format("idx: dims describe more than {} bytes", kMaxInflatedBytes));
+      return make_error(errc::too_large,
+                        fmt::format("idx: dims describe more than {} bytes", kMaxInflatedBytes));
   }
   std::size_t header = 4 + 4 * ndims;
   std::size_t have = in.size() - header;
   if (have != total)
     return make_error(errc::invalid_argument,
-                      fmt::format("idx: dims describe {} bytes of data but the file has {}{}", total,
-                                  have, have < total ? " (truncated)" : ""));
+                      fmt::format("idx: dims describe {} bytes of data but the file has {}{}",
+                                  total, have, have < total ? " (truncated)" : ""));
   a.data.assign(in.begin() + static_cast<std::ptrdiff_t>(header), in.end());
   return a;
 }
@@ -157,8 +165,8 @@ result<ImageDataset> make_image_dataset(IdxArray images, IdxArray labels, std::s
   if (images.dims.size() != 3 || labels.dims.size() != 1)
     return make_error(errc::invalid_argument, "dataset: images need 3 dims and labels 1");
   if (images.dims[0] != labels.dims[0])
-    return make_error(errc::invalid_argument,
-                      fmt::format("dataset: {} images but {} labels", images.dims[0], labels.dims[0]));
+    return make_error(errc::invalid_argument, fmt::format("dataset: {} images but {} labels",
+                                                          images.dims[0], labels.dims[0]));
   if (images.dims[0] == 0) return make_error(errc::invalid_argument, "dataset: no images");
   if (images.dims[1] == 0 || images.dims[2] == 0)
     return make_error(errc::invalid_argument, "dataset: empty image shape");
@@ -196,7 +204,8 @@ result<ImageDataset> load_fashion_mnist(const std::filesystem::path& dir, Split 
       return raw.error().with_context("Fashion-MNIST is corrupt");
     }
     auto arr = parse_idx_ubyte(raw.value(), ndims);
-    if (!arr) return arr.error().with_context(fmt::format("Fashion-MNIST is corrupt: {}", p.string()));
+    if (!arr)
+      return arr.error().with_context(fmt::format("Fashion-MNIST is corrupt: {}", p.string()));
     return arr;
   };
   ST_TRY(auto images, load(images_path, 3));

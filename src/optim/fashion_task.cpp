@@ -15,7 +15,9 @@ result<FashionModel> parse_fashion_model(const std::string& s) {
   return make_error(errc::invalid_argument, fmt::format("unknown model '{}' (mlp|cnn)", s));
 }
 
-const char* to_string(FashionModel m) { return m == FashionModel::mlp ? "mlp" : "cnn"; }
+const char* to_string(FashionModel m) {
+  return m == FashionModel::mlp ? "mlp" : "cnn";
+}
 
 torch::nn::Sequential make_fashion_model(FashionModel kind, std::uint64_t seed) {
   namespace nn = torch::nn;
@@ -59,8 +61,7 @@ std::pair<torch::Tensor, torch::Tensor> FashionData::range(std::size_t begin,
   return {normalise(images_.slice(0, b, e)), labels_.slice(0, b, e)};
 }
 
-Evaluation evaluate(torch::nn::Sequential& model, const FashionData& data,
-                    std::size_t batch_size) {
+Evaluation evaluate(torch::nn::Sequential& model, const FashionData& data, std::size_t batch_size) {
   torch::NoGradGuard no_grad;
   bool was_training = model->is_training();
   model->eval();
@@ -70,10 +71,10 @@ Evaluation evaluate(torch::nn::Sequential& model, const FashionData& data,
   for (std::size_t b = 0; b < data.size(); b += batch_size) {
     auto [x, y] = data.range(b, std::min(data.size(), b + batch_size));
     auto logits = model->forward(x);
-    loss_sum += torch::nn::functional::cross_entropy(
-                    logits, y,
-                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .item<double>();
+    loss_sum +=
+        torch::nn::functional::cross_entropy(
+            logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+            .item<double>();
     correct += logits.argmax(1).eq(y).sum().item<std::int64_t>();
   }
   ev.samples = data.size();
@@ -85,9 +86,11 @@ Evaluation evaluate(torch::nn::Sequential& model, const FashionData& data,
   return ev;
 }
 
-FashionTask::FashionTask(const ImageDataset& train, FashionModel kind,
-                         std::uint64_t model_seed, std::uint64_t stream_seed)
-    : data_(train), model_(make_fashion_model(kind, model_seed)), stream_(train.size(), stream_seed) {}
+FashionTask::FashionTask(const ImageDataset& train, FashionModel kind, std::uint64_t model_seed,
+                         std::uint64_t stream_seed)
+    : data_(train),
+      model_(make_fashion_model(kind, model_seed)),
+      stream_(train.size(), stream_seed) {}
 
 double FashionTask::forward_backward(std::size_t batch_size) {
   indices_.clear();

@@ -14,7 +14,9 @@ namespace {
 
 using Millis = std::chrono::milliseconds;
 
-double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(Duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 std::uint64_t to_ms(Duration d) {
   auto ms = std::chrono::duration_cast<Millis>(d).count();
@@ -25,11 +27,16 @@ std::uint64_t to_ms(Duration d) {
 
 const char* to_string(Action a) {
   switch (a) {
-    case Action::accumulate: return "accumulate";
-    case Action::begin_matchmaking: return "begin_matchmaking";
-    case Action::average_and_step: return "average_and_step";
-    case Action::step_alone: return "step_alone";
-    case Action::download_state: return "download_state";
+    case Action::accumulate:
+      return "accumulate";
+    case Action::begin_matchmaking:
+      return "begin_matchmaking";
+    case Action::average_and_step:
+      return "average_and_step";
+    case Action::step_alone:
+      return "step_alone";
+    case Action::download_state:
+      return "download_state";
   }
   return "?";
 }
@@ -90,7 +97,8 @@ ProgressTracker::ProgressTracker(net::PeerId self, ProgressConfig config)
     : self_(std::move(self)), config_(config) {
   config_.target_batch_size = std::max<std::uint64_t>(config_.target_batch_size, 1);
   config_.refresh_fraction = std::clamp(config_.refresh_fraction, 0.01, 1.0);
-  if (config_.min_refresh > config_.max_refresh) std::swap(config_.min_refresh, config_.max_refresh);
+  if (config_.min_refresh > config_.max_refresh)
+    std::swap(config_.min_refresh, config_.max_refresh);
   if (!(config_.throughput_half_life_s > 0)) config_.throughput_half_life_s = 10;
 }
 
@@ -147,8 +155,8 @@ bool ProgressTracker::live(const Held& h, TimePoint now) const {
 
 std::uint64_t ProgressTracker::extrapolate(const Held& h, TimePoint now) const {
   const double elapsed = std::max(0.0, seconds(now - h.observed_at));
-  const double est = static_cast<double>(h.record.samples_accumulated) +
-                     h.record.samples_per_second * elapsed;
+  const double est =
+      static_cast<double>(h.record.samples_accumulated) + h.record.samples_per_second * elapsed;
   const double cap = 2.0 * static_cast<double>(config_.target_batch_size) +
                      static_cast<double>(h.record.samples_accumulated);
   return static_cast<std::uint64_t>(std::min(est, cap));
@@ -188,7 +196,8 @@ CollaborationView ProgressTracker::view(TimePoint now) const {
   } else if (v.samples_per_second > 0) {
     const double s = static_cast<double>(target - v.samples_accumulated) / v.samples_per_second;
     // Clamp to a day so the conversion cannot overflow.
-    v.eta = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(std::min(s, 86400.0)));
+    v.eta =
+        std::chrono::duration_cast<Duration>(std::chrono::duration<double>(std::min(s, 86400.0)));
   }
   return v;
 }
@@ -200,15 +209,20 @@ Decision ProgressTracker::decide(TimePoint now) {
 
   // When to look at the others again: a fraction of the ETA, but not past the moment
   // matchmaking should begin.
-  Duration next = config_.max_refresh;
+  // Without an estimate (nobody has reported throughput yet), or while no other peer is known
+  // (at startup, or alone), look again soon so joiners are noticed quickly.
+  const Duration soon = 4 * config_.min_refresh;
+  Duration next = soon;
   if (v.eta) {
     next = std::chrono::duration_cast<Duration>(*v.eta * config_.refresh_fraction);
     if (*v.eta > config_.matchmaking_time) next = std::min(next, *v.eta - config_.matchmaking_time);
+    if (v.num_peers == 1) next = std::min(next, soon);
   }
   // Peers one epoch behind have most likely just stepped with us and will publish their new
   // epoch soon: look again shortly rather than estimating from their outdated records.
   for (const auto& [id, h] : peers_)
-    if (live(h, now) && h.record.epoch + 1 == epoch_) next = std::min(next, 2 * config_.min_refresh);
+    if (live(h, now) && h.record.epoch + 1 == epoch_)
+      next = std::min(next, 2 * config_.min_refresh);
   d.next_fetch = std::clamp(next, config_.min_refresh, config_.max_refresh);
 
   if (config_.auxiliary) {

@@ -19,20 +19,21 @@ result<void> check_module(const torch::nn::Module& m, torch::serialize::InputArc
   for (const auto& item : m.named_parameters(/*recurse=*/false)) {
     torch::Tensor t;
     if (!ar.try_read(item.key(), t, /*is_buffer=*/false))
-      return make_error(errc::invalid_argument,
-                        fmt::format("training state: parameter '{}{}' missing", prefix, item.key()));
+      return make_error(
+          errc::invalid_argument,
+          fmt::format("training state: parameter '{}{}' missing", prefix, item.key()));
     if (t.sizes() != item.value().sizes())
-      return make_error(errc::invalid_argument,
-                        fmt::format("training state: parameter '{}{}' has shape [{}] not [{}]",
-                                    prefix, item.key(), fmt::join(t.sizes(), ","),
-                                    fmt::join(item.value().sizes(), ",")));
+      return make_error(
+          errc::invalid_argument,
+          fmt::format("training state: parameter '{}{}' has shape [{}] not [{}]", prefix,
+                      item.key(), fmt::join(t.sizes(), ","), fmt::join(item.value().sizes(), ",")));
   }
   for (const auto& item : m.named_buffers(/*recurse=*/false)) {
     torch::Tensor t;
     if (!ar.try_read(item.key(), t, /*is_buffer=*/true) || t.sizes() != item.value().sizes())
-      return make_error(errc::invalid_argument,
-                        fmt::format("training state: buffer '{}{}' missing or mis-shaped", prefix,
-                                    item.key()));
+      return make_error(
+          errc::invalid_argument,
+          fmt::format("training state: buffer '{}{}' missing or mis-shaped", prefix, item.key()));
   }
   for (const auto& child : m.named_children()) {
     torch::serialize::InputArchive sub;
@@ -99,9 +100,9 @@ result<void> load_training_state(BytesView state, torch::nn::Module& model,
       for (auto& [name, t] : *extra) {
         torch::Tensor src;
         if (!extra_ar.try_read(name, src) || src.sizes() != t.sizes())
-          return make_error(errc::invalid_argument,
-                            fmt::format("training state: extra tensor '{}' missing or mis-shaped",
-                                        name));
+          return make_error(
+              errc::invalid_argument,
+              fmt::format("training state: extra tensor '{}' missing or mis-shaped", name));
       }
     }
     torch::serialize::InputArchive opt_ar;

@@ -17,7 +17,9 @@ net::PeerId make_peer() {
 }
 
 // An arbitrary base time: the core must not care where time starts.
-TimePoint t0() { return TimePoint{} + std::chrono::hours(1000); }
+TimePoint t0() {
+  return TimePoint{} + std::chrono::hours(1000);
+}
 
 PeerProgress rec(std::uint64_t epoch, std::uint64_t samples, double sps, std::uint64_t seq = 1) {
   PeerProgress p;
@@ -90,8 +92,8 @@ TEST(ProgressRecord, AgeFromTtl) {
   PeerProgress p = rec(0, 0, 0);
   p.age_at_publish = 1s;
   p.ttl = 60s;
-  EXPECT_EQ(record_age(p, 45s), 16s);   // stored 15 s + 1 s old at publication
-  EXPECT_EQ(record_age(p, 90s), 1s);    // a holder reporting more than the ttl: no storage age
+  EXPECT_EQ(record_age(p, 45s), 16s);  // stored 15 s + 1 s old at publication
+  EXPECT_EQ(record_age(p, 90s), 1s);   // a holder reporting more than the ttl: no storage age
 }
 
 TEST(ProgressTracker, ThroughputEstimate) {
@@ -235,7 +237,7 @@ TEST(ProgressTracker, PeerBehindDownloadsState) {
   EXPECT_EQ(d.view.samples_accumulated, 100u);
   EXPECT_EQ(d.view.peers_at_global_epoch, 1u);
   t.set_epoch(5);  // state downloaded
-  EXPECT_EQ(t.decide(now).action, Action::accumulate);
+  EXPECT_NE(t.decide(now).action, Action::download_state);
 
   // With delayed parameter updates one epoch of lag is tolerated.
   cfg.epoch_tolerance = 1;
@@ -286,8 +288,10 @@ TEST(ProgressTracker, NextFetchIsClamped) {
   auto cfg = config(1000000);
   ProgressTracker t(make_peer(), cfg);
   auto now = t0();
-  EXPECT_EQ(t.decide(now).next_fetch, cfg.max_refresh);  // nobody computes: no eta
+  EXPECT_EQ(t.decide(now).next_fetch, 4 * cfg.min_refresh);  // nobody computes: no eta
   t.report_samples(1, 1s);
+  EXPECT_EQ(t.decide(now).next_fetch, 4 * cfg.min_refresh);  // alone: look for joiners
+  t.observe(make_peer(), rec(0, 0, 0), 0s, now);
   EXPECT_EQ(t.decide(now).next_fetch, cfg.max_refresh);  // eta is days
   t.report_samples(999990, 1s);
   EXPECT_EQ(t.decide(now).next_fetch, cfg.min_refresh);  // eta is microseconds
@@ -401,8 +405,12 @@ TEST(ProgressTracker, SimulatedCollaborationStepsTogether) {
   }
   // 2800 samples/s for 60 s is ~41 epochs of 4096.
   ASSERT_GE(samples_per_epoch.size(), 30u);
-  for (auto s : samples_per_epoch) {
-    EXPECT_GE(s, kTarget);
-    EXPECT_LE(s, kTarget * 13 / 10) << "peers overshoot the target by more than 30%";
+  // The first epoch includes discovery (peers start knowing nobody and find each other on
+  // their next fetch, 2 s later); after that each step happens within 10% of the target.
+  EXPECT_GE(samples_per_epoch[0], kTarget);
+  EXPECT_LE(samples_per_epoch[0], kTarget * 3 / 2);
+  for (std::size_t i = 1; i < samples_per_epoch.size(); ++i) {
+    EXPECT_GE(samples_per_epoch[i], kTarget);
+    EXPECT_LE(samples_per_epoch[i], kTarget * 11 / 10) << "epoch " << i << " overshoots";
   }
 }

@@ -189,7 +189,8 @@ TEST(TrainingState, CheckpointSaveAndResume) {
   EXPECT_FALSE(load_latest_checkpoint(cd.value(), *wrong, nullptr));
 }
 
-// ---- The built-in task ---------------------------------------------------------------------------
+// ---- The built-in task
+// ---------------------------------------------------------------------------
 
 TEST(FashionTask, LearnsSomethingQuickly) {
   auto train = load_fashion_mnist(kFashionMnistDefaultDir, Split::train);

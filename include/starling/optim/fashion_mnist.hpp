@@ -61,8 +61,7 @@ enum class Split { train, test };
 result<ImageDataset> load_fashion_mnist(const std::filesystem::path& dir, Split split);
 
 // Validates an already parsed pair (used by load_fashion_mnist; exposed for tests).
-result<ImageDataset> make_image_dataset(IdxArray images, IdxArray labels,
-                                        std::size_t num_classes);
+result<ImageDataset> make_image_dataset(IdxArray images, IdxArray labels, std::size_t num_classes);
 
 // (pixel / 255 - mean) / std for each pixel.
 void normalize_pixels(std::span<const std::uint8_t> in, std::span<float> out,

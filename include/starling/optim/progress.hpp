@@ -26,10 +26,10 @@ struct PeerProgress {
   std::uint64_t epoch = 0;
   std::uint64_t samples_accumulated = 0;  // toward `epoch`'s target
   double samples_per_second = 0;
-  std::uint64_t seq = 0;              // publication counter of this run of the peer
-  Duration age_at_publish{0};         // measurement -> publication
-  Duration ttl{0};                    // DHT ttl the record was stored with
-  std::uint64_t samples_total = 0;    // contributed over the run
+  std::uint64_t seq = 0;            // publication counter of this run of the peer
+  Duration age_at_publish{0};       // measurement -> publication
+  Duration ttl{0};                  // DHT ttl the record was stored with
+  std::uint64_t samples_total = 0;  // contributed over the run
   bool client_mode = false;
   bool auxiliary = false;
 
@@ -128,8 +128,7 @@ class ProgressTracker {
   // accumulated samples restart at 0 and matchmaking may begin again.
   void set_epoch(std::uint64_t epoch);
   // Restores counters from a checkpoint.
-  void restore(std::uint64_t epoch, std::uint64_t samples_accumulated,
-               std::uint64_t samples_total);
+  void restore(std::uint64_t epoch, std::uint64_t samples_accumulated, std::uint64_t samples_total);
 
   // A record fetched at `now`, `age` old on this peer's clock (see record_age()). Records of
   // this peer itself are ignored; an older record of a peer than the one held is ignored.
