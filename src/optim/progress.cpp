@@ -154,12 +154,10 @@ bool ProgressTracker::live(const Held& h, TimePoint now) const {
 }
 
 std::uint64_t ProgressTracker::extrapolate(const Held& h, TimePoint now) const {
-  const double elapsed = std::max(0.0, seconds(now - h.observed_at));
-  const double est =
-      static_cast<double>(h.record.samples_accumulated) + h.record.samples_per_second * elapsed;
-  const double cap = 2.0 * static_cast<double>(config_.target_batch_size) +
-                     static_cast<double>(h.record.samples_accumulated);
-  return static_cast<std::uint64_t>(std::min(est, cap));
+  const double elapsed =
+      std::clamp(seconds(now - h.observed_at), 0.0, seconds(config_.stale_after));
+  return static_cast<std::uint64_t>(static_cast<double>(h.record.samples_accumulated) +
+                                    h.record.samples_per_second * elapsed);
 }
 
 CollaborationView ProgressTracker::view(TimePoint now) const {
@@ -176,6 +174,7 @@ CollaborationView ProgressTracker::view(TimePoint now) const {
   v.num_auxiliary = config_.auxiliary ? 1 : 0;
   if (epoch_ == v.global_epoch) {
     v.peers_at_global_epoch = 1;
+    v.computing_at_global_epoch = config_.auxiliary ? 0 : 1;
     v.samples_accumulated = samples_;
   }
   if (counts_rate(epoch_)) v.samples_per_second = local_samples_per_second();
@@ -186,11 +185,15 @@ CollaborationView ProgressTracker::view(TimePoint now) const {
     if (h.record.auxiliary) ++v.num_auxiliary;
     if (h.record.epoch == v.global_epoch) {
       ++v.peers_at_global_epoch;
+      if (!h.record.auxiliary) ++v.computing_at_global_epoch;
       v.samples_accumulated += extrapolate(h, now);
     }
     if (counts_rate(h.record.epoch)) v.samples_per_second += h.record.samples_per_second;
   }
-  const std::uint64_t target = config_.target_batch_size;
+  v.target = config_.per_peer_target > 0
+                 ? config_.per_peer_target * std::max<std::size_t>(v.computing_at_global_epoch, 1)
+                 : config_.target_batch_size;
+  const std::uint64_t target = v.target;
   if (v.samples_accumulated >= target) {
     v.eta = Duration::zero();
   } else if (v.samples_per_second > 0) {
@@ -202,11 +205,7 @@ CollaborationView ProgressTracker::view(TimePoint now) const {
   return v;
 }
 
-Decision ProgressTracker::decide(TimePoint now) {
-  Decision d;
-  d.view = view(now);
-  const auto& v = d.view;
-
+Duration ProgressTracker::fetch_interval(const CollaborationView& v, TimePoint now) const {
   // When to look at the others again: a fraction of the ETA, but not past the moment
   // matchmaking should begin.
   // Without an estimate (nobody has reported throughput yet), or while no other peer is known
@@ -223,7 +222,19 @@ Decision ProgressTracker::decide(TimePoint now) {
   for (const auto& [id, h] : peers_)
     if (live(h, now) && h.record.epoch + 1 == epoch_)
       next = std::min(next, 2 * config_.min_refresh);
-  d.next_fetch = std::clamp(next, config_.min_refresh, config_.max_refresh);
+  return std::clamp(next, config_.min_refresh, config_.max_refresh);
+}
+
+Duration ProgressTracker::next_fetch(TimePoint now) const {
+  return fetch_interval(view(now), now);
+}
+
+Decision ProgressTracker::decide(TimePoint now) {
+  Decision d;
+  d.view = view(now);
+  const auto& v = d.view;
+
+  d.next_fetch = fetch_interval(v, now);
 
   if (config_.auxiliary) {
     // An auxiliary peer has no state to fall behind on: it follows the collaboration's epoch
@@ -233,7 +244,7 @@ Decision ProgressTracker::decide(TimePoint now) {
     for (const auto& [id, h] : peers_)
       if (live(h, now) && !h.record.auxiliary && h.record.epoch == v.global_epoch) ++computing;
     if (computing < 2) return d;
-    if (v.samples_accumulated >= config_.target_batch_size) {
+    if (v.samples_accumulated >= v.target) {
       d.action = Action::average_and_step;
     } else if (v.eta && *v.eta <= config_.matchmaking_time && matchmaking_epoch_ != epoch_) {
       matchmaking_epoch_ = epoch_;
@@ -248,10 +259,13 @@ Decision ProgressTracker::decide(TimePoint now) {
   }
   if (v.global_epoch != epoch_) return d;  // behind within tolerance: keep going
 
-  if (v.samples_accumulated >= config_.target_batch_size) {
+  if (v.samples_accumulated >= v.target) {
+    // Partners: computing peers at this epoch, or one behind (most likely they have just
+    // stepped to it and their record is not here yet). Stepping alone while they step together
+    // would fork the parameters; if they are really behind, the round fails and is retried.
     bool others = false;
     for (const auto& [id, h] : peers_)
-      if (live(h, now) && !h.record.auxiliary && h.record.epoch == epoch_) others = true;
+      if (live(h, now) && !h.record.auxiliary && h.record.epoch + 1 >= epoch_) others = true;
     d.action = others ? Action::average_and_step : Action::step_alone;
     return d;
   }

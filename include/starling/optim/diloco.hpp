@@ -17,13 +17,9 @@
 
 #include <torch/types.h>
 
-namespace starling::optim {
+#include "starling/optim/optimizer_options.hpp"
 
-struct OuterOptions {
-  double lr = 0.7;        // DiLoCo's default outer learning rate
-  double momentum = 0.9;  // DiLoCo's default
-  bool nesterov = true;
-};
+namespace starling::optim {
 
 // pseudo_grads[i] = anchors[i] - params[i] (allocated if undefined).
 void diloco_pseudo_gradient(std::span<const torch::Tensor> params,

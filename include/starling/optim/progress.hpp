@@ -59,6 +59,9 @@ struct ProgressConfig {
   // Samples the collaboration accumulates per optimizer step (the global batch). Independent
   // of the number of peers, so hyperparameters are too.
   std::uint64_t target_batch_size = 4096;
+  // If > 0, the target is this many samples per computing peer at the epoch instead
+  // (DiLoCo: H local steps x batch size), so a round comes after H local steps on average.
+  std::uint64_t per_peer_target = 0;
   // Matchmaking for the next averaging round starts this long before the estimated time the
   // target is reached.
   Duration matchmaking_time = 5s;
@@ -91,8 +94,10 @@ struct CollaborationView {
   std::size_t num_peers = 0;      // live peers, this one included
   std::size_t num_clients = 0;
   std::size_t num_auxiliary = 0;
-  std::size_t peers_at_global_epoch = 0;  // live peers at global_epoch, this one included
-  std::optional<Duration> eta;            // until the target; nullopt if nobody computes
+  std::size_t peers_at_global_epoch = 0;      // live peers at global_epoch, this one included
+  std::size_t computing_at_global_epoch = 0;  // of which not auxiliary
+  std::uint64_t target = 0;                   // samples that complete global_epoch
+  std::optional<Duration> eta;                // until the target; nullopt if nobody computes
 };
 
 enum class Action {
@@ -142,6 +147,10 @@ class ProgressTracker {
   // accumulate until the target is reached).
   Decision decide(TimePoint now);
 
+  // How long to wait before fetching others' records again (what decide() puts in
+  // next_fetch), without deciding anything.
+  Duration next_fetch(TimePoint now) const;
+
   // The record to publish now (increments seq); remembers when it was published.
   PeerProgress make_record(TimePoint now, Duration ttl);
   // Whether the own record should be published at `now` (epoch changed since the last
@@ -154,7 +163,8 @@ class ProgressTracker {
     TimePoint observed_at;  // now - age when fetched
   };
   bool live(const Held& h, TimePoint now) const;
-  // Remote samples at now, extrapolated and capped at 2x target.
+  Duration fetch_interval(const CollaborationView& v, TimePoint now) const;
+  // A peer's samples at `now`, extrapolated from its record (at most stale_after ahead).
   std::uint64_t extrapolate(const Held& h, TimePoint now) const;
 
   net::PeerId self_;
