@@ -75,8 +75,11 @@ TEST(Host, ConcurrentStreamsAndDialsShareOneConnection) {
       scope.spawn([&]() -> awaitable<void> {
         auto data = random_bytes(256 * 1024);
         auto r = co_await echo(*a, b->local_peer(), data, 20s);
-        if (r && r.value() == data) ++ok;
-        else if (!r) ADD_FAILURE() << r.error().message();
+        if (r && r.value() == data) {
+          ++ok;
+        } else if (!r) {
+          ADD_FAILURE() << r.error().message();
+        }
         if (++finished == kStreams) done.set();
       });
     CO_ASSERT_OK(co_await with_timeout(done.wait(), 30s, "streams"));
@@ -113,7 +116,9 @@ TEST(Host, DialErrorsNameThePeerAddressAndCause) {
     // Unknown protocol: a clear error, the connection survives.
     auto u = co_await a->open_stream(c->local_peer(), "/nope/1.0.0", 5s);
     EXPECT_FALSE(u);
-    if (!u) EXPECT_EQ(u.error(), errc::unsupported) << u.error().message();
+    if (!u) {
+      EXPECT_EQ(u.error(), errc::unsupported) << u.error().message();
+    }
     co_await a->stop();
     co_await c->stop();
   });
