@@ -1,12 +1,14 @@
 #include "starling/averaging/averager.hpp"
 
-#include <asio/thread_pool.hpp>
 #include <random>
 
 #include "averager_impl.hpp"
 #include "match_session.hpp"
 #include "round_runner.hpp"
+#include "starling/averaging/compression.hpp"
+#include "starling/core/blocking.hpp"
 #include "starling/core/log.hpp"
+#include "starling/core/thread_pool.hpp"
 
 namespace starling::averaging {
 
@@ -22,6 +24,8 @@ result<std::shared_ptr<Averager>> Averager::create(std::shared_ptr<net::StreamHo
                                                    AveragerConfig cfg, AddressSink add_addresses) {
   if (!host) return make_error(errc::invalid_argument, "averager: no host");
   ST_TRY(validate_schema(schema));
+  if (!codec_from_string(schema.codec))
+    return make_error(errc::invalid_argument, "averager: unknown codec '" + schema.codec + "'");
   ST_TRY(check_views(schema, tensors));
   if (cfg.bandwidth == 0 || cfg.bandwidth > (std::uint64_t{1} << 40))
     return make_error(errc::invalid_argument, "averager: bandwidth out of range");
@@ -48,11 +52,32 @@ Averager::Averager(std::shared_ptr<net::StreamHost> host, std::shared_ptr<Direct
       tensors_(std::move(tensors)),
       cfg_(std::move(cfg)),
       add_addresses_(std::move(sink)),
-      pool_(std::make_unique<asio::thread_pool>(std::max<std::size_t>(1, cfg_.reduce_threads))),
+      pool_(std::make_unique<ThreadPool>(std::max<std::size_t>(1, cfg_.reduce_threads))),
       impl_(std::make_unique<Impl>(host_->get_executor())) {}
 
 Averager::~Averager() {
-  if (pool_) pool_->join();
+  if (pool_) pool_->shutdown();
+}
+
+result<StepResult> Averager::step_blocking(StepOptions opts) {
+  auto self = shared_from_this();
+  const Duration limit = opts.timeout + 30s;
+  return block_on(
+      host_->get_executor(), [self, opts]() { return self->step(opts); }, limit);
+}
+
+result<void> Averager::share_state_blocking(std::uint64_t epoch, Bytes metadata, Duration ttl) {
+  auto self = shared_from_this();
+  return block_on(
+      host_->get_executor(),
+      [self, epoch, metadata, ttl]() { return self->share_state(epoch, metadata, ttl); }, 120s);
+}
+
+result<StateInfo> Averager::load_state_blocking(LoadStateOptions opts) {
+  auto self = shared_from_this();
+  const Duration limit = opts.timeout + 30s;
+  return block_on(
+      host_->get_executor(), [self, opts]() { return self->load_state(opts); }, limit);
 }
 
 MemberInfo Averager::self_info(double weight) const {
@@ -214,6 +239,7 @@ awaitable<result<StepResult>> Averager::step(StepOptions opts) {
   rcfg.keepalive_interval = cfg_.keepalive_interval;
   rcfg.open_timeout = cfg_.open_timeout;
   rcfg.on_phase = cfg_.on_phase;
+  rcfg.codec = CodecSpec{*codec_from_string(schema_.codec)};
   const TimePoint t1 = Clock::now();
   auto runner = std::make_shared<detail::RoundRunner>(
       *host_, group, static_cast<std::uint32_t>(*me), peers, local, output, rcfg, deadline, *pool_);

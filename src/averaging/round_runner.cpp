@@ -4,6 +4,7 @@
 #include <bit>
 
 #include "starling/core/log.hpp"
+#include "starling/core/thread_pool.hpp"
 
 namespace starling::averaging::detail {
 
@@ -29,12 +30,44 @@ BytesView float_bytes(std::span<const float> f) {
 
 constexpr std::size_t kReadChunk = 256 * 1024;
 
+// Pool tasks as plain function objects (GCC 12 mishandles lambdas nested in coroutines).
+struct EncodeTask {
+  CodecSpec spec;
+  std::span<const float> in;
+  result<Bytes> operator()() const { return encode(spec, in); }
+};
+// Encodes a reduced part and replaces it by its decoded form, so that the owner holds exactly
+// what every other member will decode.
+struct EncodeOwnTask {
+  CodecSpec spec;
+  std::span<float> part;
+  result<Bytes> operator()() const {
+    auto e = encode(spec, part);
+    if (!e) return e;
+    auto d = decode(e.value(), part);
+    if (!d) return d.error();
+    return e;
+  }
+};
+struct DecodeTask {
+  const Bytes* in;
+  std::size_t max_count;
+  std::vector<float>* out;
+  result<void> operator()() const {
+    ST_TRY(auto info, inspect(*in));
+    if (info.count > max_count)
+      return make_error(errc::invalid_argument, "payload holds more values than a part");
+    out->resize(info.count);
+    return decode(*in, *out);
+  }
+};
+
 }  // namespace
 
 RoundRunner::RoundRunner(net::StreamHost& host, GroupInfo group, std::uint32_t self,
                          std::vector<net::PeerId> peers, std::span<const float> local,
                          std::span<float> output, RoundRunnerConfig cfg, TimePoint deadline,
-                         asio::thread_pool& pool)
+                         ThreadPool& pool)
     : host_(host),
       group_(std::move(group)),
       self_(self),
@@ -177,13 +210,36 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
       OutFrame f = std::move(P.queue.front());
       P.queue.pop_front();
       auto s = P.send;
-      auto w = co_await s->write(f.header);
-      if (w && !f.payload.empty()) w = co_await s->write(float_bytes(f.payload));
+      std::span<const float> data;
+      if (auto* pm = std::get_if<PartMsg>(&f.msg)) data = pm->data;
+      if (auto* rm = std::get_if<ResultMsg>(&f.msg)) data = rm->data;
+      BytesView payload = float_bytes(data);
+      std::shared_ptr<const Bytes> encoded;
+      if (compressed() && !data.empty()) {
+        if (auto* rm = std::get_if<ResultMsg>(&f.msg)) {
+          auto it = encoded_results_.find({rm->subround, rm->part});
+          if (it != encoded_results_.end()) encoded = it->second;
+        }
+        if (!encoded) {
+          auto e = co_await pool_.run(EncodeTask{cfg_.codec, data});
+          if (!e) {
+            logger("averaging")->warn("all-reduce: cannot encode a part for member {}: {}", j,
+                                      e.error().message());
+            if (!ending_) stream_lost(j, e.error(), false);
+            co_return;
+          }
+          encoded = std::make_shared<const Bytes>(std::move(e).value());
+        }
+        payload = *encoded;
+      }
+      const Bytes header = net::length_prefixed(wire::encode_round(f.msg, payload.size()));
+      auto w = co_await s->write(header);
+      if (w && !payload.empty()) w = co_await s->write(payload);
       if (!w) {
         if (!ending_) stream_lost(j, w.error(), false);
         co_return;
       }
-      bytes_sent_ += f.header.size() + f.payload.size_bytes();
+      bytes_sent_ += header.size() + payload.size();
       if (P.queue.empty()) progress_.set();
       continue;
     }
@@ -242,14 +298,24 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
         std::holds_alternative<PartMsg>(msg) || std::holds_alternative<ResultMsg>(msg);
     if (has_data) {
       const std::uint64_t len = f.value().payload_len;
-      if (len % sizeof(float) != 0 || len > max_payload) {
-        stream_lost(
-            j, make_error(errc::invalid_argument, "payload of " + std::to_string(len) + " bytes"),
-            true);
+      const std::uint64_t max_len = compressed()
+                                        ? encoded_size(cfg_.codec, cfg_.round.part_elems)
+                                        : cfg_.round.part_elems * sizeof(float);
+      if (len > max_len || (!compressed() && len % sizeof(float) != 0)) {
+        stream_lost(j,
+                    make_error(errc::invalid_argument,
+                               "payload of " + std::to_string(len) + " bytes"),
+                    true);
         co_return;
       }
-      buf.resize(len / sizeof(float));
-      MutableBytesView dst(reinterpret_cast<std::uint8_t*>(buf.data()), len);
+      Bytes raw;
+      if (compressed())
+        raw.resize(len);
+      else
+        buf.resize(len / sizeof(float));
+      MutableBytesView dst = compressed()
+                                 ? MutableBytesView(raw)
+                                 : MutableBytesView(reinterpret_cast<std::uint8_t*>(buf.data()), len);
       for (std::size_t off = 0; off < len; off += kReadChunk) {
         const std::size_t take = std::min<std::size_t>(kReadChunk, len - off);
         auto rd = co_await r->read_exact(dst.subspan(off, take));
@@ -259,6 +325,13 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
         }
         bytes_received_ += take;
         core_.on_activity(j, Clock::now());
+      }
+      if (compressed()) {
+        auto d = co_await pool_.run(DecodeTask{&raw, cfg_.round.part_elems, &buf});
+        if (!d) {
+          stream_lost(j, d.error(), true);
+          co_return;
+        }
       }
       if (auto* p = std::get_if<PartMsg>(&msg)) p->data = buf;
       if (auto* q = std::get_if<ResultMsg>(&msg)) q->data = buf;
@@ -298,6 +371,25 @@ void RoundRunner::connecting_grace(TimePoint now) {
   }
 }
 
+// With a lossy codec the owner sends each reduced part encoded once to every member: encode
+// it on the pool, keep the bytes, and replace the part by its decoded form first.
+awaitable<void> RoundRunner::finish_reduction() {
+  auto self = shared_from_this();
+  const auto& parts = core_.plan().parts;
+  for (std::uint32_t p = 0; p < parts.size(); ++p) {
+    if (parts[p].owner != self_) continue;
+    auto e = co_await pool_.run(EncodeOwnTask{cfg_.codec, core_.part_output(p)});
+    if (!e) {
+      logger("averaging")->warn("all-reduce: cannot encode reduced part {}: {}", p,
+                                e.error().message());
+      co_return;  // the round ends by its deadline; members see this owner fail
+    }
+    encoded_results_[{core_.subround(), p}] = std::make_shared<const Bytes>(std::move(e).value());
+  }
+  core_.on_reduced(Clock::now());
+  pump();
+}
+
 void RoundRunner::stream_lost(std::uint32_t j, const Error& e, bool blame) {
   if (blame)
     logger("averaging")->warn("all-reduce: member {} sent malformed data: {}", j, e.message());
@@ -318,11 +410,7 @@ void RoundRunner::pump() {
   for (auto& env : core_.take_outbox()) {
     auto& P = p_[env.to];
     if (P.fenced) continue;
-    std::span<const float> payload;
-    if (auto* pm = std::get_if<PartMsg>(&env.msg)) payload = pm->data;
-    if (auto* rm = std::get_if<ResultMsg>(&env.msg)) payload = rm->data;
-    P.queue.push_back(
-        {net::length_prefixed(wire::encode_round(env.msg, payload.size_bytes())), payload});
+    P.queue.push_back({std::move(env.msg)});
     P.wake->set();
   }
   auto jobs = core_.take_reduce_jobs();
@@ -330,12 +418,15 @@ void RoundRunner::pump() {
     auto self = shared_from_this();
     jobs_in_flight_ += jobs.size();
     for (auto& job : jobs)
-      asio::post(pool_, [self, job = std::move(job)] {
+      (void)pool_.submit([self, job = std::move(job)] {
         run_reduce_job(job);
         asio::post(self->ex_, [self] {
           if (--self->jobs_in_flight_ > 0) return;
           self->jobs_done_.set();
-          self->core_.on_reduced(Clock::now());
+          if (self->compressed())
+            self->scope_.spawn(self->finish_reduction());
+          else
+            self->core_.on_reduced(Clock::now());
           self->pump();
         });
       });

@@ -11,10 +11,11 @@
 #pragma once
 
 #include <asio/steady_timer.hpp>
-#include <asio/thread_pool.hpp>
 #include <deque>
+#include <map>
 #include <memory>
 
+#include "starling/averaging/compression.hpp"
 #include "starling/averaging/round_core.hpp"
 #include "starling/averaging/wire.hpp"
 #include "starling/net/byte_stream.hpp"
@@ -28,13 +29,14 @@ struct RoundRunnerConfig {
   Duration open_timeout = 10s;
   Duration linger = 3s;  // after the end: draining writes and waiting for peers' EOF
   std::function<void(const std::string&)> on_phase;  // test hook
+  CodecSpec codec;  // applied to every part and result on the wire (none: raw float32)
 };
 
 class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
  public:
   RoundRunner(net::StreamHost& host, GroupInfo group, std::uint32_t self,
               std::vector<net::PeerId> peers, std::span<const float> local, std::span<float> output,
-              RoundRunnerConfig cfg, TimePoint deadline, asio::thread_pool& pool);
+              RoundRunnerConfig cfg, TimePoint deadline, ThreadPool& pool);
   ~RoundRunner();
 
   // Runs the round to its end and closes its streams. The error is the core's.
@@ -52,8 +54,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
 
  private:
   struct OutFrame {
-    Bytes header;  // length-prefixed
-    std::span<const float> payload;
+    RoundMessage msg;  // Part/Result data spans point into the round's buffers
   };
   struct Peer {
     net::ByteStreamPtr send;
@@ -71,6 +72,8 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
                          std::shared_ptr<net::BufferedReader> r);
   awaitable<void> timer_loop();
   void pump();
+  awaitable<void> finish_reduction();
+  bool compressed() const { return cfg_.codec.codec != CodecId::none; }
   void stream_lost(std::uint32_t j, const Error& e, bool blame);
   void fence(std::uint32_t j);
   bool drained() const;
@@ -82,7 +85,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   std::vector<net::PeerId> peers_;
   RoundRunnerConfig cfg_;
   TimePoint deadline_;
-  asio::thread_pool& pool_;
+  ThreadPool& pool_;
   asio::any_io_executor ex_;
   RoundCore core_;
   std::vector<Peer> p_;
@@ -90,6 +93,8 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   asio::steady_timer timer_;
   AsyncEvent done_, progress_;
   std::size_t jobs_in_flight_ = 0;
+  // (sub-round, part)
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::shared_ptr<const Bytes>> encoded_results_;
   std::size_t readers_ = 0;
   TimePoint started_{};
   void connecting_grace(TimePoint now);

@@ -1,13 +1,13 @@
 // State transfer (state_transfer.hpp): the donor's snapshot, announcement and server, and the
 // newcomer's parallel, verified, resumable download.
 #include <asio/co_spawn.hpp>
-#include <asio/thread_pool.hpp>
 #include <asio/use_awaitable.hpp>
 #include <deque>
 #include <set>
 
 #include "averager_impl.hpp"
 #include "starling/core/log.hpp"
+#include "starling/core/thread_pool.hpp"
 
 namespace starling::averaging {
 namespace {
@@ -24,6 +24,23 @@ awaitable<result<void>> write_frame(net::ByteStream& s, const StateFrame& f,
   if (!payload.empty()) ST_CO_TRY(co_await s.write(float_bytes(payload)));
   co_return success();
 }
+
+// Pool tasks (plain function objects: GCC 12 mishandles lambdas nested in coroutine lambdas).
+struct HashParts {
+  const StateSnapshot* snap;
+  std::vector<Bytes> operator()() const {
+    std::vector<Bytes> hs;
+    const std::size_t pe = snap->manifest.part_elems;
+    std::span<const float> all(snap->data);
+    for (std::size_t b = 0; b < all.size(); b += pe)
+      hs.push_back(blake2b_256(float_bytes(all.subspan(b, std::min(pe, all.size() - b)))));
+    return hs;
+  }
+};
+struct HashFloats {
+  const std::vector<float>* v;
+  Bytes operator()() const { return blake2b_256(float_bytes(*v)); }
+};
 
 // One donor during a download.
 struct Donor {
@@ -54,17 +71,9 @@ awaitable<result<void>> Averager::share_state(std::uint64_t epoch, Bytes metadat
   m.elements = snap->data.size();
   m.part_elems = static_cast<std::uint32_t>(cfg_.round.part_elems);
   // Hash the parts on the worker pool, not on the I/O thread.
-  m.part_hashes = co_await asio::co_spawn(
-      pool_->get_executor(),
-      [snap]() -> awaitable<std::vector<Bytes>> {
-        std::vector<Bytes> hs;
-        const std::size_t pe = snap->manifest.part_elems;
-        for (std::size_t b = 0; b < snap->data.size(); b += pe)
-          hs.push_back(blake2b_256(float_bytes(std::span<const float>(snap->data).subspan(
-              b, std::min(pe, snap->data.size() - b)))));
-        co_return hs;
-      },
-      asio::use_awaitable);
+  auto hashes = co_await pool_->run(HashParts{snap.get()});
+  if (!hashes) co_return hashes.error();
+  m.part_hashes = std::move(hashes).value();
   m.snapshot = snapshot_id(m);
   impl_->snapshot = snap;
   StateAnnouncement a{self_info(0), epoch, schema_hash_, WallClock::now() + std::chrono::duration_cast<WallClock::duration>(ttl)};
@@ -277,10 +286,7 @@ awaitable<result<StateInfo>> Averager::load_state(LoadStateOptions opts) {
               MutableBytesView dst(reinterpret_cast<std::uint8_t*>(tmp.data()), len * sizeof(float));
               ST_CO_TRY(co_await with_timeout(d->reader->read_exact(dst), opts.stall_timeout,
                                               "state part"));
-              auto h = co_await asio::co_spawn(
-                  pool_->get_executor(),
-                  [&tmp]() -> awaitable<Bytes> { co_return blake2b_256(float_bytes(tmp)); },
-                  asio::use_awaitable);
+              ST_CO_TRY(auto h, co_await pool_->run(HashFloats{&tmp}));
               if (h != manifest.part_hashes[p])
                 co_return make_error(errc::protocol_violation,
                                      "part " + std::to_string(p) + " does not match its hash");

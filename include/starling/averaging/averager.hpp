@@ -24,8 +24,8 @@
 #include "starling/averaging/wire.hpp"
 #include "starling/net/stream_host.hpp"
 
-namespace asio {
-class thread_pool;
+namespace starling {
+class ThreadPool;
 }
 
 namespace starling::averaging {
@@ -39,7 +39,7 @@ struct AveragerConfig {
   std::vector<std::string> addrs;    // addresses others dial (multiaddr strings)
   Duration keepalive_interval = 1s;  // on every all-reduce stream while a round runs
   Duration open_timeout = 10s;       // opening a stream to a group member
-  std::size_t reduce_threads = 2;    // worker pool for reductions
+  std::size_t reduce_threads = 2;    // worker pool for reductions and (de)compression
   std::uint64_t seed = 0;            // for group ids and initial Moshpit digits (0: random)
   // Test hook: called on the I/O thread when this peer's step enters a phase
   // ("matchmaking:<state>", "reduce-scatter", "report", "all-gather", "fin", "done").
@@ -105,6 +105,13 @@ class Averager : public std::enable_shared_from_this<Averager> {
   // failed), timeout. On error the tensors are unchanged.
   awaitable<result<StateInfo>> load_state(LoadStateOptions opts = {});
 
+  // Blocking forms, for threads that do not run the host's executor (a training loop). Each
+  // waits at most the operation's own timeout plus a margin; called on the executor's thread
+  // they refuse with errc::internal instead of deadlocking.
+  result<StepResult> step_blocking(StepOptions opts);
+  result<void> share_state_blocking(std::uint64_t epoch, Bytes metadata, Duration ttl = 300s);
+  result<StateInfo> load_state_blocking(LoadStateOptions opts = {});
+
   const Schema& schema() const noexcept { return schema_; }
   const Bytes& schema_hash() const noexcept { return schema_hash_; }
   const GroupKey& group_key() const noexcept { return key_; }
@@ -127,7 +134,7 @@ class Averager : public std::enable_shared_from_this<Averager> {
   AveragerConfig cfg_;
   AddressSink add_addresses_;
   GroupKey key_;
-  std::unique_ptr<asio::thread_pool> pool_;
+  std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Impl> impl_;
 };
 
