@@ -11,6 +11,22 @@
 #include "starling/core/thread_pool.hpp"
 
 namespace starling::averaging {
+namespace {
+
+// Copies between the caller's tensors and the flat vector on the pool (64 MB of memcpy would
+// otherwise stall the I/O thread). Function objects: GCC 12 and lambdas in coroutines.
+struct GatherTask {
+  const std::vector<TensorView>* views;
+  std::vector<float>* flat;
+  void operator()() const { gather_flat(*views, 0, *flat); }
+};
+struct ScatterTask {
+  const std::vector<TensorView>* views;
+  const std::vector<float>* flat;
+  void operator()() const { scatter_flat(*views, 0, *flat); }
+};
+
+}  // namespace
 
 namespace {
 
@@ -24,8 +40,7 @@ result<std::shared_ptr<Averager>> Averager::create(std::shared_ptr<net::StreamHo
                                                    AveragerConfig cfg, AddressSink add_addresses) {
   if (!host) return make_error(errc::invalid_argument, "averager: no host");
   ST_TRY(validate_schema(schema));
-  if (!codec_from_string(schema.codec))
-    return make_error(errc::invalid_argument, "averager: unknown codec '" + schema.codec + "'");
+  ST_TRY(auto codecs, detail::TensorCodecs::from_schema(schema));
   ST_TRY(check_views(schema, tensors));
   if (cfg.bandwidth == 0 || cfg.bandwidth > (std::uint64_t{1} << 40))
     return make_error(errc::invalid_argument, "averager: bandwidth out of range");
@@ -39,6 +54,7 @@ result<std::shared_ptr<Averager>> Averager::create(std::shared_ptr<net::StreamHo
                                            std::move(tensors), std::move(cfg),
                                            std::move(add_addresses)));
   a->key_ = std::move(key).value();
+  a->impl_->codecs = std::move(codecs);
   return a;
 }
 
@@ -196,7 +212,10 @@ awaitable<result<StepResult>> Averager::step(StepOptions opts) {
   const TimePoint deadline = t0 + opts.timeout;
   const std::uint64_t n = schema_.numel();
   std::vector<float> local(n), output(n);
-  gather_flat(tensors_, 0, local);
+  {
+    GatherTask gather{&tensors_, &local};
+    ST_CO_TRY(co_await pool_->run(gather));
+  }
 
   StepResult res;
   GroupInfo group;
@@ -239,7 +258,20 @@ awaitable<result<StepResult>> Averager::step(StepOptions opts) {
   rcfg.keepalive_interval = cfg_.keepalive_interval;
   rcfg.open_timeout = cfg_.open_timeout;
   rcfg.on_phase = cfg_.on_phase;
-  rcfg.codec = CodecSpec{*codec_from_string(schema_.codec)};
+  rcfg.codecs = &impl_->codecs;
+  // Error feedback: this step starts from the residual of earlier steps and commits the new
+  // one only if it succeeds (on failure nothing was applied, so nothing was lost).
+  std::vector<float> residual_out, result_residual_out;
+  if (cfg_.error_feedback && impl_->codecs.compressed()) {
+    if (impl_->residual.size() != n) impl_->residual.assign(n, 0.0f);
+    if (impl_->result_residual.size() != n) impl_->result_residual.assign(n, 0.0f);
+    residual_out = impl_->residual;
+    result_residual_out = impl_->result_residual;
+    rcfg.residual = impl_->residual;
+    rcfg.residual_out = residual_out;
+    rcfg.result_residual = impl_->result_residual;
+    rcfg.result_residual_out = result_residual_out;
+  }
   const TimePoint t1 = Clock::now();
   auto runner = std::make_shared<detail::RoundRunner>(
       *host_, group, static_cast<std::uint32_t>(*me), peers, local, output, rcfg, deadline, *pool_);
@@ -250,9 +282,17 @@ awaitable<result<StepResult>> Averager::step(StepOptions opts) {
   res.allreduce_time = Clock::now() - t1;
   res.bytes_sent = runner->bytes_sent();
   res.bytes_received = runner->bytes_received();
+  res.codec_time = runner->codec_time();
   if (!r) co_return r.error();
 
-  scatter_flat(tensors_, 0, output);
+  {
+    ScatterTask scatter{&tensors_, &output};
+    ST_CO_TRY(co_await pool_->run(scatter));
+  }
+  if (!residual_out.empty()) {
+    impl_->residual.swap(residual_out);
+    impl_->result_residual.swap(result_residual_out);
+  }
   if (matched)
     key_ = key_.next(static_cast<std::uint32_t>(*me),
                      static_cast<std::uint32_t>(group.members.size()));

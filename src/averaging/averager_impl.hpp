@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "match_session.hpp"
+#include "part_codec.hpp"
 #include "round_runner.hpp"
 #include "starling/averaging/averager.hpp"
 
@@ -25,6 +26,10 @@ struct Averager::Impl {
   std::shared_ptr<detail::MatchSession> match;
   std::shared_ptr<const StateSnapshot> snapshot;
   bool started = false, stopped = false, stepping = false;
+  detail::TensorCodecs codecs;  // per-tensor codecs from the schema
+  // Error feedback (or empty): what earlier steps' encodings of this peer's values, and of the
+  // results it reduced as an owner, lost.
+  std::vector<float> residual, result_residual;
 };
 
 }  // namespace starling::averaging

@@ -30,35 +30,50 @@ BytesView float_bytes(std::span<const float> f) {
 
 constexpr std::size_t kReadChunk = 256 * 1024;
 
-// Pool tasks as plain function objects (GCC 12 mishandles lambdas nested in coroutines).
+// Pool tasks as plain function objects (GCC 12 mishandles lambdas nested in coroutines). Each
+// adds its worker time to `ns`.
+struct Timed {
+  std::atomic<std::int64_t>* ns;
+  TimePoint t0 = Clock::now();
+  ~Timed() {
+    ns->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+  }
+};
+// This member's values of a part, for its owner (with error feedback when configured).
 struct EncodeTask {
-  CodecSpec spec;
+  const TensorCodecs* codecs;
+  std::uint64_t begin;
   std::span<const float> in;
-  result<Bytes> operator()() const { return encode(spec, in); }
+  std::span<const float> residual;
+  std::span<float> residual_out;
+  std::atomic<std::int64_t>* ns;
+  result<Bytes> operator()() const {
+    Timed t{ns};
+    return codecs->encode(begin, in, {}, residual, residual_out);
+  }
 };
 // Encodes a reduced part and replaces it by its decoded form, so that the owner holds exactly
 // what every other member will decode.
 struct EncodeOwnTask {
-  CodecSpec spec;
+  const TensorCodecs* codecs;
+  std::uint64_t begin;
   std::span<float> part;
+  std::span<const float> residual;
+  std::span<float> residual_out;
+  std::atomic<std::int64_t>* ns;
   result<Bytes> operator()() const {
-    auto e = encode(spec, part);
-    if (!e) return e;
-    auto d = decode(e.value(), part);
-    if (!d) return d.error();
-    return e;
+    Timed t{ns};
+    return codecs->encode(begin, part, part, residual, residual_out);
   }
 };
 struct DecodeTask {
   const Bytes* in;
   std::size_t max_count;
   std::vector<float>* out;
+  std::atomic<std::int64_t>* ns;
   result<void> operator()() const {
-    ST_TRY(auto info, inspect(*in));
-    if (info.count > max_count)
-      return make_error(errc::invalid_argument, "payload holds more values than a part");
-    out->resize(info.count);
-    return decode(*in, *out);
+    Timed t{ns};
+    return TensorCodecs::decode(*in, max_count, *out);
   }
 };
 
@@ -77,6 +92,8 @@ RoundRunner::RoundRunner(net::StreamHost& host, GroupInfo group, std::uint32_t s
       deadline_(deadline),
       pool_(pool),
       ex_(host.get_executor()),
+      local_(local),
+      output_(output),
       core_(round_members(group_), self, local, output, offloaded(cfg.round), Clock::now(),
             deadline),
       p_(n_),
@@ -220,8 +237,21 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
           auto it = encoded_results_.find({rm->subround, rm->part});
           if (it != encoded_results_.end()) encoded = it->second;
         }
+        if (!encoded && std::holds_alternative<ResultMsg>(f.msg)) {
+          // finish_reduction() encodes every result before the core releases it.
+          logger("averaging")->error("all-reduce: result for member {} was not encoded", j);
+          if (!ending_) stream_lost(j, make_error(errc::internal, "unencoded result"), false);
+          co_return;
+        }
         if (!encoded) {
-          auto e = co_await pool_.run(EncodeTask{cfg_.codec, data});
+          // A part holds this member's own values: a subspan of local_.
+          const auto begin = static_cast<std::uint64_t>(data.data() - local_.data());
+          EncodeTask task{cfg_.codecs, begin, data, {}, {}, &codec_ns_};
+          if (!cfg_.residual.empty() && begin + data.size() <= local_.size()) {
+            task.residual = cfg_.residual.subspan(begin, data.size());
+            task.residual_out = cfg_.residual_out.subspan(begin, data.size());
+          }
+          auto e = co_await pool_.run(task);
           if (!e) {
             logger("averaging")->warn("all-reduce: cannot encode a part for member {}: {}", j,
                                       e.error().message());
@@ -272,7 +302,6 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
     }
   } done{this};
   if (!r) r = std::make_shared<net::BufferedReader>(*s);
-  const std::uint64_t max_payload = cfg_.round.part_elems * sizeof(float);
   for (;;) {
     auto hdr = co_await r->read_length_prefixed(wire::kMaxFrame);
     if (!hdr) {
@@ -299,7 +328,7 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
     if (has_data) {
       const std::uint64_t len = f.value().payload_len;
       const std::uint64_t max_len = compressed()
-                                        ? encoded_size(cfg_.codec, cfg_.round.part_elems)
+                                        ? cfg_.codecs->max_payload(cfg_.round.part_elems)
                                         : cfg_.round.part_elems * sizeof(float);
       if (len > max_len || (!compressed() && len % sizeof(float) != 0)) {
         stream_lost(j,
@@ -327,7 +356,8 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
         core_.on_activity(j, Clock::now());
       }
       if (compressed()) {
-        auto d = co_await pool_.run(DecodeTask{&raw, cfg_.round.part_elems, &buf});
+        DecodeTask task{&raw, cfg_.round.part_elems, &buf, &codec_ns_};
+        auto d = co_await pool_.run(task);
         if (!d) {
           stream_lost(j, d.error(), true);
           co_return;
@@ -378,7 +408,14 @@ awaitable<void> RoundRunner::finish_reduction() {
   const auto& parts = core_.plan().parts;
   for (std::uint32_t p = 0; p < parts.size(); ++p) {
     if (parts[p].owner != self_) continue;
-    auto e = co_await pool_.run(EncodeOwnTask{cfg_.codec, core_.part_output(p)});
+    const auto out = core_.part_output(p);
+    const auto begin = static_cast<std::uint64_t>(out.data() - output_.data());
+    EncodeOwnTask task{cfg_.codecs, begin, out, {}, {}, &codec_ns_};
+    if (!cfg_.result_residual.empty() && begin + out.size() <= output_.size()) {
+      task.residual = cfg_.result_residual.subspan(begin, out.size());
+      task.residual_out = cfg_.result_residual_out.subspan(begin, out.size());
+    }
+    auto e = co_await pool_.run(task);
     if (!e) {
       logger("averaging")->warn("all-reduce: cannot encode reduced part {}: {}", p,
                                 e.error().message());

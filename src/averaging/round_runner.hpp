@@ -11,11 +11,12 @@
 #pragma once
 
 #include <asio/steady_timer.hpp>
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
 
-#include "starling/averaging/compression.hpp"
+#include "part_codec.hpp"
 #include "starling/averaging/round_core.hpp"
 #include "starling/averaging/wire.hpp"
 #include "starling/net/byte_stream.hpp"
@@ -29,7 +30,18 @@ struct RoundRunnerConfig {
   Duration open_timeout = 10s;
   Duration linger = 3s;  // after the end: draining writes and waiting for peers' EOF
   std::function<void(const std::string&)> on_phase;  // test hook
-  CodecSpec codec;  // applied to every part and result on the wire (none: raw float32)
+  // Per-tensor codecs for parts and results on the wire (null or not compressed(): raw
+  // float32). Must outlive the runner.
+  const TensorCodecs* codecs = nullptr;
+  // Error feedback (both empty: off; else N floats each): residual carried from earlier
+  // rounds, added to this member's values before they are encoded; residual_out receives
+  // what this round's encodings lost (elements this member did not send keep their residual).
+  std::span<const float> residual;
+  std::span<float> residual_out;
+  // The same for the results this member encodes as an owner (error feedback on the mean it
+  // sends: what was lost is added the next time it owns those elements).
+  std::span<const float> result_residual;
+  std::span<float> result_residual_out;
 };
 
 class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
@@ -50,6 +62,8 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   const GroupInfo& group() const { return group_; }
   std::uint64_t bytes_sent() const { return bytes_sent_; }
   std::uint64_t bytes_received() const { return bytes_received_; }
+  // Time the worker threads spent encoding and decoding this round's parts.
+  Duration codec_time() const { return std::chrono::nanoseconds(codec_ns_.load()); }
   bool finished() const { return core_.status() != RoundCore::Status::running; }
 
  private:
@@ -73,7 +87,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   awaitable<void> timer_loop();
   void pump();
   awaitable<void> finish_reduction();
-  bool compressed() const { return cfg_.codec.codec != CodecId::none; }
+  bool compressed() const { return cfg_.codecs && cfg_.codecs->compressed(); }
   void stream_lost(std::uint32_t j, const Error& e, bool blame);
   void fence(std::uint32_t j);
   bool drained() const;
@@ -87,6 +101,8 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   TimePoint deadline_;
   ThreadPool& pool_;
   asio::any_io_executor ex_;
+  std::span<const float> local_;
+  std::span<float> output_;
   RoundCore core_;
   std::vector<Peer> p_;
   TaskScope scope_;
@@ -96,6 +112,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   // (sub-round, part)
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::shared_ptr<const Bytes>> encoded_results_;
   std::size_t readers_ = 0;
+  std::atomic<std::int64_t> codec_ns_{0};  // worker time spent encoding and decoding
   TimePoint started_{};
   void connecting_grace(TimePoint now);
   AsyncEvent jobs_done_;

@@ -237,60 +237,6 @@ TEST(AveragerFaultMatchmaking, PeerLostWhileForming) {
   }
 }
 
-TEST(Averager, EveryCodecWithinItsBound) {
-  // Inputs are uniform in [-2, 2]. Every value is encoded twice (the sender's part to its
-  // owner, then the owner's result to everyone), so the error is at most the codec's stated
-  // per-value bound for the parts (a weighted mean of per-value errors) plus the bound for the
-  // result (compression.hpp): 2 x bound with the largest magnitude 2 and range 4.
-  const double ulp = std::ldexp(1.0, -20) * 2 + std::ldexp(1.0, -140);
-  struct C {
-    const char* name;
-    double bound;
-  };
-  const std::vector<C> codecs{
-      {"none", 2e-6},
-      {"float16", 2 * std::ldexp(2.0, -11) + 1e-6},
-      {"bfloat16", 2 * std::ldexp(2.0, -8) + 1e-6},
-      {"uniform8", 2 * (4.0 / 255 / 2 + ulp) + 1e-6},
-      {"blockwise8", 2 * (2.0 / 254 + ulp) + 1e-6},
-      {"blockwise4", 2 * (2.0 / 14 + ulp) + 1e-6},
-      // quantile8's bound is per value relative to its codebook (the neighbouring bin gap);
-      // with these inputs the widest gaps, in the tails of the mean, stay well below 0.1.
-      {"quantile8", 2 * 0.1},
-  };
-  const std::size_t n = 4;
-  std::vector<double> w{1, 2, 3, 4};
-  for (const auto& codec : codecs) {
-    SCOPED_TRACE(codec.name);
-    auto schema = test::test_schema(20000);
-    schema.codec = codec.name;
-    Cluster c(n, schema, base_config(), {}, 51);
-    auto g = c.group(w);
-    std::vector<StepOptions> so(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      so[i].weight = w[i];
-      so[i].group = g;
-    }
-    auto res = c.step_all(so);
-    std::uint64_t sent = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      ASSERT_TRUE(res[i]) << res[i].error().message();
-      sent += res[i].value().bytes_sent;
-    }
-    const auto ref = c.flat(0);
-    for (std::size_t i = 1; i < n; ++i) EXPECT_EQ(c.flat(i), ref) << "node " << i;
-    double worst = 0;
-    for (std::size_t e = 0; e < ref.size(); ++e) {
-      double want = 0;
-      for (std::size_t j = 0; j < n; ++j) want += w[j] / 10.0 * c.node(j).initial_flat[e];
-      worst = std::max(worst, std::abs(ref[e] - want));
-    }
-    EXPECT_LE(worst, codec.bound);
-    std::printf("%-10s max error %.3g (bound %.3g), %llu bytes sent in all\n", codec.name, worst,
-                codec.bound, static_cast<unsigned long long>(sent));
-  }
-}
-
 TEST(Averager, BlockingStepFromTrainingThreads) {
   const std::size_t n = 3;
   Cluster c(n, test::test_schema(3000), base_config(), {}, 61);

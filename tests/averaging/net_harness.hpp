@@ -178,6 +178,14 @@ class Cluster {
     return out;
   }
 
+  // Overwrites node i's tensors (between steps only: the node's thread is idle then).
+  void set_flat(std::size_t i, const std::vector<float>& v) {
+    std::vector<TensorView> views;
+    for (std::size_t t = 0; t < schema_.tensors.size(); ++t)
+      views.push_back({schema_.tensors[t].name, nodes_[i]->tensors[t]});
+    scatter_flat(views, 0, v);
+  }
+
   // Crashes node i from its own thread: the host stops (connections close).
   void kill(std::size_t i) {
     auto& n = *nodes_[i];

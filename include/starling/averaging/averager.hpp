@@ -40,6 +40,9 @@ struct AveragerConfig {
   Duration keepalive_interval = 1s;  // on every all-reduce stream while a round runs
   Duration open_timeout = 10s;       // opening a stream to a group member
   std::size_t reduce_threads = 2;    // worker pool for reductions and (de)compression
+  // Error feedback for lossy codecs: what compression lost in one step is added to this
+  // peer's values in the next step it sends them, so the error does not accumulate.
+  bool error_feedback = false;
   std::uint64_t seed = 0;            // for group ids and initial Moshpit digits (0: random)
   // Test hook: called on the I/O thread when this peer's step enters a phase
   // ("matchmaking:<state>", "reduce-scatter", "report", "all-gather", "fin", "done").
@@ -69,6 +72,7 @@ struct StepResult {
   std::uint32_t subrounds = 1;  // > 1 when parts were re-reduced after failures
   std::uint64_t bytes_sent = 0, bytes_received = 0;
   Duration matchmaking_time{}, allreduce_time{}, total_time{};
+  Duration codec_time{};  // worker-thread time spent encoding and decoding (compressed schemas)
 };
 
 class Averager : public std::enable_shared_from_this<Averager> {

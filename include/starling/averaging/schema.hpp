@@ -28,7 +28,10 @@ struct TensorSpec {
 
 struct Schema {
   std::vector<TensorSpec> tensors;
-  std::string codec = "none";   // codec id used on the wire (compression)
+  // Wire compression: a codec name (compression.hpp) for every tensor, or "auto" for a codec
+  // per tensor by size (CompressionPolicy defaults: small float32, medium float16, large
+  // blockwise8).
+  std::string codec = "none";
   std::uint64_t numel() const;  // total flattened elements
   friend bool operator==(const Schema&, const Schema&) = default;
 };
