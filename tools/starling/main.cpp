@@ -1,4 +1,4 @@
-// starling: identity, node, ping, echo (and later dht, train) from one binary.
+// starling: identity, node, ping, echo, dht (and later train) from one binary.
 #include <cstdlib>
 #include <iostream>
 
@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   starling::cli::add_node_command(app, run);
   starling::cli::add_ping_command(app, run);
   starling::cli::add_echo_command(app, run);
+  starling::cli::add_dht_command(app, run);
   CLI11_PARSE(app, argc, argv);
   if (!log_level.empty()) starling::set_log_level(log_level);
   return run ? run() : 1;
