@@ -23,6 +23,22 @@ std::uint64_t seed_of(const DhtNodeConfig& cfg) {
 }
 }  // namespace
 
+result<Bytes> answer_request(DhtCore& core, const net::PeerId& from, BytesView request,
+                             const Now& now) {
+  ST_TRY(auto req, decode_request(request, core.config().limits));
+  return encode(core.handle_request(from, req, now));
+}
+
+result<void> accept_response(DhtCore& core, RequestId id, BytesView response, const Now& now) {
+  auto decoded = decode_response(response, core.config().limits);
+  if (!decoded) {
+    core.on_failure(id, decoded.error(), now);
+    return decoded.error();
+  }
+  core.on_response(id, decoded.value(), now);
+  return success();
+}
+
 std::shared_ptr<DhtNode> DhtNode::create(std::shared_ptr<net::Host> host, DhtNodeConfig cfg) {
   return std::shared_ptr<DhtNode>(new DhtNode(std::move(host), std::move(cfg)));
 }
@@ -150,16 +166,10 @@ awaitable<void> DhtNode::send_request(OutgoingRequest out) {
   if (stopping_) co_return;
   if (!resp) {
     core_.on_failure(out.id, resp.error(), now());
-  } else {
-    auto decoded = decode_response(as_bytes(resp.value().value()), cfg_.dht.limits);
-    if (decoded) {
-      core_.on_response(out.id, decoded.value(), now());
-    } else {
-      ++bad_messages_;
-      dht_log().warn("dht: bad {} response from {}: {}", describe(out.request),
-                     out.to.peer.short_string(), decoded.error().message());
-      core_.on_failure(out.id, decoded.error(), now());
-    }
+  } else if (auto ok = accept_response(core_, out.id, as_bytes(resp.value().value()), now()); !ok) {
+    ++bad_messages_;
+    dht_log().warn("dht: bad {} response from {}: {}", describe(out.request),
+                   out.to.peer.short_string(), ok.error().message());
   }
   pump();
 }
@@ -175,16 +185,15 @@ awaitable<result<BytesValue>> DhtNode::serve_entry(std::weak_ptr<DhtNode> weak, 
 }
 
 result<Bytes> DhtNode::serve(const net::PeerId& from, BytesView request) {
-  auto req = decode_request(request, cfg_.dht.limits);
-  if (!req) {
+  auto resp = answer_request(core_, from, request, now());
+  if (!resp) {
     ++bad_messages_;
     dht_log().warn("dht: bad request from {} (stream closed): {}", from.short_string(),
-                   req.error().message());
-    return req.error();
+                   resp.error().message());
+    return resp.error();
   }
-  const Response resp = core_.handle_request(from, req.value(), now());
   pump();
-  return encode(resp);
+  return resp;
 }
 
 }  // namespace starling::dht
