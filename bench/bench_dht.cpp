@@ -77,6 +77,18 @@ awaitable<result<void>> stores(StarlingNet* n) {
   co_return success();
 }
 
+// The same keys again, through the same nodes: their connections to the replicas are open now.
+awaitable<result<void>> stores_again(StarlingNet* n) {
+  for (std::size_t k = 0; k < n->p.ops; ++k) {
+    for (auto& b : n->values[k]) b = static_cast<std::uint8_t>(n->rng());
+    const auto t0 = steady_clock::now();
+    auto r = co_await n->nodes[n->storer[k]]->store(StarlingNet::key(k), n->values[k],
+                                                     sdht::Millis(600'000));
+    n->rep.store_again.add(r && r.value().replicas > 0, bench::ms_since(t0));
+  }
+  co_return success();
+}
+
 awaitable<result<void>> gets(StarlingNet* n, bench::Series* out) {
   for (std::size_t k = 0; k < n->p.ops; ++k) {
     const std::size_t g = n->pick(n->storer[k]);
@@ -125,6 +137,7 @@ bench::Report run_starling(const bench::Params& p) {
   must(io, [&n] { return build(&n); }, "build");
   n.rep.setup_s = bench::ms_since(t0) / 1000;
   must(io, [&n] { return stores(&n); }, "stores");
+  must(io, [&n] { return stores_again(&n); }, "stores again");
   must(io, [&n] { return gets(&n, &n.rep.get); }, "gets");
   n.rep.rss_after_kib = bench::rss_kib();
   must(io, [&n] { return churn(&n); }, "churn");
@@ -140,7 +153,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage: bench_dht starling|opendht [--nodes N] [--ops K] [--churn F] [--seed S]\n";
     return 2;
   }
-  set_log_level("error");
+  if (!std::getenv("STARLING_LOG")) set_log_level("error");
   const std::string which = argv[1];
   const bench::Params p = bench::parse_params(argc, argv, 2);
   bench::Report r;

@@ -69,6 +69,16 @@ inline Report run_opendht(const Params& p) {
     const bool ok = fut.wait_for(30s) == std::future_status::ready && fut.get();
     rep.store.add(ok, ms_since(ts));
   }
+  // The same keys again, through the same nodes (new values).
+  for (std::size_t k = 0; k < p.ops; ++k) {
+    for (auto& b : values[k]) b = static_cast<std::uint8_t>(rng());
+    std::promise<bool> done;
+    auto fut = done.get_future();
+    const auto ts = steady_clock::now();
+    nodes[storer[k]]->put(keys[k], dht::Value(values[k]), [&done](bool ok) { done.set_value(ok); });
+    const bool ok = fut.wait_for(30s) == std::future_status::ready && fut.get();
+    rep.store_again.add(ok, ms_since(ts));
+  }
   auto get_round = [&](Series& out) {
     for (std::size_t k = 0; k < p.ops; ++k) {
       const std::size_t g = pick(storer[k]);

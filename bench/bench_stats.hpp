@@ -65,7 +65,7 @@ struct Report {
   Params p;
   double setup_s = 0;
   long rss_before_kib = 0, rss_after_kib = 0;
-  Series store, get, get_after_churn;
+  Series store, store_again, get, get_after_churn;
   nlohmann::json json() const {
     return {{"system", system},
             {"nodes", p.nodes},
@@ -75,6 +75,7 @@ struct Report {
             {"kib_per_node", static_cast<double>(rss_after_kib - rss_before_kib) /
                                  static_cast<double>(std::max<std::size_t>(p.nodes, 1))},
             {"store", store.json()},
+            {"store_again", store_again.json()},
             {"get", get.json()},
             {"get_after_churn", get_after_churn.json()}};
   }

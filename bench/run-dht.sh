@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench-dht: Starling's DHT vs OpenDHT, same node count, same operations, same run.
 # N nodes in one process each (loopback): store a 64-byte value through a random node, get it
-# through another, stop 30% of the nodes, get every key again. Prints a table and one
+# again (new value, same node), get it through another, stop 30% of the nodes, get every key again. Prints a table and one
 # `RESULT {json}` line. BENCH_NODES (default 64), BENCH_OPS (default 100) change the size.
 set -euo pipefail
 build=${1:-build}
@@ -15,7 +15,7 @@ o=$("$bin" opendht --nodes "$nodes" --ops "$ops" | tail -1)
 ratio() { jq -n "($1 | tonumber) / ([($2 | tonumber), 0.001] | max)"; }
 printf "%s nodes, %s keys, loopback, load %s at start\n" "$nodes" "$ops" "$load"
 printf "%-28s %12s %12s %10s\n" "" "starling" "opendht" "ratio s/o"
-for op in store get get_after_churn; do
+for op in store store_again get get_after_churn; do
   for q in p50_ms p99_ms mean_ms; do
     a=$(jq ".$op.$q" <<< "$s"); b=$(jq ".$op.$q" <<< "$o")
     printf "%-28s %12.2f %12.2f %10.2f\n" "$op $q" "$a" "$b" "$(ratio "$a" "$b")"

@@ -137,11 +137,22 @@ std::shared_ptr<DhtNode::Waiter> DhtNode::add_waiter(OpId id) {
 }
 
 awaitable<OpResult> DhtNode::wait_op(OpId id, std::shared_ptr<Waiter> w) {
+  const TimePoint t0 = Clock::now();
   pump();
   // The core finishes every operation by its deadline; this bound is only a safety net.
   auto waited = co_await with_timeout(w->done.wait(), cfg_.dht.operation_timeout + 5s,
                                       "dht operation");
-  if (w->result) co_return std::move(*w->result);
+  if (w->result) {
+    if (dht_log().should_log(spdlog::level::debug)) {
+      const auto& st = w->result->stats;
+      dht_log().debug("dht op {} done in {} us: {} requests, {} answers, {} failures, {} hops, {}",
+                      static_cast<std::uint64_t>(id),
+                      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count(),
+                      st.requests, st.responses, st.failures, st.hops,
+                      w->result->status ? "ok" : w->result->status.error().message());
+    }
+    co_return std::move(*w->result);
+  }
   waiters_.erase(static_cast<std::uint64_t>(id));
   OpResult r;
   r.id = id;
