@@ -1,6 +1,6 @@
 // DHT benchmark: N nodes in one process on loopback, store and get latency and success, before
 // and after stopping a fraction of the nodes, memory per node. `bench_dht starling ...` runs
-// Starling's DhtNode (libp2p over TCP: Noise + yamux, all nodes on one io thread);
+// Starling's DhtNode (libp2p over TCP: Noise + yamux, one io thread per node);
 // `bench_dht opendht ...` runs the anchor, OpenDHT, with the same N and operations (see
 // bench_dht_opendht.hpp). Each prints one JSON object; bench/run-dht.sh runs both and compares.
 //   bench_dht starling|opendht [--nodes N] [--ops K] [--churn F] [--seed S]
@@ -18,11 +18,18 @@ using namespace std::chrono;
 
 namespace {
 
+constexpr auto kTtl = sdht::Millis(600'000);
+
+// One io thread per node, like OpenDHT's one thread per DhtRunner: the nodes do not queue
+// behind each other, and each gets its own share of the CPU. The main thread drives the
+// operations through block_on (a thread hop, as OpenDHT's callbacks are).
 struct StarlingNet {
   bench::Params p;
   std::mt19937_64 rng;
+  std::vector<std::unique_ptr<IoThread>> threads;
   std::vector<std::shared_ptr<net::Host>> hosts;
   std::vector<std::shared_ptr<sdht::DhtNode>> nodes;
+  std::vector<net::Multiaddr> addrs;
   std::vector<bool> alive;
   std::vector<std::size_t> storer;
   std::vector<Bytes> values;
@@ -39,110 +46,112 @@ struct StarlingNet {
   }
 };
 
-awaitable<result<void>> build(StarlingNet* n) {
-  auto ex = co_await asio::this_coro::executor;
-  for (std::size_t i = 0; i < n->p.nodes; ++i) {
-    net::HostConfig hc;
-    hc.max_connections = 4096;
-    auto host = net::Host::create(ex, crypto::KeyPair::generate(), hc);
-    ST_CO_TRY(co_await host->start());
-    sdht::DhtNodeConfig cfg;
-    cfg.seed = n->p.seed * 1000 + i + 1;
-    auto node = sdht::DhtNode::create(host, cfg);
-    std::vector<net::Multiaddr> seeds;
-    if (i > 0) {
-      seeds.push_back(n->hosts[0]->listen_addresses().at(0));
-      const std::size_t other = std::uniform_int_distribution<std::size_t>(0, i - 1)(n->rng);
-      if (other) seeds.push_back(n->hosts[other]->listen_addresses().at(0));
-    }
-    n->hosts.push_back(host);
-    n->nodes.push_back(node);
-    n->alive.push_back(true);
-    ST_CO_TRY(co_await node->start(seeds));
-  }
+struct Started {
+  std::shared_ptr<net::Host> host;
+  std::shared_ptr<sdht::DhtNode> node;
+};
+
+awaitable<result<Started>> start_one(std::uint64_t seed, std::vector<net::Multiaddr> seeds) {
+  net::HostConfig hc;
+  hc.max_connections = 4096;
+  auto host = net::Host::create(co_await asio::this_coro::executor, crypto::KeyPair::generate(), hc);
+  ST_CO_TRY(co_await host->start());
+  sdht::DhtNodeConfig cfg;
+  cfg.seed = seed;
+  auto node = sdht::DhtNode::create(host, cfg);
+  ST_CO_TRY(co_await node->start(seeds));
+  co_return Started{host, node};
+}
+
+awaitable<result<void>> stop_one(std::shared_ptr<net::Host> host, std::shared_ptr<sdht::DhtNode> node) {
+  co_await node->stop();
+  co_await host->stop();
   co_return success();
 }
 
-awaitable<result<void>> stores(StarlingNet* n) {
-  for (std::size_t k = 0; k < n->p.ops; ++k) {
-    Bytes v(64);
-    for (auto& b : v) b = static_cast<std::uint8_t>(n->rng());
-    n->values.push_back(v);
-    const std::size_t s = n->pick(n->p.nodes);
-    n->storer.push_back(s);
-    const auto t0 = steady_clock::now();
-    auto r = co_await n->nodes[s]->store(StarlingNet::key(k), v, sdht::Millis(600'000));
-    n->rep.store.add(r && r.value().replicas > 0, bench::ms_since(t0));
-  }
-  co_return success();
-}
-
-// The same keys again, through the same nodes: their connections to the replicas are open now.
-awaitable<result<void>> stores_again(StarlingNet* n) {
-  for (std::size_t k = 0; k < n->p.ops; ++k) {
-    for (auto& b : n->values[k]) b = static_cast<std::uint8_t>(n->rng());
-    const auto t0 = steady_clock::now();
-    auto r = co_await n->nodes[n->storer[k]]->store(StarlingNet::key(k), n->values[k],
-                                                     sdht::Millis(600'000));
-    n->rep.store_again.add(r && r.value().replicas > 0, bench::ms_since(t0));
-  }
-  co_return success();
-}
-
-awaitable<result<void>> gets(StarlingNet* n, bench::Series* out) {
-  for (std::size_t k = 0; k < n->p.ops; ++k) {
-    const std::size_t g = n->pick(n->storer[k]);
-    const auto t0 = steady_clock::now();
-    auto r = co_await n->nodes[g]->get(StarlingNet::key(k));
-    const bool ok = r && r.value() && r.value()->plain && r.value()->plain->value == n->values[k];
-    out->add(ok, bench::ms_since(t0));
-  }
-  co_return success();
-}
-
-awaitable<result<void>> churn(StarlingNet* n) {
-  for (auto v : bench::churn_victims(n->p, n->rng)) {
-    co_await n->nodes[v]->stop();
-    co_await n->hosts[v]->stop();
-    n->alive[v] = false;
-  }
-  co_return success();
-}
-
-awaitable<result<void>> shutdown_all(StarlingNet* n) {
-  for (std::size_t i = 0; i < n->nodes.size(); ++i) {
-    if (!n->alive[i]) continue;
-    co_await n->nodes[i]->stop();
-    co_await n->hosts[i]->stop();
-  }
-  co_return success();
-}
-
-template <class F>
-void must(IoThread& io, F f, const char* what) {
-  auto r = block_on(io.executor(), std::move(f), 600s);
+template <class T>
+T must(result<T> r, const char* what) {
   if (!r) {
     std::cerr << "bench_dht: " << what << ": " << r.error().message() << "\n";
     std::exit(1);
   }
+  return std::move(r).value();
+}
+
+void build(StarlingNet& n) {
+  for (std::size_t i = 0; i < n.p.nodes; ++i) {
+    n.threads.push_back(std::make_unique<IoThread>("dht-" + std::to_string(i)));
+    std::vector<net::Multiaddr> seeds;
+    if (i > 0) {
+      seeds.push_back(n.addrs[0]);
+      const std::size_t other = std::uniform_int_distribution<std::size_t>(0, i - 1)(n.rng);
+      if (other) seeds.push_back(n.addrs[other]);
+    }
+    const std::uint64_t seed = n.p.seed * 1000 + i + 1;
+    auto s = must(block_on(n.threads[i]->executor(), [seed, seeds] { return start_one(seed, seeds); },
+                           120s),
+                  "start a node");
+    n.addrs.push_back(s.host->listen_addresses().at(0));
+    n.hosts.push_back(s.host);
+    n.nodes.push_back(s.node);
+    n.alive.push_back(true);
+  }
+}
+
+void stores(StarlingNet& n, bench::Series& out, bool again) {
+  for (std::size_t k = 0; k < n.p.ops; ++k) {
+    if (!again) {
+      n.values.emplace_back(64);
+      n.storer.push_back(n.pick(n.p.nodes));
+    }
+    for (auto& b : n.values[k]) b = static_cast<std::uint8_t>(n.rng());
+    const std::size_t s = n.storer[k];
+    const auto t0 = steady_clock::now();
+    auto r = block_on(
+        n.threads[s]->executor(),
+        [node = n.nodes[s], key = StarlingNet::key(k), v = n.values[k]] { return node->store(key, v, kTtl); },
+        60s);
+    out.add(r && r.value().replicas > 0, bench::ms_since(t0));
+  }
+}
+
+void gets(StarlingNet& n, bench::Series& out) {
+  for (std::size_t k = 0; k < n.p.ops; ++k) {
+    const std::size_t g = n.pick(n.storer[k]);
+    const auto t0 = steady_clock::now();
+    auto r = block_on(
+        n.threads[g]->executor(), [node = n.nodes[g], key = StarlingNet::key(k)] { return node->get(key); },
+        60s);
+    const bool ok = r && r.value() && r.value()->plain && r.value()->plain->value == n.values[k];
+    out.add(ok, bench::ms_since(t0));
+  }
+}
+
+void stop_node(StarlingNet& n, std::size_t i) {
+  (void)block_on(n.threads[i]->executor(), [h = n.hosts[i], d = n.nodes[i]] { return stop_one(h, d); },
+                 30s);
+  (void)n.threads[i]->stop();
+  n.alive[i] = false;
 }
 
 bench::Report run_starling(const bench::Params& p) {
-  StarlingNet n{p, std::mt19937_64(p.seed), {}, {}, {}, {}, {}, {}};
+  StarlingNet n;
+  n.p = p;
+  n.rng.seed(p.seed);
   n.rep.system = "starling";
   n.rep.p = p;
-  IoThread io("bench-dht");
   n.rep.rss_before_kib = bench::rss_kib();
   const auto t0 = steady_clock::now();
-  must(io, [&n] { return build(&n); }, "build");
+  build(n);
   n.rep.setup_s = bench::ms_since(t0) / 1000;
-  must(io, [&n] { return stores(&n); }, "stores");
-  must(io, [&n] { return stores_again(&n); }, "stores again");
-  must(io, [&n] { return gets(&n, &n.rep.get); }, "gets");
+  stores(n, n.rep.store, false);
+  stores(n, n.rep.store_again, true);
+  gets(n, n.rep.get);
   n.rep.rss_after_kib = bench::rss_kib();
-  must(io, [&n] { return churn(&n); }, "churn");
-  must(io, [&n] { return gets(&n, &n.rep.get_after_churn); }, "gets after churn");
-  must(io, [&n] { return shutdown_all(&n); }, "shutdown");
+  for (auto v : bench::churn_victims(n.p, n.rng)) stop_node(n, v);
+  gets(n, n.rep.get_after_churn);
+  for (std::size_t i = 0; i < n.nodes.size(); ++i)
+    if (n.alive[i]) stop_node(n, i);
   return n.rep;
 }
 
