@@ -101,6 +101,7 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   awaitable<result<void>> bootstrap(std::vector<net::Multiaddr> initial_peers);
   // Stops serving, cancels requests in flight and fails waiting operations with
   // errc::cancelled; bounded by stop_timeout. The host is left running (its owner stops it).
+  // A started node keeps itself alive (its timer task holds it) until stop() is called.
   awaitable<void> stop();
 
   // --- operations ---------------------------------------------------------------------------
