@@ -1,5 +1,6 @@
 // Host lifecycle: creation, listening, accepting and upgrading inbound connections, stop().
 #include <asio/ip/tcp.hpp>
+#include <asio/ip/v6_only.hpp>
 
 #include "host_internal.hpp"
 #include "starling/core/log.hpp"
@@ -136,6 +137,9 @@ awaitable<void> Host::handle_inbound(std::shared_ptr<TcpStream> tcp) {
 }
 
 awaitable<void> Host::stop() {
+  // stop() must run to completion even when the caller was cancelled (Ctrl-C): clear the
+  // cancellation state of this coroutine chain so the bounded cleanup below can await.
+  co_await asio::this_coro::reset_cancellation_state();
   if (stopping_) co_return;
   stopping_ = true;
   auto self = shared_from_this();

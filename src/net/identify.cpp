@@ -3,6 +3,7 @@
 
 #include "host_internal.hpp"
 #include "identify.pb.h"
+#include "starling/net/multistream.hpp"
 #include "starling/core/log.hpp"
 
 namespace starling::net {
