@@ -4,7 +4,8 @@
 //
 //   bench_transport serve --addr-file F        serve the sink and RPC protocols
 //   bench_transport stream ADDR --mib M --streams S   print {"gbit_s": ...}
-//   bench_transport rpc ADDR --calls N --concurrency C   print latency percentiles
+//   bench_transport rpc ADDR --calls N --concurrency C   request/response on one stream per caller
+//   bench_transport unary ADDR --calls N --concurrency C typed unary RPCs (a stream per call)
 //   bench_transport freeport                   print a free TCP port (for iperf3)
 #include <algorithm>
 #include <cstdio>
@@ -117,7 +118,7 @@ awaitable<int> stream_main(asio::any_io_executor ex, std::string addr, std::uint
         std::cerr << r.error().message() << "\n";
       }
       if (++done == streams) all_done.set();
-    }());
+    });
   (void)co_await all_done.wait();
   auto dt = secs(Clock::now() - t0);
   nlohmann::json j{{"streams", streams}, {"bytes", per * streams}, {"seconds", dt},
@@ -159,7 +160,48 @@ awaitable<int> rpc_main(asio::any_io_executor ex, std::string addr, int calls, i
         (void)co_await s.value()->close_write();
       }
       if (++done == conc) all_done.set();
-    }());
+    });
+  (void)co_await all_done.wait();
+  auto dt = secs(Clock::now() - t0);
+  std::sort(lat.begin(), lat.end());
+  auto pct = [&](double p) { return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, std::size_t(p * lat.size()))]; };
+  nlohmann::json j{{"calls", lat.size()}, {"concurrency", conc}, {"p50_us", pct(0.5)},
+                   {"p99_us", pct(0.99)}, {"calls_per_s", lat.size() / dt}, {"failures", failures}};
+  std::cout << j.dump() << std::endl;
+  co_await host->stop();
+  co_return failures ? 1 : 0;
+}
+
+// Typed unary RPC calls (one new yamux stream per call), `conc` callers in parallel.
+awaitable<int> unary_main(asio::any_io_executor ex, std::string addr, int calls, int conc) {
+  auto d = co_await dial(ex, addr);
+  if (!d) {
+    std::cerr << d.error().message() << "\n";
+    co_return 1;
+  }
+  auto [host, peer] = d.value();
+  RpcClient client(*host);
+  std::vector<double> lat;
+  int failures = 0, done = 0;
+  AsyncEvent all_done(ex);
+  TaskScope scope(ex);
+  int per = calls / conc;
+  Bytes req(64, 0x5a);
+  auto t0 = Clock::now();
+  for (int w = 0; w < conc; ++w)
+    scope.spawn([&]() -> awaitable<void> {
+      for (int i = 0; i < per; ++i) {
+        auto c0 = Clock::now();
+        auto r = co_await rpc_echo(client, peer, req, 10s);
+        if (!r || r.value() != req) {
+          ++failures;
+          if (!r) std::cerr << r.error().message() << "\n";
+          break;
+        }
+        lat.push_back(secs(Clock::now() - c0) * 1e6);
+      }
+      if (++done == conc) all_done.set();
+    });
   (void)co_await all_done.wait();
   auto dt = secs(Clock::now() - t0);
   std::sort(lat.begin(), lat.end());
@@ -178,6 +220,8 @@ awaitable<int> serve_main(asio::any_io_executor ex, std::string addr_file) {
   if (!co_await host->start()) co_return 1;
   install_sink(*host);
   install_echo(*host);
+  RpcServer rpc(*host);
+  install_rpc_echo(rpc);
   {
     std::ofstream f(addr_file + ".tmp");
     f << host->listen_addresses()[0].to_string() << "\n";
@@ -212,6 +256,10 @@ int main(int argc, char** argv) {
   if (a[0] == "stream")
     return run_io([&](auto ex) {
       return stream_main(ex, a[1], std::stoull(opt("--mib", "1024")), std::stoi(opt("--streams", "1")));
+    });
+  if (a[0] == "unary")
+    return run_io([&](auto ex) {
+      return unary_main(ex, a[1], std::stoi(opt("--calls", "20000")), std::stoi(opt("--concurrency", "1")));
     });
   if (a[0] == "rpc")
     return run_io([&](auto ex) {

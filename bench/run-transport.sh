@@ -24,6 +24,8 @@ s1=$("$bin" stream "$addr" --mib "$mib" --streams 1)
 s8=$("$bin" stream "$addr" --mib "$mib" --streams 8)
 r1=$("$bin" rpc "$addr" --calls 20000 --concurrency 1)
 r16=$("$bin" rpc "$addr" --calls 40000 --concurrency 16)
+u1=$("$bin" unary "$addr" --calls 10000 --concurrency 1)
+u16=$("$bin" unary "$addr" --calls 20000 --concurrency 16)
 
 g1=$(jq .gbit_s <<< "$s1"); g8=$(jq .gbit_s <<< "$s8")
 ratio1=$(jq -n "$g1 / $iperf1"); ratio8=$(jq -n "$g8 / $iperf8")
@@ -34,8 +36,12 @@ printf "small request/response, 1 caller:   p50 %.1f us  p99 %.1f us  %.0f calls
   "$(jq .p50_us <<< "$r1")" "$(jq .p99_us <<< "$r1")" "$(jq .calls_per_s <<< "$r1")"
 printf "small request/response, 16 callers: p50 %.1f us  p99 %.1f us  %.0f calls/s\n" \
   "$(jq .p50_us <<< "$r16")" "$(jq .p99_us <<< "$r16")" "$(jq .calls_per_s <<< "$r16")"
-echo "RESULT $(jq -cn --argjson s1 "$s1" --argjson s8 "$s8" --argjson r1 "$r1" --argjson r16 "$r16" \
+printf "typed unary RPC (stream per call), 1 caller:   p50 %.1f us  p99 %.1f us  %.0f calls/s\n" \
+  "$(jq .p50_us <<< "$u1")" "$(jq .p99_us <<< "$u1")" "$(jq .calls_per_s <<< "$u1")"
+printf "typed unary RPC (stream per call), 16 callers: p50 %.1f us  p99 %.1f us  %.0f calls/s\n" \
+  "$(jq .p50_us <<< "$u16")" "$(jq .p99_us <<< "$u16")" "$(jq .calls_per_s <<< "$u16")"
+echo "RESULT $(jq -cn --argjson s1 "$s1" --argjson s8 "$s8" --argjson r1 "$r1" --argjson r16 "$r16" --argjson u1 "$u1" --argjson u16 "$u16" \
   --argjson i1 "$iperf1" --argjson i8 "$iperf8" --argjson q1 "$ratio1" --argjson q8 "$ratio8" \
   '{bench:"transport", one_stream_gbit_s:$s1.gbit_s, iperf3_one_gbit_s:$i1, ratio_one:$q1,
     eight_streams_gbit_s:$s8.gbit_s, iperf3_eight_gbit_s:$i8, ratio_eight:$q8,
-    rpc_1:$r1, rpc_16:$r16}')"
+    reqresp_1:$r1, reqresp_16:$r16, unary_rpc_1:$u1, unary_rpc_16:$u16}')"

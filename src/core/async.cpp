@@ -96,6 +96,8 @@ void TaskScope::spawn(awaitable<void> task) {
 }
 
 awaitable<result<void>> TaskScope::close(Duration timeout) {
+  // Shutdown must complete even when the calling coroutine was itself cancelled.
+  co_await asio::this_coro::reset_cancellation_state();
   auto st = state_;
   st->closed = true;
   if (st->tasks.empty()) co_return success();

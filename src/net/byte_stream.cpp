@@ -45,7 +45,7 @@ awaitable<result<std::uint64_t>> BufferedReader::read_uvarint() {
 
 awaitable<result<void>> BufferedReader::read_exact(MutableBytesView out) {
   std::size_t got = std::min(out.size(), buffered());
-  std::memcpy(out.data(), buf_.data() + pos_, got);
+  if (got > 0) std::memcpy(out.data(), buf_.data() + pos_, got);
   pos_ += got;
   if (got < out.size()) {
     ST_CO_TRY(co_await net::read_exact(*s_, out.subspan(got)));

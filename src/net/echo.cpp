@@ -1,6 +1,7 @@
 #include "starling/net/echo.hpp"
 
 #include <asio/experimental/awaitable_operators.hpp>
+#include <google/protobuf/wrappers.pb.h>
 
 namespace starling::net {
 
@@ -55,6 +56,25 @@ awaitable<result<Bytes>> echo(StreamHost& host, const PeerId& peer, BytesView da
     co_return got;
   };
   co_return co_await with_timeout(op(), timeout, "echo to " + peer.to_string());
+}
+
+void install_rpc_echo(RpcServer& server) {
+  using google::protobuf::BytesValue;
+  server.add_unary<BytesValue, BytesValue>(
+      kRpcEchoProtocol,
+      [](const RpcContext&, BytesValue req) -> awaitable<result<BytesValue>> { co_return req; });
+}
+
+awaitable<result<Bytes>> rpc_echo(RpcClient& client, const PeerId& peer, BytesView data,
+                                  Duration timeout) {
+  using google::protobuf::BytesValue;
+  BytesValue req;
+  req.set_value(data.data(), data.size());
+  CallOptions opts;
+  opts.timeout = timeout;
+  ST_CO_TRY(auto resp,
+            (co_await client.unary<BytesValue, BytesValue>(peer, kRpcEchoProtocol, req, opts)));
+  co_return to_bytes(resp.value());
 }
 
 }  // namespace starling::net

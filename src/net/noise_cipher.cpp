@@ -36,6 +36,10 @@ Hash hmac_sha256(const Hash& key, BytesView a, BytesView b = {}) {
 
 }  // namespace
 
+X25519KeyPair::~X25519KeyPair() {
+  sodium_memzero(secret.data(), secret.size());
+}
+
 X25519KeyPair X25519KeyPair::generate() {
   crypto::ensure_sodium();
   X25519KeyPair kp;
@@ -165,6 +169,10 @@ SymmetricState::SymmetricState(std::string_view protocol_name) {
                        protocol_name.size());
   }
   ck_ = h_;
+}
+
+SymmetricState::~SymmetricState() {
+  sodium_memzero(ck_.data(), ck_.size());
 }
 
 void SymmetricState::mix_hash(BytesView data) {

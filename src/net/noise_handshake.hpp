@@ -41,6 +41,10 @@ using Hash = std::array<std::uint8_t, kHashLen>;
 struct X25519KeyPair {
   Key secret{};
   Key public_key{};
+  X25519KeyPair() = default;
+  X25519KeyPair(const X25519KeyPair&) = default;
+  X25519KeyPair& operator=(const X25519KeyPair&) = default;
+  ~X25519KeyPair();  // wipes the secret
   static X25519KeyPair generate();
   // From a 32-byte private scalar (clamped by X25519 itself, as in RFC 7748).
   static result<X25519KeyPair> from_secret(BytesView secret);
@@ -88,6 +92,9 @@ class CipherState {
 class SymmetricState {
  public:
   explicit SymmetricState(std::string_view protocol_name);
+  SymmetricState(const SymmetricState&) = default;
+  SymmetricState& operator=(const SymmetricState&) = default;
+  ~SymmetricState();  // wipes the chaining key
   void mix_hash(BytesView data);
   void mix_key(BytesView input_key_material);
   result<void> encrypt_and_hash(BytesView plaintext, Bytes& out);  // appends to `out`

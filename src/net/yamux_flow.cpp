@@ -22,7 +22,9 @@ bool RecvWindow::on_data(std::uint32_t n) noexcept {
   return true;
 }
 
-void RecvWindow::on_consumed(std::size_t n) noexcept { held_ -= std::min<std::uint64_t>(n, held_); }
+void RecvWindow::on_consumed(std::size_t n) noexcept {
+  held_ -= std::min<std::uint64_t>(n, held_);
+}
 
 std::uint32_t RecvWindow::take_update(TimePoint now, Duration rtt, const AutoTune& tune,
                                       WindowBudget& budget, bool force) noexcept {
@@ -45,9 +47,9 @@ SendWindow::SendWindow() : credit_(kInitialWindow) {}
 
 result<void> SendWindow::on_update(std::uint32_t delta) {
   if (credit_ + delta > std::numeric_limits<std::uint32_t>::max())
-    return make_error(errc::protocol_violation,
-                      fmt::format("window update of {} overflows a send window of {}", delta,
-                                  credit_));
+    return make_error(
+        errc::protocol_violation,
+        fmt::format("window update of {} overflows a send window of {}", delta, credit_));
   credit_ += delta;
   return success();
 }

@@ -53,8 +53,8 @@ class RecvWindow {
   // owed even below the half-window threshold (SYN/ACK frames). Auto-tuning: if the last
   // update was less than two RTTs ago the sender is window-limited, so the window doubles
   // (up to tune.max_window, if `budget` can cover the growth).
-  std::uint32_t take_update(TimePoint now, Duration rtt, const AutoTune& tune,
-                            WindowBudget& budget, bool force) noexcept;
+  std::uint32_t take_update(TimePoint now, Duration rtt, const AutoTune& tune, WindowBudget& budget,
+                            bool force) noexcept;
 
   std::uint32_t window() const noexcept { return static_cast<std::uint32_t>(window_); }
   std::uint32_t credit() const noexcept { return static_cast<std::uint32_t>(credit_); }

@@ -26,7 +26,8 @@ result<FrameHeader> decode_header(BytesView in) {
     return make_error(errc::protocol_violation,
                       fmt::format("yamux frame with unsupported version {}", in[0]));
   if (in[1] > static_cast<std::uint8_t>(FrameType::go_away))
-    return make_error(errc::protocol_violation, fmt::format("yamux frame of unknown type {}", in[1]));
+    return make_error(errc::protocol_violation,
+                      fmt::format("yamux frame of unknown type {}", in[1]));
   FrameHeader h;
   h.type = static_cast<FrameType>(in[1]);
   h.flags = load_be16(in.data() + 2);
@@ -55,8 +56,8 @@ std::string to_string(const FrameHeader& h) {
   add(flag::ack, "ACK");
   add(flag::fin, "FIN");
   add(flag::rst, "RST");
-  return fmt::format("{} stream={} flags={} length={}", t < 4 ? kTypes[t] : "unknown",
-                     h.stream_id, flags.empty() ? "-" : flags, h.length);
+  return fmt::format("{} stream={} flags={} length={}", t < 4 ? kTypes[t] : "unknown", h.stream_id,
+                     flags.empty() ? "-" : flags, h.length);
 }
 
 }  // namespace starling::net::yamux

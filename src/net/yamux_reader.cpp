@@ -11,7 +11,9 @@
 namespace starling::net::yamux {
 
 namespace {
-Error violation(std::string what) { return Error(errc::protocol_violation, std::move(what)); }
+Error violation(std::string what) {
+  return Error(errc::protocol_violation, std::move(what));
+}
 }  // namespace
 
 bool Session::never_opened(std::uint32_t id) const noexcept {
@@ -119,8 +121,8 @@ result<void> Session::on_stream_header(const FrameHeader& h) {
     // A stream that is gone (finished, reset or rejected): frames in flight are normal.
     if (h.type == FrameType::data && h.length > 0) {
       if (h.length > cfg_.max_window)
-        return Error(errc::too_large, fmt::format("{} is larger than any window we grant",
-                                                  to_string(h)));
+        return Error(errc::too_large,
+                     fmt::format("{} is larger than any window we grant", to_string(h)));
       payload_left_ = h.length;
       payload_stream_ = id;
       payload_flags_ = 0;
@@ -204,11 +206,10 @@ result<void> Session::on_go_away(const FrameHeader& h) {
     maybe_close_after_goaway();
     return success();
   }
-  const char* name = h.length == static_cast<std::uint32_t>(YamuxGoAway::protocol_error)
-                         ? "protocol error"
-                     : h.length == static_cast<std::uint32_t>(YamuxGoAway::internal_error)
-                         ? "internal error"
-                         : "unknown code";
+  const char* name =
+      h.length == static_cast<std::uint32_t>(YamuxGoAway::protocol_error)   ? "protocol error"
+      : h.length == static_cast<std::uint32_t>(YamuxGoAway::internal_error) ? "internal error"
+                                                                            : "unknown code";
   Error e(errc::reset, fmt::format("{}: peer sent GoAway({}, {})", describe_, h.length, name));
   log().warn("{}", e.message());
   terminate(std::move(e), std::nullopt);

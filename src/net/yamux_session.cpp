@@ -25,7 +25,9 @@ YamuxConfig sanitize(YamuxConfig c) {
   return c;
 }
 
-long long ms(Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+long long ms(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
 
 Error closed_error(const std::string& what, const std::optional<Error>& reason) {
   return Error(errc::closed, reason ? what + ": " + reason->message() : what);
@@ -38,7 +40,8 @@ Session::Session(ByteStreamPtr conn, bool is_client, YamuxConfig cfg)
       is_client_(is_client),
       cfg_(sanitize(cfg)),
       tune_{cfg_.auto_tune_window, cfg_.max_window},
-      describe_("yamux " + conn_->describe()),
+      conn_describe_(conn_->describe()),
+      describe_("yamux on " + conn_describe_),
       scope_(ex_),
       budget_(cfg_.session_window_budget),
       accept_ev_(ex_),
@@ -48,8 +51,7 @@ Session::Session(ByteStreamPtr conn, bool is_client, YamuxConfig cfg)
       writer_wake_(ex_),
       space_(ex_),
       writer_done_(ex_),
-      reader_done_(ex_),
-      finished_(ex_) {
+      reader_done_(ex_) {
   space_.set();
 }
 
@@ -64,8 +66,12 @@ void Session::start() {
   scope_.spawn(run_keepalive(self));
 }
 
-awaitable<void> Session::run_reader(std::shared_ptr<Session> self) { co_await self->reader_loop(); }
-awaitable<void> Session::run_writer(std::shared_ptr<Session> self) { co_await self->writer_loop(); }
+awaitable<void> Session::run_reader(std::shared_ptr<Session> self) {
+  co_await self->reader_loop();
+}
+awaitable<void> Session::run_writer(std::shared_ptr<Session> self) {
+  co_await self->writer_loop();
+}
 awaitable<void> Session::run_keepalive(std::shared_ptr<Session> self) {
   co_await self->keepalive_loop();
 }
@@ -86,10 +92,11 @@ awaitable<result<ByteStreamPtr>> Session::open_stream() {
   if (dead_ || local_goaway_)
     co_return closed_error(describe_ + ": open_stream on a closed session", reason_);
   if (unacked_outbound_ >= cfg_.max_unacked_outbound) {
-    auto w = co_await with_timeout(wait_ack_backlog(), cfg_.open_timeout,
-                                   fmt::format("{}: open_stream: {} streams still unacknowledged "
-                                               "after {} ms",
-                                               describe_, unacked_outbound_, ms(cfg_.open_timeout)));
+    auto w =
+        co_await with_timeout(wait_ack_backlog(), cfg_.open_timeout,
+                              fmt::format("{}: open_stream: {} streams still unacknowledged "
+                                          "after {} ms",
+                                          describe_, unacked_outbound_, ms(cfg_.open_timeout)));
     if (!w) co_return w.error();
   }
   if (dead_ || local_goaway_)
@@ -156,12 +163,13 @@ void Session::unregister_ack() noexcept {
 void Session::note_window(const RecvWindow& w, std::uint64_t growths) noexcept {
   stats_.largest_recv_window = std::max(stats_.largest_recv_window, w.window());
   stats_.window_growths += growths;
+  stats_.window_budget_peak = std::max(stats_.window_budget_peak, budget_.used());
 }
 
 void Session::maybe_close_after_goaway() {
   // The peer will open nothing more and we may not either: once the last stream is done
   // the session has no use, so close it.
-  if (!remote_goaway_ || closing_ || dead_ || !streams_.empty() || !accept_q_.empty()) return;
+  if (!remote_goaway_ || closing_ || dead_ || !streams_.empty()) return;
   asio::co_spawn(ex_, run_close(shared_from_this(), Error(errc::closed, "peer sent GoAway")),
                  asio::detached);
 }
@@ -203,12 +211,17 @@ awaitable<void> Session::close_with(Error why) {
                 std::max<Duration>(deadline - Clock::now() - 20ms, Duration::zero()));
     }
   }
+  // Done once our last frames are flushed and the connection half-closed; the wait for the
+  // peer's EOF and the release of the connection continue in the background (run_finish),
+  // bounded by the same deadline.
   const Duration left = deadline - Clock::now();
-  if (!finished_.is_set() && left > Duration::zero())
-    (void)co_await with_timeout(finished_.wait(), left, "");
+  if (!writer_done_.is_set() && left > Duration::zero())
+    (void)co_await with_timeout(writer_done_.wait(), left, "");
 }
 
-void Session::abort(Error why) { terminate(std::move(why), YamuxGoAway::normal); }
+void Session::abort(Error why) {
+  terminate(std::move(why), YamuxGoAway::normal);
+}
 
 void Session::terminate(Error why, std::optional<YamuxGoAway> goaway, Duration linger) {
   if (dead_) return;
@@ -262,13 +275,11 @@ awaitable<void> Session::run_finish(std::shared_ptr<Session> self, Duration ling
   if (!done) self->conn_->reset();
   auto stopped = co_await self->scope_.close(500ms);
   if (stopped) self->conn_.reset();
-  self->finished_.set();
 }
 
 void Session::set_on_close(std::function<void(const Error&)> cb) {
   on_close_ = std::move(cb);
-  if (dead_ && on_close_ && reason_)
-    asio::post(ex_, [cb = on_close_, why = *reason_] { cb(why); });
+  if (dead_ && on_close_ && reason_) asio::post(ex_, [cb = on_close_, why = *reason_] { cb(why); });
 }
 
 YamuxStats Session::stats() const {
@@ -295,7 +306,9 @@ YamuxSession::~YamuxSession() {
   if (s_ && !s_->dead()) s_->abort(Error(errc::closed, s_->describe() + ": session dropped"));
 }
 
-void YamuxSession::start() { s_->start(); }
+void YamuxSession::start() {
+  s_->start();
+}
 
 awaitable<result<ByteStreamPtr>> YamuxSession::open_stream() {
   auto s = s_;
@@ -317,12 +330,20 @@ awaitable<void> YamuxSession::close() {
   co_await s->close();
 }
 
-bool YamuxSession::closed() const { return s_->closed(); }
-std::size_t YamuxSession::stream_count() const { return s_->stream_count(); }
+bool YamuxSession::closed() const {
+  return s_->closed();
+}
+std::size_t YamuxSession::stream_count() const {
+  return s_->stream_count();
+}
 void YamuxSession::set_on_close(std::function<void(const Error&)> cb) {
   s_->set_on_close(std::move(cb));
 }
-YamuxStats YamuxSession::stats() const { return s_->stats(); }
-std::string YamuxSession::describe() const { return s_->describe(); }
+YamuxStats YamuxSession::stats() const {
+  return s_->stats();
+}
+std::string YamuxSession::describe() const {
+  return s_->describe();
+}
 
 }  // namespace starling::net

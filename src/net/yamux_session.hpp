@@ -77,6 +77,8 @@ class Stream final : public ByteStream, public std::enable_shared_from_this<Stre
   RecvWindow recv_;
   SendWindow send_;
   ByteQueue buf_;
+  MutableBytesView wait_buf_{};  // buffer of the read waiting for data
+  std::size_t wait_got_ = 0;     // bytes already copied into it
   AsyncEvent read_ev_;
   AsyncEvent write_ev_;
   bool registered_ = false;    // in the session's stream table
@@ -107,6 +109,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void set_on_close(std::function<void(const Error&)> cb);
   YamuxStats stats() const;
   const std::string& describe() const noexcept { return describe_; }
+  const std::string& conn_describe() const noexcept { return conn_describe_; }
 
   // Used by streams.
   const YamuxConfig& config() const noexcept { return cfg_; }
@@ -173,6 +176,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool is_client_;
   YamuxConfig cfg_;
   AutoTune tune_;
+  std::string conn_describe_;
   std::string describe_;
   TaskScope scope_;
   WindowBudget budget_;
@@ -216,7 +220,6 @@ class Session : public std::enable_shared_from_this<Session> {
   bool dead_ = false;
   std::optional<Error> reason_;
   std::function<void(const Error&)> on_close_;
-  AsyncEvent finished_;
   bool rejection_logged_ = false;
 
   YamuxStats stats_;

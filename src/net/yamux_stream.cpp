@@ -1,6 +1,7 @@
 // yamux::Stream: the application's side of one yamux stream (read/write with flow control,
 // half-close, reset).
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -12,20 +13,25 @@ Stream::Stream(std::shared_ptr<Session> session, std::uint32_t id, bool outbound
     : session_(std::move(session)),
       id_(id),
       outbound_(outbound),
-      describe_(fmt::format("yamux stream {} on {}", id, session_->describe())),
+      describe_(fmt::format("yamux stream {} on {}", id, session_->conn_describe())),
       recv_(session_->config().initial_window, Clock::now()),
       read_ev_(session_->executor()),
       write_ev_(session_->executor()) {}
 
 Stream::~Stream() {
   if (registered_) {
-    // Dropped before both directions finished: tell the peer.
-    if (!session_->dead()) session_->send_frame(FrameType::window_update, flag::rst, id_, 0);
+    // Dropped before our side finished writing: tell the peer with RST. A stream whose write
+    // side was closed (FIN sent) is released quietly, so the peer still reads what we sent;
+    // anything it sends afterwards is discarded by the session.
+    if (!session_->dead() && !local_fin_ && !reset_)
+      session_->send_frame(FrameType::window_update, flag::rst, id_, 0);
     session_->unregister(*this);
   }
 }
 
-asio::any_io_executor Stream::get_executor() { return session_->executor(); }
+asio::any_io_executor Stream::get_executor() {
+  return session_->executor();
+}
 
 awaitable<result<std::size_t>> Stream::read_some(MutableBytesView buf) {
   if (buf.empty()) co_return std::size_t{0};
@@ -38,8 +44,19 @@ awaitable<result<std::size_t>> Stream::read_some(MutableBytesView buf) {
       co_return n;
     }
     if (remote_fin_) co_return make_error(errc::closed, describe_ + ": closed by peer");
+    // While we wait, the reader loop copies payload straight into `buf` (see on_data).
+    wait_buf_ = buf;
+    wait_got_ = 0;
     read_ev_.reset();
     auto w = co_await read_ev_.wait();
+    const std::size_t got = wait_got_;
+    wait_buf_ = {};
+    wait_got_ = 0;
+    if (got > 0) {  // delivered data wins over a cancellation that raced with it
+      recv_.on_consumed(got);
+      maybe_send_window_update();
+      co_return got;
+    }
     if (!w) co_return make_error(errc::cancelled, describe_ + ": read cancelled");
   }
 }
@@ -70,8 +87,8 @@ awaitable<result<void>> Stream::write(BytesView data) {
       if (!w) co_return make_error(errc::cancelled, describe_ + ": write cancelled");
       continue;
     }
-    const std::size_t n = std::min({data.size() - off, static_cast<std::size_t>(send_.credit()),
-                                    max_frame});
+    const std::size_t n =
+        std::min({data.size() - off, static_cast<std::size_t>(send_.credit()), max_frame});
     session_->send_data(id_, data.subspan(off, n));
     send_.consume(n);
     off += n;
@@ -106,14 +123,25 @@ void Stream::fail(const Error& e) {
 }
 
 void Stream::on_data(const std::uint8_t* p, std::size_t n) {
-  buf_.append(p, n);
-  read_ev_.set();
+  // A reader is waiting and nothing is queued before this data: copy into its buffer, the
+  // rest (if any) into the queue. Its buffer stays valid until it resumes, which happens
+  // after this (synchronous) call.
+  if (wait_got_ < wait_buf_.size() && buf_.empty()) {
+    const std::size_t k = std::min(n, wait_buf_.size() - wait_got_);
+    std::memcpy(wait_buf_.data() + wait_got_, p, k);
+    wait_got_ += k;
+    p += k;
+    n -= k;
+  }
+  if (n > 0) buf_.append(p, n);
+  // Set means no reader is waiting (a reader resets the event before it waits).
+  if (!read_ev_.is_set()) read_ev_.set();
 }
 
 result<void> Stream::on_window_update(std::uint32_t delta) {
   if (delta == 0) return success();
   auto r = send_.on_update(delta);
-  if (!r) return r.error().with_context(describe_);
+  if (!r) return r.error().with_context(fmt::format("stream {}", id_));
   write_ev_.set();
   return success();
 }

@@ -21,8 +21,7 @@ void Session::enqueue(const FrameHeader& h, BytesView payload) {
 }
 
 void Session::send_data(std::uint32_t id, BytesView payload) {
-  enqueue(FrameHeader{FrameType::data, 0, id, static_cast<std::uint32_t>(payload.size())},
-          payload);
+  enqueue(FrameHeader{FrameType::data, 0, id, static_cast<std::uint32_t>(payload.size())}, payload);
   stats_.data_bytes_sent += payload.size();
 }
 
@@ -82,9 +81,8 @@ awaitable<result<Duration>> Session::wait_pong(std::shared_ptr<PendingPing> p) {
 awaitable<result<Duration>> Session::ping(Duration timeout) {
   auto self = shared_from_this();
   if (dead_)
-    co_return Error(errc::closed,
-                    describe_ + ": ping on an ended session" +
-                        (reason_ ? ": " + reason_->message() : std::string()));
+    co_return Error(errc::closed, describe_ + ": ping on an ended session" +
+                                      (reason_ ? ": " + reason_->message() : std::string()));
   const std::uint32_t id = next_ping_id_++;
   auto p = std::make_shared<PendingPing>(ex_);
   p->sent = Clock::now();
@@ -125,8 +123,8 @@ awaitable<void> Session::keepalive_loop() {
     }
     if (dead_) co_return;
     const TimePoint sent = Clock::now();
-    const Duration timeout = cfg_.keepalive_timeout > Duration::zero() ? cfg_.keepalive_timeout
-                                                                       : Duration(10s);
+    const Duration timeout =
+        cfg_.keepalive_timeout > Duration::zero() ? cfg_.keepalive_timeout : Duration(10s);
     auto r = co_await ping(timeout);
     if (dead_ || r || r.error() != errc::timeout) {
       if (!r && !dead_ && r.error() == errc::cancelled) co_return;

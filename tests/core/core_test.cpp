@@ -70,7 +70,7 @@ TEST(Async, TaskScopeCloseIsBounded) {
     scope.spawn([&]() -> awaitable<void> {
       (void)co_await sleep_for(1h);
       ++finished;
-    }());
+    });
   result<void> closed = make_error(errc::internal);
   asio::co_spawn(io, [&]() -> awaitable<void> { closed = co_await scope.close(2s); },
                  asio::detached);

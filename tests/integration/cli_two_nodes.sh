@@ -18,6 +18,8 @@ addr=$(head -1 "$dir/addrs")
 [[ $(grep -c "rtt" "$dir/ping.txt") == 3 ]]
 "$bin" echo "$addr" --text "hello starling" | tee "$dir/echo.txt"
 grep -q "echo: hello starling" "$dir/echo.txt"
+"$bin" echo "$addr" --rpc --text "hello rpc" | tee "$dir/rpc.txt"
+grep -q "echo: hello rpc" "$dir/rpc.txt"
 # A malformed address is rejected with a reason, not a crash.
 if "$bin" ping /ip4/999.1.1.1/tcp/1 2> "$dir/err.txt"; then echo "bad address accepted"; exit 1; fi
 grep -qi "error" "$dir/err.txt"

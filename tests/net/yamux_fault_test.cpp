@@ -36,24 +36,24 @@ std::vector<MalformedCase> malformed_cases() {
       {"unknown_type", raw_frame(9, 0, 1, 0)},
       {"ping_on_stream", raw_frame(kPing, kSyn, 5, 1)},
       {"data_on_session_id", raw_frame(kData, 0, 0, 4, four)},
-      {"data_beyond_window", cat({raw_frame(kWindowUpdate, kSyn, 1, 0),
-                                  raw_frame(kData, 0, 1, 256 * 1024 + 1)})},
+      {"data_beyond_window",
+       cat({raw_frame(kWindowUpdate, kSyn, 1, 0), raw_frame(kData, 0, 1, 256 * 1024 + 1)})},
       {"data_for_never_opened_stream", raw_frame(kData, 0, 9, 4, four)},
       {"update_for_never_opened_server_stream", raw_frame(kWindowUpdate, 0, 4, 100)},
       {"syn_with_server_parity", raw_frame(kWindowUpdate, kSyn, 2, 0)},
       {"syn_for_open_stream",
        cat({raw_frame(kWindowUpdate, kSyn, 1, 0), raw_frame(kWindowUpdate, kSyn, 1, 0)})},
-      {"syn_reusing_closed_id", cat({raw_frame(kWindowUpdate, kSyn, 3, 0),
-                                     raw_frame(kWindowUpdate, kRst, 3, 0),
-                                     raw_frame(kWindowUpdate, kSyn, 3, 0)})},
+      {"syn_reusing_closed_id",
+       cat({raw_frame(kWindowUpdate, kSyn, 3, 0), raw_frame(kWindowUpdate, kRst, 3, 0),
+            raw_frame(kWindowUpdate, kSyn, 3, 0)})},
       {"syn_below_last_id",
        cat({raw_frame(kWindowUpdate, kSyn, 7, 0), raw_frame(kWindowUpdate, kSyn, 5, 0)})},
       {"window_overflow", raw_frame(kWindowUpdate, kSyn, 1, 0xffffffffu)},
-      {"data_after_fin", cat({raw_frame(kWindowUpdate, kSyn | kFin, 1, 0),
-                              raw_frame(kData, 0, 1, 4, four)})},
-      {"huge_data_for_closed_stream", cat({raw_frame(kWindowUpdate, kSyn, 1, 0),
-                                           raw_frame(kWindowUpdate, kRst, 1, 0),
-                                           raw_frame(kData, 0, 1, 0xfffffff0u)})},
+      {"data_after_fin",
+       cat({raw_frame(kWindowUpdate, kSyn | kFin, 1, 0), raw_frame(kData, 0, 1, 4, four)})},
+      {"huge_data_for_closed_stream",
+       cat({raw_frame(kWindowUpdate, kSyn, 1, 0), raw_frame(kWindowUpdate, kRst, 1, 0),
+            raw_frame(kData, 0, 1, 0xfffffff0u)})},
   };
 }
 
@@ -108,9 +108,9 @@ TEST(YamuxFault, DataForAFinishedStreamIsSkippedWithoutLosingSync) {
   session->start();
   run_with_deadline(io, [&]() -> awaitable<void> {
     const Bytes junk = test::pattern(100, 3);
-    const Bytes bytes = cat({raw_frame(kWindowUpdate, kSyn, 1, 0),
-                             raw_frame(kWindowUpdate, kRst, 1, 0), raw_frame(kData, 0, 1, 100, junk),
-                             raw_frame(kData, kSyn, 3, 2, to_bytes("hi"))});
+    const Bytes bytes =
+        cat({raw_frame(kWindowUpdate, kSyn, 1, 0), raw_frame(kWindowUpdate, kRst, 1, 0),
+             raw_frame(kData, 0, 1, 100, junk), raw_frame(kData, kSyn, 3, 2, to_bytes("hi"))});
     // Byte by byte, so every frame boundary falls across reads.
     for (std::uint8_t b : bytes) EXPECT_TRUE(co_await raw->write(BytesView(&b, 1)));
     auto s1 = co_await session->accept_stream();  // stream 1 was reset: skipped
@@ -121,6 +121,7 @@ TEST(YamuxFault, DataForAFinishedStreamIsSkippedWithoutLosingSync) {
     EXPECT_TRUE(co_await read_exact(*s1.value(), two));
     EXPECT_EQ(as_string(two), "hi");
     EXPECT_FALSE(session->closed());
+    s1.value()->reset();
     co_await session->close();
     raw->reset();
   });

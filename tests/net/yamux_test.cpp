@@ -36,7 +36,9 @@ awaitable<void> echo_server(std::shared_ptr<YamuxSession> s) {
   }
 }
 
-std::uint32_t id_of(const ByteStream& s) { return yamux_stream_stats(s).value().id; }
+std::uint32_t id_of(const ByteStream& s) {
+  return yamux_stream_stats(s).value().id;
+}
 
 }  // namespace
 
@@ -56,6 +58,7 @@ TEST(Yamux, OpenAcceptEchoAndIdParity) {
     EXPECT_EQ(id_of(*streams[0]), 1u);
     EXPECT_EQ(id_of(*streams[1]), 3u);
     EXPECT_EQ(id_of(*streams[2]), 5u);
+    EXPECT_EQ(streams[1]->describe(), "yamux stream 3 on " + p.client_tcp->describe());
     for (std::size_t i = 0; i < streams.size(); ++i) {
       const std::string msg = "hello " + std::to_string(i);
       EXPECT_TRUE(co_await streams[i]->write(as_bytes(msg)));
@@ -286,6 +289,7 @@ TEST(Yamux, ReaderThatDoesNotReadStallsWriterAtExactlyTheWindow) {
       EXPECT_TRUE(all.value() == data);
     }
     EXPECT_TRUE(writer_done);
+    EXPECT_TRUE(co_await s->close_write());
     co_await p.client->close();
   });
 }
@@ -378,14 +382,15 @@ TEST(Yamux, AckBacklogLimitsUnacknowledgedStreams) {
       EXPECT_EQ(c.error(), errc::timeout);
     }
     // Accepting one (which ACKs it) makes room.
-    auto acc = [&]() -> awaitable<result<ByteStreamPtr>> {
-      return p.server->accept_stream();
-    };
+    auto acc = [&]() -> awaitable<result<ByteStreamPtr>> { return p.server->accept_stream(); };
     auto opn = [&]() -> awaitable<result<ByteStreamPtr>> { return p.client->open_stream(); };
     using namespace asio::experimental::awaitable_operators;
     auto [x, y] = co_await (acc() && opn());
     EXPECT_TRUE(x);
     EXPECT_TRUE(y);
+    for (auto* r : {&a, &b, &x, &y}) {
+      if (*r) r->value()->reset();
+    }
     co_await p.client->close();
   });
 }
@@ -415,6 +420,8 @@ TEST(Yamux, InboundStreamLimitAndBacklogAreEnforcedWithRst) {
     EXPECT_TRUE(co_await cs[0]->write(as_bytes("ok")));
     Bytes two(2);
     EXPECT_TRUE(co_await read_exact(*ss[0], two));
+    cs.clear();
+    ss.clear();
     co_await p.client->close();
   });
 }
@@ -434,6 +441,7 @@ TEST(Yamux, AcceptBacklogRejectsBeyondItsSize) {
       EXPECT_EQ(r.error(), errc::reset);
     }
     EXPECT_EQ(p.server->stats().streams_rejected, 1u);
+    cs.clear();
     co_await p.client->close();
   });
 }
@@ -453,6 +461,7 @@ TEST(Yamux, CancelledReadLeavesStreamUsable) {
     EXPECT_TRUE(co_await s->write(as_bytes("late")));
     auto n = co_await c->read_some(buf);
     EXPECT_TRUE(n && n.value() == 4);
+    c->reset();
     co_await p.client->close();
   });
 }
@@ -471,6 +480,32 @@ TEST(Yamux, DroppedStreamIsResetForThePeer) {
       EXPECT_EQ(r.error(), errc::reset);
     }
     EXPECT_EQ(p.client->stream_count(), 0u);
+    co_await p.client->close();
+  });
+}
+
+TEST(Yamux, LargerInitialWindowIsAnnouncedWithSynAndAck) {
+  asio::io_context io;
+  YamuxConfig big;
+  big.initial_window = 1u << 20;
+  auto p = session_pair(io, big, big);
+  run_with_deadline(io, [&]() -> awaitable<void> {
+    auto c = (co_await p.client->open_stream()).value();
+    auto s = (co_await p.server->accept_stream()).value();
+    // The SYN carried 1 MiB - 256 KiB: the server may send 1 MiB at once.
+    EXPECT_EQ(yamux_stream_stats(*s)->send_credit, 1u << 20);
+    EXPECT_EQ(yamux_stream_stats(*s)->recv_window, 1u << 20);
+    // The ACK did the same for the client; a ping round trip makes sure it has arrived.
+    EXPECT_TRUE(co_await p.client->ping(2s));
+    EXPECT_EQ(yamux_stream_stats(*c)->send_credit, 1u << 20);
+    // So 1 MiB goes through without any reads on the other side.
+    const Bytes data = pattern(1u << 20, 11);
+    auto w = co_await with_timeout(c->write(data), 2s, "write 1 MiB");
+    EXPECT_TRUE(w) << w.error().message();
+    EXPECT_TRUE(co_await p.server->ping(2s));
+    EXPECT_EQ(yamux_stream_stats(*s)->buffered, 1u << 20);
+    c->reset();
+    s->reset();
     co_await p.client->close();
   });
 }

@@ -76,19 +76,16 @@ inline SessionPair session_pair(asio::io_context& io, net::YamuxConfig client_cf
 // length, all big-endian.
 inline Bytes raw_frame(std::uint8_t type, std::uint16_t flags, std::uint32_t id,
                        std::uint32_t length, BytesView payload = {}, std::uint8_t version = 0) {
-  Bytes b{version,
-          type,
-          static_cast<std::uint8_t>(flags >> 8),
-          static_cast<std::uint8_t>(flags),
-          static_cast<std::uint8_t>(id >> 24),
-          static_cast<std::uint8_t>(id >> 16),
-          static_cast<std::uint8_t>(id >> 8),
-          static_cast<std::uint8_t>(id),
-          static_cast<std::uint8_t>(length >> 24),
-          static_cast<std::uint8_t>(length >> 16),
-          static_cast<std::uint8_t>(length >> 8),
-          static_cast<std::uint8_t>(length)};
-  b.insert(b.end(), payload.begin(), payload.end());
+  Bytes b(12 + payload.size());
+  b[0] = version;
+  b[1] = type;
+  b[2] = static_cast<std::uint8_t>(flags >> 8);
+  b[3] = static_cast<std::uint8_t>(flags);
+  for (int i = 0; i < 4; ++i) {
+    b[4 + i] = static_cast<std::uint8_t>(id >> (24 - 8 * i));
+    b[8 + i] = static_cast<std::uint8_t>(length >> (24 - 8 * i));
+  }
+  std::copy(payload.begin(), payload.end(), b.begin() + 12);
   return b;
 }
 

@@ -27,6 +27,8 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
     co_return 2;
   }
   net::install_echo(*host);
+  net::RpcServer rpc(*host);
+  net::install_rpc_echo(rpc);
   host->on_peer_connected([](const net::PeerId& p) { std::cout << "connected " << p.to_string() << std::endl; });
   host->on_peer_disconnected([](const net::PeerId& p) { std::cout << "disconnected " << p.to_string() << std::endl; });
   std::cout << "peer id " << host->local_peer().to_string() << "\n";
@@ -57,6 +59,7 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   }
   // Serve until cancelled (Ctrl-C).
   (void)co_await sleep_for(std::chrono::hours(24 * 365));
+  co_await asio::this_coro::reset_cancellation_state();  // Ctrl-C: now clean up, bounded
   co_await host->stop();
   std::cout << "stopped" << std::endl;
   co_return 0;

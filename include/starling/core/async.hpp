@@ -84,6 +84,15 @@ class TaskScope {
 
   // Starts `task` on the scope's executor. Ignored (task not started) after close().
   void spawn(awaitable<void> task);
+  // Starts `fn()` where fn is a callable returning awaitable<void> (e.g. a lambda with
+  // captures). The callable is kept alive inside the task's frame, so capturing lambdas are
+  // safe here; never write spawn([&]() -> awaitable<void> {...}()) — the invoked lambda's
+  // captures die with the temporary closure while the coroutine still runs.
+  template <class F>
+    requires std::is_invocable_r_v<awaitable<void>, F&>
+  void spawn(F fn) {
+    spawn([](F f) -> awaitable<void> { co_await f(); }(std::move(fn)));
+  }
   std::size_t active() const noexcept;
   bool closed() const noexcept;
 

@@ -80,11 +80,12 @@ struct YamuxStats {
   std::uint64_t data_bytes_received = 0;
   std::uint64_t frames_sent = 0;
   std::uint64_t frames_received = 0;
-  std::uint64_t conn_writes = 0;             // writes of the underlying connection
-  std::uint32_t largest_recv_window = 0;     // largest receive window any stream reached
-  std::uint64_t window_growths = 0;          // receive-window doublings by auto-tuning
-  std::size_t window_budget_used = 0;        // bytes of session_window_budget in use
-  Duration rtt{0};                           // smoothed ping RTT (0 before the first answer)
+  std::uint64_t conn_writes = 0;          // writes of the underlying connection
+  std::uint32_t largest_recv_window = 0;  // largest receive window any stream reached
+  std::uint64_t window_growths = 0;       // receive-window doublings by auto-tuning
+  std::size_t window_budget_used = 0;     // bytes of session_window_budget in use
+  std::size_t window_budget_peak = 0;     // most of it ever in use at once
+  Duration rtt{0};                        // smoothed ping RTT (0 before the first answer)
 };
 
 // Flow-control state of one yamux stream (diagnostics and tests).
@@ -125,7 +126,9 @@ class YamuxSession {
   // Round-trip time of a yamux ping; errc::timeout after `timeout`.
   awaitable<result<Duration>> ping(Duration timeout);
   // Sends GoAway(normal), lets open streams finish for up to close_timeout, then resets what
-  // is left and closes the connection. Returns within close_timeout. Idempotent.
+  // is left, flushes and half-closes the connection. Returns within close_timeout; waiting for
+  // the peer's EOF and releasing the connection finish in the background within the same
+  // bound (the connection is aborted if the peer does not close). Idempotent.
   awaitable<void> close();
   // True once the session stopped taking new streams (close() called or the session ended).
   bool closed() const;

@@ -1,0 +1,24 @@
+// Fuzzes the multistream-select codec: arbitrary bytes must decode or be rejected, never
+// crash; whatever decodes must re-encode to the same bytes.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+#include "starling/net/multistream.hpp"
+
+using namespace starling;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  BytesView in(data, size);
+  while (!in.empty()) {
+    auto r = net::multistream_decode(in);
+    if (!r || !r.value()) break;
+    auto& m = *r.value();
+    if (m.consumed == 0 || m.consumed > in.size()) std::abort();
+    auto again = net::multistream_encode(m.text);
+    if (again.size() != m.consumed || !std::equal(again.begin(), again.end(), in.begin()))
+      std::abort();
+    in = in.subspan(m.consumed);
+  }
+  return 0;
+}
