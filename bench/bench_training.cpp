@@ -29,21 +29,6 @@ struct Measure {
   std::uint64_t bytes_sent = 0;
 };
 
-optim::OptimizerOptions options(std::uint64_t target, std::size_t batch) {
-  optim::OptimizerOptions o;
-  o.run_id = "bench";
-  o.target_batch_size = target;
-  o.batch_size = batch;
-  o.matchmaking_time = 500ms;
-  o.averaging_timeout = 20s;
-  o.progress.min_refresh = 50ms;
-  o.progress.max_refresh = 500ms;
-  o.progress.max_publish_interval = 200ms;
-  o.progress.stale_after = 5s;
-  o.progress_ttl = 20s;
-  return o;
-}
-
 // k peers for `seconds` (after a warm-up of one epoch); together over one hub or alone.
 Measure run(const test::FashionSetup& s, int k, bool together, const optim::OptimizerOptions& o,
             double seconds) {
@@ -111,7 +96,7 @@ int main(int argc, char** argv) {
   s.train = std::move(train).value();
   s.test = std::move(test).value();
   s.batch = batch;
-  const auto o = options(target, batch);
+  const auto o = test::fast_options(target, batch);
   std::printf("bench_training: mlp, batch %zu, target %llu, %.0f s per measurement\n", batch,
               static_cast<unsigned long long>(target), seconds);
   std::printf("%5s %16s %16s %7s %7s\n", "peers", "together samp/s", "alone samp/s", "ratio",

@@ -10,6 +10,7 @@ using namespace starling;
 using namespace starling::optim;
 using starling::test::FashionPeer;
 using starling::test::FashionSetup;
+using starling::test::fast_options;
 
 namespace {
 
@@ -25,22 +26,6 @@ const FashionSetup* setup() {
     return out;
   }();
   return s;
-}
-
-OptimizerOptions fast_options(std::uint64_t target, std::size_t batch) {
-  OptimizerOptions o;
-  o.run_id = "fashion-test";
-  o.target_batch_size = target;
-  o.batch_size = batch;
-  o.matchmaking_time = 200ms;
-  o.averaging_timeout = 20s;
-  o.load_state_timeout = 20s;
-  o.progress.min_refresh = 20ms;
-  o.progress.max_refresh = 200ms;
-  o.progress.max_publish_interval = 100ms;
-  o.progress.stale_after = 3s;
-  o.progress_ttl = 10s;
-  return o;
 }
 
 // Trains alone to `epochs` and returns the test accuracy.
@@ -124,9 +109,10 @@ TEST(Convergence, ChurnJoinersCatchUpAndLivePeersAgree) {
   EXPECT_EQ(log.disagreements(&checked), 0u);
   EXPECT_GE(checked, 8u);
   // The live peers end on identical parameters if they end at the same epoch.
-  if (peers[1]->epoch == peers.back()->epoch)
+  if (peers[1]->epoch == peers.back()->epoch) {
     EXPECT_TRUE(torch::equal(test::flat_parameters(*peers[1]->model()),
                              test::flat_parameters(*peers.back()->model())));
+  }
 }
 
 // DiLoCo with H = 20 against synchronous data-parallel training (an averaging round after

@@ -26,6 +26,24 @@ struct FashionSetup {
   std::size_t batch = 32;
 };
 
+// Optimizer options for quick in-process runs: epochs of a fraction of a second, so progress is
+// published and fetched far more often than the defaults (tuned for the internet) do.
+inline optim::OptimizerOptions fast_options(std::uint64_t target, std::size_t batch) {
+  optim::OptimizerOptions o;
+  o.run_id = "fashion-test";
+  o.target_batch_size = target;
+  o.batch_size = batch;
+  o.matchmaking_time = 200ms;
+  o.averaging_timeout = 20s;
+  o.load_state_timeout = 20s;
+  o.progress.min_refresh = 20ms;
+  o.progress.max_refresh = 200ms;
+  o.progress.max_publish_interval = 100ms;
+  o.progress.stale_after = 3s;
+  o.progress_ttl = 10s;
+  return o;
+}
+
 inline torch::Tensor flat_parameters(torch::nn::Module& m) {
   std::vector<torch::Tensor> v;
   for (auto& p : m.parameters()) v.push_back(p.detach().reshape({-1}).clone());
