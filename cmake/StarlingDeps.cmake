@@ -2,6 +2,7 @@
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(sodium REQUIRED IMPORTED_TARGET GLOBAL libsodium)
+find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)  # ChaCha20-Poly1305 for Noise transport
 find_package(Protobuf REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "identify.pb.h"
+#include "starling/pb/identify.pb.h"
 #include "starling/crypto/keys.hpp"
 #include "starling/net/multiaddr.hpp"
 #include "starling/net/peer_id.hpp"

@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake make ninja-build ccache pkg-config git
   clang-16 libclang-rt-16-dev lld-16
   # libraries
-  libasio-dev libsodium-dev protobuf-compiler libprotobuf-dev libboost-dev
+  libasio-dev libsodium-dev libssl-dev protobuf-compiler libprotobuf-dev libboost-dev
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   libtorch-dev

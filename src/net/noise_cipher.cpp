@@ -1,10 +1,12 @@
 // Noise primitives for the 25519 / ChaChaPoly / SHA256 suite: X25519 (libsodium, RFC 7748),
-// HMAC-SHA256 HKDF, CipherState and SymmetricState (Noise Protocol Framework, sections 4 and 5).
+// ChaChaPoly (net/aead.hpp, libcrypto), HMAC-SHA256 HKDF, CipherState and SymmetricState (Noise
+// Protocol Framework, sections 4 and 5).
 #include <sodium.h>
 
 #include <cstring>
 #include <limits>
 
+#include "net/aead.hpp"
 #include "net/noise_handshake.hpp"
 
 namespace starling::net::noise {
@@ -107,9 +109,9 @@ result<void> CipherState::encrypt_with_ad(BytesView ad, BytesView plaintext, Byt
   std::uint8_t nonce[12];
   make_nonce(n_, nonce);
   std::uint8_t* c = out.data() + old;
-  crypto_aead_chacha20poly1305_ietf_encrypt_detached(
-      c, c + plaintext.size(), nullptr, nonnull(plaintext.data()), plaintext.size(),
-      nonnull(ad.data()), ad.size(), nullptr, nonce, k_.data());
+  if (!aead_seal(k_.data(), nonce, ad.data(), ad.size(), plaintext.data(), plaintext.size(), c,
+                 c + plaintext.size()))
+    return make_error(errc::internal, "ChaCha20-Poly1305 encryption failed (libcrypto)");
   ++n_;
   return success();
 }
@@ -121,12 +123,10 @@ result<Bytes> CipherState::decrypt_with_ad(BytesView ad, BytesView ciphertext) {
     return make_error(errc::protocol_violation, "ciphertext shorter than its 16-byte tag");
   std::size_t n = ciphertext.size() - kTagLen;
   Bytes out(n);
-  std::uint8_t scratch = 0;
   std::uint8_t nonce[12];
   make_nonce(n_, nonce);
-  if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(
-          n ? out.data() : &scratch, nullptr, nonnull(ciphertext.data()), n, ciphertext.data() + n,
-          nonnull(ad.data()), ad.size(), nonce, k_.data()) != 0)
+  if (!aead_open(k_.data(), nonce, ad.data(), ad.size(), ciphertext.data(), n,
+                 ciphertext.data() + n, out.data()))
     return make_error(errc::protocol_violation, "decryption failed (bad authentication tag)");
   ++n_;
   return out;
@@ -137,8 +137,8 @@ result<void> CipherState::seal(const std::uint8_t* in, std::size_t n, std::uint8
   ST_TRY(check_nonce());
   std::uint8_t nonce[12];
   make_nonce(n_, nonce);
-  crypto_aead_chacha20poly1305_ietf_encrypt_detached(out, out + n, nullptr, nonnull(in), n, nullptr,
-                                                     0, nullptr, nonce, k_.data());
+  if (!aead_seal(k_.data(), nonce, nullptr, 0, in, n, out, out + n))
+    return make_error(errc::internal, "ChaCha20-Poly1305 encryption failed (libcrypto)");
   ++n_;
   return success();
 }
@@ -149,11 +149,9 @@ result<void> CipherState::open(const std::uint8_t* in, std::size_t len, std::uin
   if (len < kTagLen)
     return make_error(errc::protocol_violation, "noise frame shorter than its 16-byte tag");
   std::size_t n = len - kTagLen;
-  std::uint8_t scratch = 0;
   std::uint8_t nonce[12];
   make_nonce(n_, nonce);
-  if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(n ? out : &scratch, nullptr, in, n, in + n,
-                                                         nullptr, 0, nonce, k_.data()) != 0)
+  if (!aead_open(k_.data(), nonce, nullptr, 0, in, n, in + n, out))
     return make_error(errc::protocol_violation, "decryption failed (bad authentication tag)");
   ++n_;
   return success();

@@ -188,6 +188,30 @@ inline int check_bound(const CodecSpec& spec, const std::vector<float>& x,
   return bad;
 }
 
+// The documented bound of every element of x encoded as `enc` (any codec; quantile8 from
+// the codebook actually sent).
+inline std::vector<double> element_bounds(const CodecSpec& spec, const std::vector<float>& x,
+                                          const Bytes& enc) {
+  std::vector<double> out(x.size());
+  std::size_t bs = spec.block_size() ? spec.block_size() : std::max<std::size_t>(x.size(), 1);
+  ChunkStats cs = chunk_stats(x, bs);
+  if (spec.codec != CodecId::quantile8) {
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = bound(spec, x, i, cs);
+    return out;
+  }
+  auto info = inspect(enc).value();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    std::size_t chunk = i / bs;
+    std::size_t cb = info.params_offset + chunk * 256 * 4;
+    int b = enc[info.payload_offset + i];
+    double c = payload_f32(enc, cb + 4 * b);
+    double below = b > 0 ? payload_f32(enc, cb + 4 * (b - 1)) : cs.lo[chunk];
+    double above = b < 255 ? payload_f32(enc, cb + 4 * (b + 1)) : cs.hi[chunk];
+    out[i] = std::max(c - below, above - c);
+  }
+  return out;
+}
+
 // Rejections are logged as warnings; the tests that provoke thousands keep the log quiet.
 struct QuietLog {
   QuietLog() { set_log_level("error"); }

@@ -18,6 +18,7 @@ void add_id_command(CLI::App& app, Runner& run);
 void add_node_command(CLI::App& app, Runner& run);
 void add_ping_command(CLI::App& app, Runner& run);
 void add_echo_command(CLI::App& app, Runner& run);
+void add_dht_command(CLI::App& app, Runner& run);
 // Only when built with libtorch (STARLING_HAVE_TORCH).
 void add_train_command(CLI::App& app, Runner& run);
 

@@ -1,4 +1,4 @@
-// starling: identity, node, ping, echo, train (and later dht) from one binary.
+// starling: identity, node, ping, echo, dht, train from one binary.
 #include <cstdlib>
 #include <iostream>
 
@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   starling::cli::add_node_command(app, run);
   starling::cli::add_ping_command(app, run);
   starling::cli::add_echo_command(app, run);
+  starling::cli::add_dht_command(app, run);
 #ifdef STARLING_HAVE_TORCH
   starling::cli::add_train_command(app, run);
 #endif

@@ -1,0 +1,197 @@
+// All-reduce benchmark, one process per member: Starling's averaging round (Noise + yamux
+// streams, butterfly reduce-scatter/all-gather) on `--elems` float32 among `--size` processes.
+// Processes meet through a FileDirectory in `--dir`, then run `--iters` timed rounds (after one
+// warm-up round that also opens the connections), each after a barrier. Prints one JSON line.
+// bench/run-allreduce.sh runs it beside Gloo's ring all-reduce (bench/gloo_allreduce.cpp).
+//
+//   bench_allreduce --rank R --size N --dir D [--elems E] [--iters K] [--part-kb P]
+//                   [--listen MULTIADDR] [--announce IP] [--bandwidth BYTES_PER_S]
+#include <algorithm>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "starling/averaging/averager.hpp"
+#include "starling/averaging/wire.hpp"
+#include "starling/core/log.hpp"
+#include "starling/net/host.hpp"
+
+using namespace starling;
+using namespace starling::averaging;
+
+namespace {
+
+struct Args {
+  int rank = -1, size = 0, iters = 5;
+  std::string dir, listen = "/ip4/127.0.0.1/tcp/0", announce;
+  std::uint64_t elems = 16u << 20;  // 64 MiB of float32
+  std::size_t part_kb = 1024;
+  std::uint64_t bandwidth = 1'000'000'000;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--rank") a.rank = std::stoi(v);
+    else if (k == "--size") a.size = std::stoi(v);
+    else if (k == "--dir") a.dir = v;
+    else if (k == "--elems") a.elems = std::stoull(v);
+    else if (k == "--iters") a.iters = std::stoi(v);
+    else if (k == "--part-kb") a.part_kb = std::stoul(v);
+    else if (k == "--listen") a.listen = v;
+    else if (k == "--announce") a.announce = v;
+    else if (k == "--bandwidth") a.bandwidth = std::stoull(v);
+    else throw std::runtime_error("unknown option " + k);
+  }
+  if (a.rank < 0 || a.size < 1 || a.dir.empty())
+    throw std::runtime_error("usage: bench_allreduce --rank R --size N --dir D [...]");
+  return a;
+}
+
+template <class F>
+auto on(asio::io_context& io, F f) {
+  using T = typename decltype(f())::value_type;
+  auto p = std::make_shared<std::promise<T>>();
+  auto fut = p->get_future();
+  asio::co_spawn(io, [p, f = std::move(f)]() mutable -> awaitable<void> { p->set_value(co_await f()); },
+                 asio::detached);
+  return fut.get();
+}
+
+// Everyone puts `tag` under the key; returns once `n` values are there (or throws).
+std::vector<Bytes> gather(asio::io_context& io, Directory& dir, const std::string& tag,
+                          const Bytes& me, const Bytes& value, int n) {
+  const Bytes key = blake2b_256(as_bytes("bench-allreduce/" + tag));
+  auto put = on(io, [&]() { return dir.put(key, me, value, WallClock::now() + std::chrono::minutes(30)); });
+  if (!put) throw std::runtime_error(put.error().message());
+  const auto until = Clock::now() + std::chrono::seconds(120);
+  for (;;) {
+    auto got = on(io, [&]() { return dir.get(key); });
+    if (got && static_cast<int>(got.value().size()) >= n) return got.value();
+    if (Clock::now() > until) throw std::runtime_error("rendezvous '" + tag + "' timed out");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args a = parse(argc, argv);
+  asio::io_context io;
+  auto guard = asio::make_work_guard(io);
+  std::thread th([&] { io.run(); });
+
+  net::HostConfig hc;
+  hc.listen = {a.listen};
+  hc.idle_timeout = std::chrono::minutes(10);
+  auto host = net::Host::create(io.get_executor(), crypto::KeyPair::generate(), hc);
+  auto st = on(io, [&]() { return host->start(); });
+  if (!st) throw std::runtime_error(st.error().message());
+  std::vector<std::string> addrs;
+  for (const auto& m : host->listen_addresses()) {
+    auto s = m.to_string();
+    if (!a.announce.empty()) {
+      // Replace the listen IP (e.g. 0.0.0.0) by the one others should dial.
+      auto p = s.find("/tcp/");
+      s = "/ip4/" + a.announce + s.substr(p);
+    }
+    addrs.push_back(s);
+  }
+
+  auto dir = std::make_shared<FileDirectory>(a.dir);
+  std::vector<float> x(a.elems);
+  for (std::uint64_t i = 0; i < a.elems; ++i) x[i] = static_cast<float>(a.rank + 1) + static_cast<float>(i % 7);
+  Schema schema{{{"x", {static_cast<std::int64_t>(a.elems)}, DType::f32}}, "none"};
+  AveragerConfig cfg;
+  cfg.key = {"bench", 16, 0};
+  cfg.bandwidth = a.bandwidth;
+  cfg.addrs = addrs;
+  cfg.round.part_elems = a.part_kb * 1024 / sizeof(float);
+  cfg.round.stall_timeout = std::chrono::seconds(60);
+  cfg.open_timeout = std::chrono::seconds(60);
+  auto sink = [host](const net::PeerId& peer, const std::vector<std::string>& as) {
+    std::vector<net::Multiaddr> ms;
+    for (const auto& s : as)
+      if (auto m = net::Multiaddr::parse(s)) ms.push_back(m.value());
+    host->add_addresses(peer, ms);
+  };
+  auto avg = Averager::create(host, dir, schema, {{"x", x}}, cfg, sink);
+  if (!avg) throw std::runtime_error(avg.error().message());
+  on(io, [&]() -> awaitable<result<void>> {
+    avg.value()->start();
+    co_return success();
+  });
+
+  // Rendezvous: everyone's member info.
+  const Bytes me = host->local_peer().bytes();
+  MatchEntry mine;
+  mine.info = avg.value()->self_info(1.0);
+  mine.schema_hash = avg.value()->schema_hash();
+  mine.deadline = WallClock::now() + std::chrono::minutes(30);
+  auto entries = gather(io, *dir, "members", me, wire::encode_entry(mine), a.size);
+  GroupInfo group;
+  group.schema_hash = avg.value()->schema_hash();
+  for (const auto& v : entries) {
+    auto e = wire::decode_entry(v);
+    if (!e) throw std::runtime_error("bad rendezvous entry");
+    group.members.push_back(e.value().info);
+  }
+  std::sort(group.members.begin(), group.members.end(),
+            [](const MemberInfo& l, const MemberInfo& r) { return l.peer < r.peer; });
+
+  std::vector<double> times;
+  std::uint64_t sent = 0, received = 0;
+  double max_err = 0;
+  const double want0 = (a.size + 1) / 2.0;  // mean of rank+1 over ranks
+  for (int it = -1; it < a.iters; ++it) {
+    for (std::uint64_t i = 0; i < a.elems; ++i)
+      x[i] = static_cast<float>(a.rank + 1) + static_cast<float>(i % 7);
+    gather(io, *dir, "barrier-" + std::to_string(it), me, Bytes{1}, a.size);
+    group.group_id = blake2b_256(as_bytes("round-" + std::to_string(it)));
+    group.group_id.resize(16);
+    StepOptions so;
+    so.group = group;
+    so.timeout = std::chrono::seconds(300);
+    const auto t0 = Clock::now();
+    auto r = on(io, [&]() { return avg.value()->step(so); });
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!r) throw std::runtime_error("round " + std::to_string(it) + ": " + r.error().message());
+    for (std::uint64_t i = 0; i < a.elems; i += 4099)
+      max_err = std::max(max_err, std::abs(x[i] - (want0 + static_cast<double>(i % 7))));
+    if (it < 0) continue;  // warm-up: connections, first-touch allocations
+    times.push_back(secs);
+    sent += r.value().bytes_sent;
+    received += r.value().bytes_received;
+  }
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  nlohmann::json out{{"rank", a.rank},
+                     {"size", a.size},
+                     {"bytes", a.elems * sizeof(float)},
+                     {"times_s", times},
+                     {"median_s", sorted.empty() ? 0.0 : sorted[sorted.size() / 2]},
+                     {"bytes_sent_per_round", a.iters ? sent / a.iters : 0},
+                     {"bytes_received_per_round", a.iters ? received / a.iters : 0},
+                     {"max_abs_error", max_err}};
+  std::cout << out.dump() << std::endl;
+  // Let slower peers finish their last round before this host goes away.
+  gather(io, *dir, "done", me, Bytes{1}, a.size);
+  on(io, [&]() -> awaitable<result<void>> {
+    co_await avg.value()->stop();
+    co_await host->stop();
+    co_return success();
+  });
+  guard.reset();
+  io.stop();
+  th.join();
+  return max_err < 1e-3 ? 0 : 3;
+} catch (const std::exception& e) {
+  std::cerr << "bench_allreduce: " << e.what() << std::endl;
+  return 2;
+}

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# make bench-allreduce: all-reduce of 64 MiB of float32 among 2, 4 and 8 processes on loopback,
+# Starling (Noise-encrypted yamux streams, butterfly reduce-scatter + all-gather) beside Gloo's
+# ring all-reduce (TCP transport, Debian's libgloo-dev), same run, same sizes. A round's time is
+# the slowest process's; the table shows the median over BENCH_ITERS rounds and the ratio
+# starling/gloo (< 1: Starling faster).
+#
+# With --netlab (needs root and network namespaces; skipped with a message otherwise): 4 hosts
+# with 100 Mbit/s links in tools/netlab, and the time against the bound
+# 2*(n-1)/n*size/bandwidth (what any all-reduce must move through each link).
+#
+# Environment: BENCH_SIZES ("2 4 8"), BENCH_ELEMS (16777216), BENCH_ITERS (5),
+# BENCH_NETLAB_MBIT (100), BENCH_NETLAB_ITERS (3). Ends with one `RESULT {json}` line.
+set -euo pipefail
+build=${1:-build}
+mode=${2:-loopback}
+[[ $build == --netlab ]] && { mode=--netlab; build=${2:-build}; }
+here=$(cd "$(dirname "$0")" && pwd)
+star=$build/bin/bench_allreduce
+gloo=$build/bin/gloo_allreduce
+elems=${BENCH_ELEMS:-16777216}
+iters=${BENCH_ITERS:-5}
+sizes=${BENCH_SIZES:-"2 4 8"}
+for b in "$star" "$gloo"; do
+  [[ -x $b ]] || { echo "missing $b (build the bench targets first)" >&2; exit 1; }
+done
+tmp=$(mktemp -d)
+pids=()
+netlab_name=""
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [[ -n $netlab_name ]] && "$here/../tools/netlab/netlab" down --name "$netlab_name" >/dev/null 2>&1
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# run_group OUT N LAUNCH...: starts N ranks (LAUNCH gets the rank appended as $r via a function),
+# waits, and writes the per-round max over ranks' times (the round time) as a JSON array to OUT.
+run_group() {
+  local out=$1 n=$2 launcher=$3
+  local d
+  d=$(mktemp -d "$tmp/run.XXXX")
+  pids=()
+  for r in $(seq 0 $((n - 1))); do
+    "$launcher" "$r" "$n" "$d" > "$d/out.$r" 2> "$d/err.$r" &
+    pids+=($!)
+  done
+  local fail=0
+  for p in "${pids[@]}"; do wait "$p" || fail=1; done
+  pids=()
+  if ((fail)); then
+    echo "a process of $launcher failed:" >&2
+    tail -n 5 "$d"/err.* >&2
+    return 1
+  fi
+  jq -s '[.[].times_s] | transpose | map(max)' "$d"/out.* > "$out"
+}
+
+median() { jq 'sort | .[(length / 2 | floor)]' "$1"; }
+
+star_local() { "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" --iters "$iters"; }
+gloo_local() { "$gloo" --rank "$1" --size "$2" --dir "$3" --elems "$elems" --iters "$iters"; }
+
+bytes=$((elems * 4))
+if [[ $mode != --netlab ]]; then
+  rows=()
+  printf "%-28s %12s %12s %8s\n" "$((bytes >> 20)) MiB float32, loopback" "starling s" "gloo s" "ratio"
+  for n in $sizes; do
+    run_group "$tmp/s$n" "$n" star_local
+    run_group "$tmp/g$n" "$n" gloo_local
+    s=$(median "$tmp/s$n")
+    g=$(median "$tmp/g$n")
+    ratio=$(jq -n "$s / $g")
+    printf "%-28s %12.3f %12.3f %8.2f\n" "$n processes" "$s" "$g" "$ratio"
+    rows+=("$(jq -cn --argjson n "$n" --argjson s "$s" --argjson g "$g" --argjson q "$ratio" \
+      --slurpfile st "$tmp/s$n" --slurpfile gt "$tmp/g$n" \
+      '{processes:$n, starling_s:$s, gloo_s:$g, ratio:$q, starling_rounds_s:$st[0], gloo_rounds_s:$gt[0]}')")
+  done
+  echo "RESULT $(printf '%s\n' "${rows[@]}" | jq -cs --argjson b "$bytes" \
+    '{bench:"allreduce", setting:"loopback", bytes:$b, codec:"none", results:.}')"
+  exit 0
+fi
+
+# --- emulated internet ---
+nl=$here/../tools/netlab/netlab
+[[ -x $nl ]] || { echo "tools/netlab is not in this tree: skipping the emulated-internet run"; exit 77; }
+if ! "$nl" check >/dev/null 2>&1; then
+  echo "netlab cannot run here (needs root and network namespaces): skipping"
+  exit 77
+fi
+mbit=${BENCH_NETLAB_MBIT:-100}
+iters=${BENCH_NETLAB_ITERS:-3}
+n=4
+netlab_name=$("$nl" up --hosts "$n" --up-mbit "$mbit" --down-mbit "$mbit")
+export NETLAB_NAME=$netlab_name
+star_lab() {
+  local ip
+  ip=$("$nl" addr "h$(($1 + 1))")
+  "$nl" exec "h$(($1 + 1))" -- "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" \
+    --iters "$iters" --listen "/ip4/$ip/tcp/0" --bandwidth $((mbit * 125000))
+}
+gloo_lab() {
+  local ip
+  ip=$("$nl" addr "h$(($1 + 1))")
+  "$nl" exec "h$(($1 + 1))" -- "$gloo" --rank "$1" --size "$2" --dir "$3" --elems "$elems" \
+    --iters "$iters" --host "$ip"
+}
+run_group "$tmp/ls" "$n" star_lab
+run_group "$tmp/lg" "$n" gloo_lab
+s=$(median "$tmp/ls")
+g=$(median "$tmp/lg")
+bound=$(jq -n "2 * ($n - 1) / $n * $bytes * 8 / ($mbit * 1e6)")
+printf "%-34s %10s %10s %10s\n" "$n hosts, ${mbit} Mbit/s links" "time s" "bound s" "of bound"
+printf "%-34s %10.2f %10.2f %9.0f%%\n" "starling" "$s" "$bound" "$(jq -n "100 * $bound / $s")"
+printf "%-34s %10.2f %10.2f %9.0f%%\n" "gloo ring" "$g" "$bound" "$(jq -n "100 * $bound / $g")"
+echo "RESULT $(jq -cn --argjson s "$s" --argjson g "$g" --argjson b "$bound" --argjson by "$bytes" \
+  --argjson m "$mbit" \
+  '{bench:"allreduce", setting:"netlab", hosts:4, link_mbit:$m, bytes:$by, codec:"none",
+    starling_s:$s, gloo_s:$g, bound_s:$b, starling_fraction_of_bound:($b / $s),
+    gloo_fraction_of_bound:($b / $g)}')"

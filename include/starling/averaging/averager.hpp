@@ -1,0 +1,145 @@
+// Averager: decentralized averaging of named float32 tensors with whoever is there. step()
+// finds a group through the directory (DHT), runs the fault-tolerant butterfly all-reduce over
+// libp2p streams, and writes the group's weighted mean back into the tensors. It also serves
+// and downloads state for newcomers (state_transfer.hpp).
+//
+// Threading rule: an Averager lives on its host's executor (one I/O thread); call its
+// coroutines from there (blocking wrappers: blocking_step()). Reductions run on a small worker
+// pool, never on the I/O thread. The tensors passed at construction must stay alive; step()
+// reads them when it starts and writes them only when it succeeds.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "starling/averaging/directory.hpp"
+#include "starling/averaging/group_key.hpp"
+#include "starling/averaging/matchmaking_core.hpp"
+#include "starling/averaging/round_core.hpp"
+#include "starling/averaging/schema.hpp"
+#include "starling/averaging/state_transfer.hpp"
+#include "starling/averaging/wire.hpp"
+#include "starling/net/stream_host.hpp"
+
+namespace starling {
+class ThreadPool;
+}
+
+namespace starling::averaging {
+
+struct AveragerConfig {
+  GroupKeyConfig key;  // prefix (required), Moshpit grid and dims
+  MatchmakingConfig matchmaking;
+  RoundConfig round;                          // part size, stall timeout (inline_reduce is ignored)
+  std::uint64_t bandwidth = 100'000'000 / 8;  // declared bytes/s (used to split shares)
+  bool client_mode = false;          // cannot accept streams: send and receive, own no share
+  std::vector<std::string> addrs;    // addresses others dial (multiaddr strings)
+  Duration keepalive_interval = 1s;  // on every all-reduce stream while a round runs
+  Duration open_timeout = 10s;       // opening a stream to a group member
+  std::size_t reduce_threads = 2;    // worker pool for reductions and (de)compression
+  // Error feedback for lossy codecs: what compression lost in one step is added to this
+  // peer's values in the next step it sends them, so the error does not accumulate.
+  bool error_feedback = false;
+  std::uint64_t seed = 0;            // for group ids and initial Moshpit digits (0: random)
+  // Test hook: called on the I/O thread when this peer's step enters a phase
+  // ("matchmaking:<state>", "reduce-scatter", "report", "all-gather", "fin", "done").
+  std::function<void(const std::string& phase)> on_phase;
+};
+
+struct StepOptions {
+  double weight = 1.0;     // this peer's contribution weight (e.g. samples)
+  Duration timeout = 60s;  // the whole step (matchmaking + all-reduce) ends by then
+  // Matchmaking must form a group within this (default: half the timeout, at most 30 s).
+  std::optional<Duration> matchmaking_timeout;
+  // Skip matchmaking and average with exactly this group (tests, benchmarks, fixed clusters).
+  std::optional<GroupInfo> group;
+};
+
+struct MemberContribution {
+  PeerKey peer;
+  double weight = 0;
+  bool client = false;
+  std::uint64_t counted_elements = 0;  // elements of the result that include its values
+};
+
+struct StepResult {
+  GroupInfo group;
+  std::uint32_t my_index = 0;
+  std::vector<MemberContribution> contributions;
+  std::uint32_t subrounds = 1;  // > 1 when parts were re-reduced after failures
+  std::uint64_t bytes_sent = 0, bytes_received = 0;
+  Duration matchmaking_time{}, allreduce_time{}, total_time{};
+  Duration codec_time{};  // worker-thread time spent encoding and decoding (compressed schemas)
+};
+
+class Averager : public std::enable_shared_from_this<Averager> {
+ public:
+  // `add_addresses` lets the averager tell the transport where group members listen
+  // (net::Host::add_addresses); may be empty if the transport finds peers itself.
+  using AddressSink =
+      std::function<void(const net::PeerId&, const std::vector<std::string>& addrs)>;
+
+  static result<std::shared_ptr<Averager>> create(std::shared_ptr<net::StreamHost> host,
+                                                  std::shared_ptr<Directory> directory,
+                                                  Schema schema, std::vector<TensorView> tensors,
+                                                  AveragerConfig cfg,
+                                                  AddressSink add_addresses = {});
+  ~Averager();
+
+  // Registers the protocol handlers. Call once before step().
+  void start();
+  // Unregisters handlers and waits (bounded) for background work.
+  awaitable<void> stop();
+
+  // One averaging step. Errors: errc::timeout (no group before the matchmaking deadline, or the
+  // round did not finish), errc::unavailable (the group lost this peer), invalid_argument.
+  // On error the tensors are unchanged.
+  awaitable<result<StepResult>> step(StepOptions opts);
+
+  // Donor side of state transfer: snapshots the tensors now, with `epoch` and `metadata`
+  // (<= 64 KiB), serves that snapshot to newcomers until the next call, and announces it in the
+  // directory for `ttl`.
+  awaitable<result<void>> share_state(std::uint64_t epoch, Bytes metadata, Duration ttl = 300s);
+  // Newcomer side: downloads the best announced snapshot (highest epoch, most donors) from
+  // several donors in parallel, verifying every part, and writes it into the tensors. Errors:
+  // errc::not_found (nobody announces a state with this schema), unavailable (every donor
+  // failed), timeout. On error the tensors are unchanged.
+  awaitable<result<StateInfo>> load_state(LoadStateOptions opts = {});
+
+  // Blocking forms, for threads that do not run the host's executor (a training loop). Each
+  // waits at most the operation's own timeout plus a margin; called on the executor's thread
+  // they refuse with errc::internal instead of deadlocking.
+  result<StepResult> step_blocking(StepOptions opts);
+  result<void> share_state_blocking(std::uint64_t epoch, Bytes metadata, Duration ttl = 300s);
+  result<StateInfo> load_state_blocking(LoadStateOptions opts = {});
+
+  const Schema& schema() const noexcept { return schema_; }
+  const Bytes& schema_hash() const noexcept { return schema_hash_; }
+  const GroupKey& group_key() const noexcept { return key_; }
+  MemberInfo self_info(double weight) const;
+  net::StreamHost& host() { return *host_; }
+
+  struct Impl;  // private helpers (join/round streams)
+
+ private:
+  Averager(std::shared_ptr<net::StreamHost> host, std::shared_ptr<Directory> directory,
+           Schema schema, std::vector<TensorView> tensors, AveragerConfig cfg, AddressSink sink);
+  awaitable<void> serve_state(net::ByteStreamPtr s, net::PeerId remote);
+  Bytes state_key() const;
+
+  std::shared_ptr<net::StreamHost> host_;
+  std::shared_ptr<Directory> directory_;
+  Schema schema_;
+  Bytes schema_hash_;
+  std::vector<TensorView> tensors_;
+  AveragerConfig cfg_;
+  AddressSink add_addresses_;
+  GroupKey key_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace starling::averaging

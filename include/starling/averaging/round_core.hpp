@@ -1,0 +1,255 @@
+// RoundCore: one member's side of one fault-tolerant butterfly all-reduce, as a protocol core
+// that does no I/O and takes time as a parameter. The networked Averager feeds it decoded
+// messages and failure notices, and sends what it puts in its outbox; tests drive many of
+// them through a simulated network.
+//
+// Protocol (docs/averaging.md has the full rules and what happens to a lost peer per phase).
+// A round is a sequence of sub-rounds; sub-round 0 covers the whole vector, sub-round k+1
+// re-reduces only the parts the group agreed were lost in sub-round k. Each sub-round:
+//   1. reduce-scatter: every sender (every member not agreed failed) sends its values of each
+//      part to the part's owner (plan from make_plan(): bandwidth-optimal shares);
+//   2. report: when an owner has every sender's data complete or the sender failed, it sends
+//      the set of senders it holds completely to the other owners; once it has every owner's
+//      report (or the owner failed) it counts C = intersection of the reports, minus owners
+//      whose report never came, and reduces each of its parts over C in group order:
+//      sum_s (w_s / W) * x_s, W = sum of the counted weights (equal weights if W == 0);
+//   3. all-gather: the owner sends each reduced part (tagged with C) to every member;
+//   4. fin: each member, once it holds every part or knows the part's owner failed, sends
+//      Fin1 {parts missing, members it saw fail, members that sent it garbage} to every
+//      non-client; each non-client, once it has Fin1 from every live member, relays all the
+//      Fin1s it got as Fin2 to every member; each member merges the Fin2s into the same
+//      table D and decides (decide_fin()): excluded = members with no Fin1 in D, plus a
+//      deterministic cover of the conflicts among the others (two members that lost each
+//      other cannot both stay); missing = parts reported missing by non-excluded members.
+//      Nothing missing: done. Otherwise the missing parts are re-partitioned among the
+//      members not excluded (sub-round k+1) and every member, including one that already
+//      held such a part, adopts the new values.
+// Every part's final value therefore comes from exactly one owner, so members that succeed
+// hold bit-identical results. A member that finds itself in D.failed, loses every non-client,
+// or reaches the deadline fails (errc::timeout / unavailable) and must not use output().
+//
+// Threading rule: single-threaded (the node's I/O thread). The only exception: ReduceJobs
+// handed out by take_reduce_jobs() may run on any thread; the core touches neither their
+// inputs nor outputs until on_reduced() is called.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "starling/averaging/partition.hpp"
+#include "starling/averaging/types.hpp"
+#include "starling/core/async.hpp"
+
+namespace starling::averaging {
+
+// --- messages (the wire codec lives in round_wire.hpp) ---
+struct PartMsg {  // sender -> owner: the sender's values of one part
+  std::uint32_t subround = 0;
+  std::uint32_t part = 0;
+  std::span<const float> data;
+};
+struct ReportMsg {  // owner -> owners: senders whose data this owner holds completely
+  std::uint32_t subround = 0;
+  Bitset complete;  // over members
+};
+struct ResultMsg {  // owner -> members: one reduced part
+  std::uint32_t subround = 0;
+  std::uint32_t part = 0;
+  Bitset counted;  // over members: whose values are in this mean
+  std::span<const float> data;
+};
+// One member's view at the end of a sub-round's all-gather.
+struct FinReport {
+  std::uint32_t member = 0;
+  Bitset missing;  // over the sub-round's parts: parts it does not hold (their owner failed)
+  Bitset failed;   // over members: members it saw fail (lost, stalled or misbehaving)
+  Bitset blamed;   // subset of failed: members that sent it malformed data
+  friend bool operator==(const FinReport&, const FinReport&) = default;
+};
+// Stage 1: member -> non-clients, exactly its own report. Stage 2: non-client -> members,
+// every stage-1 report it received (including its own).
+struct FinMsg {
+  std::uint32_t subround = 0;
+  std::uint8_t stage = 1;
+  std::vector<FinReport> reports;
+};
+using RoundMessage = std::variant<PartMsg, ReportMsg, ResultMsg, FinMsg>;
+
+struct Envelope {
+  std::uint32_t to = 0;  // member index
+  RoundMessage msg;
+};
+
+// The fin decision, a pure function of the merged Fin2 table (identical on every member that
+// received the same Fin2s). `reports` is indexed by member (nullopt: no Fin1 from it).
+struct FinDecision {
+  Bitset excluded;  // over members
+  Bitset missing;   // over parts
+};
+FinDecision decide_fin(const std::vector<std::optional<FinReport>>& reports, const Bitset& alive,
+                       const std::vector<bool>& client, const std::vector<PartSpec>& parts);
+
+// A reduction to run (anywhere): out = sum_j coeffs[j] * inputs[j], summed in j order.
+struct ReduceJob {
+  std::uint32_t part = 0;
+  std::span<float> out;
+  std::vector<std::span<const float>> inputs;
+  std::vector<float> coeffs;
+};
+void run_reduce_job(const ReduceJob& job);
+
+struct RoundMember {
+  Capacity cap;
+  double weight = 1.0;
+};
+
+struct RoundConfig {
+  std::size_t part_elems = kDefaultPartElems;
+  // A peer we wait on that shows no activity (any bytes) for this long is treated as failed.
+  // The driver keeps live peers active with keepalives at a fraction of this.
+  Duration stall_timeout = 10s;
+  // Reject parts/results holding NaN or infinity (treated as malformed).
+  bool reject_non_finite = true;
+  // Reduce inside the core as soon as ready (tests); otherwise hand out ReduceJobs.
+  bool inline_reduce = true;
+};
+
+struct RoundTimings {
+  TimePoint started, reduce_scatter_done, all_gather_done, finished;
+};
+
+class RoundCore {
+ public:
+  enum class Status { running, done, failed };
+
+  // `local` (this member's values, N floats) must stay valid and unchanged while the core
+  // lives; `output` (N floats) receives the averaged vector and is meaningful only once
+  // status() == done. Members are in group order; `self` is this member's index.
+  RoundCore(std::vector<RoundMember> members, std::uint32_t self, std::span<const float> local,
+            std::span<float> output, RoundConfig cfg, TimePoint now, TimePoint deadline);
+
+  // Plans sub-round 0 and queues this member's parts. Errors: invalid members/config.
+  result<void> start(TimePoint now);
+
+  // A decoded message from member `from`. An error means `from` broke the protocol: the core
+  // has already marked it failed (and logged why); the caller should close its streams.
+  result<void> on_message(std::uint32_t from, const RoundMessage& msg, TimePoint now);
+  // Bytes (of any message, even partial) arrived from `from`: it is alive.
+  void on_activity(std::uint32_t from, TimePoint now);
+  // The transport lost `peer` (stream reset/closed early, dial failed, malformed bytes).
+  // `blame`: the peer misbehaved (malformed bytes), as opposed to vanishing.
+  void on_peer_failed(std::uint32_t peer, const std::string& reason, TimePoint now,
+                      bool blame = false);
+  // Advances timers (stall detection, deadline).
+  void tick(TimePoint now);
+  // With inline_reduce == false: reductions ready to run, then on_reduced() once all ran.
+  std::vector<ReduceJob> take_reduce_jobs();
+  void on_reduced(TimePoint now);
+
+  std::vector<Envelope> take_outbox();
+  // Earliest time tick() has something to do.
+  TimePoint next_wakeup() const;
+
+  Status status() const noexcept { return status_; }
+  const Error& error() const noexcept { return error_; }
+  std::uint32_t subround() const noexcept { return sub_.index; }
+  std::string phase() const;
+  // Members this member saw fail or the group agreed failed (over members).
+  const Bitset& failed() const noexcept { return failed_; }
+  // Elements of the final vector in which each member's values were counted.
+  const std::vector<std::uint64_t>& counted_elements() const noexcept { return counted_elems_; }
+  // Which members are counted in each range of the final vector (ranges tile [0, N)).
+  struct Coverage {
+    Segment range;
+    Bitset counted;
+  };
+  const std::vector<Coverage>& coverage() const noexcept { return coverage_; }
+  const RoundTimings& timings() const noexcept { return timings_; }
+  std::span<float> output() const noexcept { return output_; }
+  // Applied when the owner's own result is final; the driver may replace it (e.g. by
+  // decode(encode(x)) so that the owner holds exactly what it sends). Valid after reduction.
+  std::span<float> part_output(std::uint32_t part) const;
+  const RoundPlan& plan() const noexcept { return sub_.plan; }
+
+ private:
+  struct Buffered {  // a message for the next sub-round, kept until it starts
+    std::uint32_t from = 0;
+    RoundMessage msg;
+    std::vector<float> data;  // owned copy; msg's span points here
+  };
+  struct Sub {
+    std::uint32_t index = 0;
+    RoundPlan plan;
+    Bitset alive;  // agreed senders of this sub-round
+    // owner side
+    std::vector<std::uint32_t> my_parts;
+    std::vector<std::vector<std::vector<float>>> slots;  // [my part idx][member]
+    std::vector<std::uint32_t> owed;                     // parts each sender still owes me
+    std::vector<std::optional<Bitset>> reports;          // by owner
+    bool reported = false, reduce_requested = false, reduced = false, results_sent = false;
+    Bitset counted;
+    // member side
+    Bitset got;                                               // parts held
+    std::vector<Bitset> part_counted;                         // tag of each held part
+    std::vector<std::optional<FinReport>> fin1;               // by member (non-client only)
+    std::vector<std::optional<std::vector<FinReport>>> fin2;  // by non-client
+    bool fin1_sent = false, fin2_sent = false;
+  };
+
+  bool is_owner() const;
+  std::uint32_t my_part_index(std::uint32_t part) const;  // index into sub_.my_parts
+  void begin_subround(std::uint32_t index, std::vector<Segment> segments, Bitset alive,
+                      TimePoint now);
+  void send_parts();
+  void advance(TimePoint now);
+  bool rs_complete() const;
+  bool reports_complete() const;
+  void start_reduction(TimePoint now);
+  void finish_reduction(TimePoint now);
+  bool gather_complete() const;
+  bool fin1_complete() const;
+  bool fin2_complete() const;
+  void decide(TimePoint now);
+  Bitset waiting_on() const;
+  void mark_failed(std::uint32_t peer, const std::string& reason, bool blame = false);
+  void fail(Error e);
+  void send(std::uint32_t to, RoundMessage m);
+  result<void> handle(std::uint32_t from, const RoundMessage& msg, TimePoint now);
+  result<void> handle_part(std::uint32_t from, const PartMsg& m);
+  result<void> handle_report(std::uint32_t from, const ReportMsg& m);
+  result<void> handle_result(std::uint32_t from, const ResultMsg& m);
+  result<void> handle_fin(std::uint32_t from, const FinMsg& m);
+  result<void> check_floats(std::span<const float> d, std::uint64_t want, const char* what) const;
+  void buffer_future(std::uint32_t from, const RoundMessage& msg);
+  void tally(const Sub& s, const Bitset& missing);
+  result<void> check_report(const FinReport& r) const;
+  std::string who(std::uint32_t m) const;
+
+  std::vector<RoundMember> members_;
+  std::vector<Capacity> caps_;
+  std::uint32_t self_;
+  std::uint32_t n_;
+  std::span<const float> local_;
+  std::span<float> output_;
+  RoundConfig cfg_;
+  TimePoint deadline_;
+  Status status_ = Status::running;
+  Error error_;
+  Bitset failed_;
+  Bitset blamed_;
+  std::vector<TimePoint> last_activity_;
+  Sub sub_;
+  std::vector<Buffered> future_;
+  std::size_t future_bytes_ = 0;
+  std::vector<Envelope> outbox_;
+  std::vector<ReduceJob> jobs_;
+  std::vector<std::uint64_t> counted_elems_;
+  std::vector<Coverage> coverage_;
+  RoundTimings timings_;
+};
+
+}  // namespace starling::averaging

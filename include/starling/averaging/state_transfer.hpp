@@ -1,0 +1,74 @@
+// State transfer: a newcomer downloads the current tensors plus a small metadata blob (e.g. the
+// optimizer epoch) from peers that announce a state snapshot in the directory. The newcomer
+// asks several donors for their manifest (snapshot id, epoch, metadata, BLAKE2b-256 of every
+// part), picks the snapshot with the highest epoch held by the most donors, and downloads its
+// parts in parallel from every donor holding it, verifying each part against the manifest; a
+// donor that leaves, stalls or sends a wrong part is dropped and its parts go back to the
+// queue for the others (no restart from scratch, unlike one-donor-at-a-time downloads).
+//
+// Threading rule: types only; the Averager runs the protocol on its host's executor.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "starling/averaging/matchmaking_core.hpp"
+
+namespace starling::averaging {
+
+// Published under BLAKE2b("starling/averaging/state/" + prefix), sub-key = donor peer id.
+struct StateAnnouncement {
+  MemberInfo donor;
+  std::uint64_t epoch = 0;
+  Bytes schema_hash;
+  WallTime expires;
+};
+
+struct StateManifest {
+  Bytes snapshot;  // BLAKE2b-256 over epoch, metadata, element count, part size, part hashes
+  std::uint64_t epoch = 0;
+  Bytes metadata;
+  Bytes schema_hash;
+  std::uint64_t elements = 0;
+  std::uint32_t part_elems = 0;
+  std::vector<Bytes> part_hashes;
+};
+
+struct StateRequest {
+  bool manifest = false;
+  Bytes snapshot;
+  std::vector<std::uint32_t> parts;
+};
+
+// A donor's reply frame: a manifest, or one part (payload_len raw bytes follow), or an error.
+struct StateFrame {
+  std::optional<StateManifest> manifest;
+  std::optional<std::uint32_t> part;
+  std::uint64_t payload_len = 0;
+  std::string error;
+};
+
+struct LoadStateOptions {
+  Duration timeout = 300s;
+  std::size_t max_donors = 4;       // download from at most this many donors at once
+  std::size_t parts_per_request = 4;
+  Duration stall_timeout = 20s;     // a donor silent this long while owing parts is dropped
+};
+
+struct StateInfo {
+  std::uint64_t epoch = 0;
+  Bytes metadata;
+  std::size_t donors = 0;          // donors that served at least one part
+  std::size_t parts = 0;
+  std::size_t parts_retried = 0;   // parts fetched again after a donor failed or lied
+  std::uint64_t bytes = 0;
+  Duration time{};
+};
+
+// Snapshot id of a manifest's contents (what donors with identical state share).
+Bytes snapshot_id(const StateManifest& m);
+// Checks a manifest's internal consistency (sizes, part count, id).
+result<void> validate_manifest(const StateManifest& m);
+
+}  // namespace starling::averaging

@@ -1,0 +1,97 @@
+// Configuration of the DHT protocol core: plain structs with documented defaults.
+//
+// Threading rule: plain values.
+#pragma once
+
+#include <cstddef>
+
+#include "starling/dht/id.hpp"
+
+namespace starling::dht {
+
+// Size limits for everything a peer can send. Decoders and the store enforce them; a peer
+// exceeding them gets errc::too_large / protocol_violation and a warning in the log.
+struct WireLimits {
+  std::size_t max_message_bytes = 4 << 20;  // one encoded request or response
+  std::size_t max_key_bytes = 1024;         // a record key
+  std::size_t max_subkey_bytes = 1024;      // a dictionary sub-key
+  std::size_t max_value_bytes = 256 << 10;  // one value
+  std::size_t max_signature_bytes = 128;    // Ed25519 signatures are 64
+  std::size_t max_records_per_message = 4096;
+  std::size_t max_targets_per_find = 64;     // keys per find request
+  std::size_t max_peers_per_response = 512;  // distinct peers in one find response
+  std::size_t max_peers_per_target = 64;     // peers listed for one key
+  std::size_t max_addrs_per_peer = 8;
+  std::size_t max_addr_bytes = 256;
+  // Length-delimited fields (records, strings, sub-messages) in one message, counted before
+  // protobuf allocates them.
+  std::size_t max_wire_elements = 65536;
+};
+
+struct DhtConfig {
+  // Kademlia k: bucket size, and the number of closest nodes a lookup returns.
+  std::size_t k = 20;
+  // Parallel requests per lookup (Kademlia alpha).
+  std::size_t alpha = 3;
+  // A lookup queries only the `beam_width` closest candidates it knows (0 = k) and ends
+  // when they have all answered or failed.
+  std::size_t beam_width = 0;
+  // Nodes a value is stored on: the closest `replicas` live nodes to the key (0 = k). With
+  // 8 replicas a record survives the loss of a random 30% of the nodes with probability
+  // 1 - 0.3^8 > 0.9999 even before republishing moves it.
+  std::size_t replicas = 8;
+  // Relaxed bucket splitting (Kademlia paper section 4.2): a bucket that does not cover our
+  // own id also splits while its depth is not a multiple of this (0 = classic rule: only the
+  // bucket covering our id splits). 5 gives routing tables of ~16 buckets per level, fewer
+  // hops, more entries.
+  std::size_t split_depth_modulo = 5;
+  // Replacement cache entries per bucket (0 = k).
+  std::size_t replacement_cache = 0;
+  // A routing-table node that failed this many requests in a row is dropped even when no
+  // replacement is waiting (with a replacement, one failure suffices).
+  std::size_t max_failures = 3;
+
+  // Per-request deadline; after `slow_request` the lookup stops waiting for the answer to
+  // spend its parallelism elsewhere (the answer is still used if it comes in time).
+  Duration request_timeout = 3s;
+  Duration slow_request = 1s;
+  // A whole get/store/find operation never takes longer than this.
+  Duration operation_timeout = 30s;
+
+  // Buckets not touched by a lookup or an answer for this long are refreshed by a lookup of
+  // a random id inside them.
+  Duration refresh_interval = 10min;
+  // Own records (stored through this node) are pushed again to the current closest nodes
+  // this often, with their remaining ttl, until they expire (0 = never).
+  Duration republish_interval = 5min;
+  // How often the core runs its housekeeping (expiry sweep, refresh and republish checks).
+  Duration maintenance_interval = 5s;
+
+  // Unresponsive peers are not contacted for blacklist_base * 2^(failures-1), capped.
+  Duration blacklist_base = 5s;
+  Duration blacklist_max = 5min;
+  std::size_t blacklist_capacity = 10000;
+
+  // Records may not ask to live longer than this (longer ttls are cut to it).
+  Millis max_ttl = std::chrono::hours(24);
+  // Wall clocks of honest peers differ by less than this. Used only to bound the window in
+  // which a signed record is accepted (its version +- skew, its lifetime + skew).
+  Millis max_clock_skew = std::chrono::minutes(10);
+
+  // Local store capacity.
+  std::size_t max_stored_keys = 100000;
+  std::size_t max_subkeys_per_key = 4096;
+  std::size_t max_stored_bytes = 256 << 20;
+
+  // Client mode: this node does not accept connections, so it never answers requests and
+  // tells peers not to put it into their routing tables.
+  bool client_mode = false;
+
+  WireLimits limits;
+
+  std::size_t effective_beam() const { return beam_width ? beam_width : k; }
+  std::size_t effective_replicas() const { return replicas ? replicas : k; }
+  std::size_t effective_replacements() const { return replacement_cache ? replacement_cache : k; }
+};
+
+}  // namespace starling::dht

@@ -1,0 +1,227 @@
+// DhtCore: the whole Kademlia protocol of one node as a state machine that does no I/O and
+// takes time as a parameter, so the same code runs over real sockets (DhtNode) and in a
+// deterministic simulation with thousands of nodes.
+//
+// Driving it:
+//   * inbound:  resp = core.handle_request(from, request, now)  -> send resp back
+//   * outbound: while (auto out = core.poll_request()) send out->request to out->to; then
+//               core.on_response(out->id, response, now) or core.on_failure(out->id, err, now)
+//               (a request not answered by out->deadline fails by itself in tick())
+//   * timers:   call core.tick(now) at core.next_wakeup() (or earlier; it is idempotent)
+//   * results:  while (auto r = core.poll_result()) ... (one per get/store/find/bootstrap)
+// The caller sends every polled request; the core bounds how many are in flight.
+//
+// Threading rule: one DhtCore belongs to one thread (its node's io_context); no locks.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <unordered_map>
+
+#include "starling/dht/blacklist.hpp"
+#include "starling/dht/config.hpp"
+#include "starling/dht/lookup.hpp"
+#include "starling/dht/messages.hpp"
+#include "starling/dht/routing_table.hpp"
+#include "starling/dht/store.hpp"
+#include "starling/dht/validator.hpp"
+
+namespace starling::dht {
+
+struct GetOptions {
+  // false: finish early: as soon as one node returns a fresh valid plain value, or once
+  //        `dictionary_quorum` nodes returned dictionaries (merged, newest per sub-key). A
+  //        value held locally counts as one answer, with 0 hops.
+  // true:  run the lookup until it converges on the closest nodes and merge every value
+  //        found there, for readers that must not miss a recent write on a lagging replica.
+  bool latest = false;
+  // Dictionaries are written piecewise by many writers, so one replica may lack entries
+  // another has; merging a few answers (they arrive together, alpha requests are in
+  // flight near the key) costs little time.
+  std::size_t dictionary_quorum = 3;
+};
+
+struct StoreOptions {
+  std::size_t replicas = 0;  // nodes to store on (0 = DhtConfig::replicas)
+  // Remember the records as this node's own and push them again every republish_interval
+  // (with their remaining ttl) until they expire, so they survive churn.
+  bool republish = true;
+};
+
+enum class OpKind { bootstrap, find_node, get, store };
+
+struct LookupStats {
+  std::size_t hops = 0;  // see lookup.hpp (get: hop of the first node that had the value)
+  std::size_t requests = 0;
+  std::size_t responses = 0;
+  std::size_t failures = 0;
+};
+
+struct OpResult {
+  OpId id{};
+  OpKind kind = OpKind::find_node;
+  // get: not_found when no node had the key; all: unavailable when no node answered,
+  // timeout after operation_timeout; store: the reason when no node accepted.
+  result<void> status = success();
+  Slot value;                    // get: everything found, merged
+  std::vector<Contact> closest;  // bootstrap / find_node / store: closest live nodes
+  std::size_t stored = 0;        // store: nodes that hold the records now (this one included)
+  std::size_t refused = 0;       // store: nodes that answered but kept something newer
+  LookupStats stats;
+};
+
+struct OutgoingRequest {
+  RequestId id{};
+  Contact to;
+  Request request;
+  TimePoint deadline;  // the core fails the request by itself at this time
+};
+
+class DhtCore {
+ public:
+  DhtCore(DhtConfig config, net::PeerId self, ValidatorChain validators, std::uint64_t seed,
+          TimePoint now = {});
+  DhtCore(const DhtCore&) = delete;
+  DhtCore& operator=(const DhtCore&) = delete;
+
+  // --- inbound ---------------------------------------------------------------------------
+  // Answers a request from `from` (authenticated by the transport). Non-client senders that
+  // are not blacklisted enter the routing table with the addresses in request.sender.
+  Response handle_request(const net::PeerId& from, const Request& request, const Now& now);
+
+  // --- outbound --------------------------------------------------------------------------
+  std::optional<OutgoingRequest> poll_request();
+  void on_response(RequestId id, const Response& response, const Now& now);
+  void on_failure(RequestId id, const Error& error, const Now& now);
+
+  // --- operations (each yields exactly one OpResult) --------------------------------------
+  // Joins through `seeds` (their addresses as known): a lookup of our own id, then a refresh
+  // of every bucket. Fails with errc::unavailable if none of them answers.
+  OpId bootstrap(std::vector<Contact> seeds, const Now& now);
+  OpId find_node(const DhtId& target, const Now& now);
+  // Concurrent gets of one key share one lookup (a `latest` get joins only a `latest` one).
+  OpId get(const RecordKey& key, GetOptions options, const Now& now);
+  // Validates `records` (fails at once, sending nothing, if one is invalid) and stores them
+  // on the closest live nodes to the key, this node included if it is among them.
+  OpId store(const RecordKey& key, std::vector<Record> records, StoreOptions options,
+             const Now& now);
+  std::optional<OpResult> poll_result();
+
+  // --- time ------------------------------------------------------------------------------
+  void tick(const Now& now);
+  TimePoint next_wakeup() const;
+
+  // --- state -----------------------------------------------------------------------------
+  const DhtId& id() const noexcept { return self_.id; }
+  const net::PeerId& peer() const noexcept { return self_.peer; }
+  const DhtConfig& config() const noexcept { return cfg_; }
+  void set_addresses(std::vector<Bytes> addrs) { self_.addrs = std::move(addrs); }
+  const RoutingTable& routing() const noexcept { return routing_; }
+  const RecordStore& records() const noexcept { return store_; }
+  const Blacklist& blacklist() const noexcept { return blacklist_; }
+  const ValidatorChain& validators() const noexcept { return validators_; }
+  std::size_t pending_requests() const noexcept { return pending_.size(); }
+  std::size_t active_operations() const noexcept { return ops_.size(); }
+  std::size_t own_record_keys() const noexcept { return own_.size(); }
+  VersionClock& version_clock() noexcept { return versions_; }
+
+ private:
+  enum class Purpose : std::uint8_t { lookup, store, ping, cache };
+  enum class TimerKind : std::uint8_t { request_deadline, request_slow, op_deadline };
+  struct Timer {
+    TimePoint at;
+    TimerKind kind;
+    std::uint64_t id;
+    friend auto operator<=>(const Timer&, const Timer&) = default;
+  };
+  struct Pending {
+    Contact to;
+    std::uint64_t op = 0;  // 0 = none
+    Purpose purpose = Purpose::ping;
+    TimePoint deadline, slow_at;
+  };
+  struct Operation {
+    std::uint64_t id = 0;
+    OpKind kind = OpKind::find_node;
+    bool internal = false;  // refresh/republish: no OpResult
+    RecordKey key;
+    std::optional<Lookup> lookup;
+    TimePoint deadline;
+    LookupStats stats;
+    std::size_t seeds = 0;                              // bootstrap
+    bool latest = false;                                // get
+    std::size_t quorum = 1;                             // get: dictionary answers that suffice
+    std::size_t value_answers = 0;                      // get: answers that carried a valid value
+    Slot found;                                         // get: merged values; store: the payload
+    std::size_t found_hop = 0;                          // get
+    std::vector<std::uint64_t> joined;                  // get: ops sharing this lookup
+    std::optional<Contact> closest_without_value;       // get: cache target
+    std::size_t replicas = 0;                           // store
+    bool storing = false;                               // store: lookup done, store requests out
+    std::size_t awaiting = 0, stored = 0, refused = 0;  // store
+  };
+  struct OwnRecord {
+    RecordKey key;
+    Slot slot;
+    TimePoint next_republish;
+  };
+
+  // core.cpp
+  Operation& new_op(OpKind kind, bool internal, const Now& now);
+  RequestId send(const Contact& to, decltype(Request::body) body, Purpose purpose, std::uint64_t op,
+                 const Now& now);
+  NodeHeader header() const;
+  void finish(std::uint64_t op, result<void> status, const Now& now);
+  void fail_request(std::uint64_t rid, const Error& error, const Now& now);
+  void note_alive(const Contact& who, const NodeHeader& header, const Now& now);
+  void note_failure(const Contact& who, const Now& now);
+  void ping_for_eviction(const std::optional<RoutingTable::PingAction>& action, const Now& now);
+  ValidationContext validation_context(const Now& now) const;
+  // core_server.cpp
+  Response handle_store(const net::PeerId& from, const StoreRequest& req, const Now& now);
+  Response handle_find(const net::PeerId& from, const FindRequest& req, const Now& now);
+  // core_lookup.cpp
+  void start_lookup(Operation& op, const DhtId& target, const std::vector<Contact>& seeds,
+                    const Now& now);
+  void pump(std::uint64_t op, const Now& now);
+  void on_find_response(Operation& op, const Contact& from, const FindResult& res, const Now& now);
+  void lookup_done(Operation& op, const Now& now);
+  std::vector<Contact> contacts_of(const std::vector<PeerInfo>& peers) const;
+  std::uint64_t start_find(const DhtId& target, bool internal, const Now& now);
+  // core_store.cpp
+  std::uint64_t start_store(const RecordKey& key, Slot payload, std::size_t replicas, bool internal,
+                            const Now& now);
+  void start_store_phase(Operation& op, const Now& now);
+  void finish_store(std::uint64_t op, const Now& now);
+  void on_store_response(Operation& op, const StoreResponse& resp, const Now& now);
+  void cache_along_path(Operation& op, const Now& now);
+  result<void> accept_records(const RecordKey& key, std::vector<Record>& records,
+                              const Now& now) const;
+  // core_maintenance.cpp
+  void maintenance(const Now& now);
+  void republish(const Now& now);
+
+  DhtConfig cfg_;
+  Contact self_;
+  ValidatorChain validators_;
+  std::mt19937_64 rng_;
+  RoutingTable routing_;
+  RecordStore store_;
+  Blacklist blacklist_;
+  VersionClock versions_;
+
+  std::uint64_t next_id_ = 1;
+  std::unordered_map<std::uint64_t, Pending> pending_;
+  std::unordered_map<std::uint64_t, Operation> ops_;
+  std::unordered_map<DhtId, std::uint64_t> active_gets_;  // key id -> op sharing its lookup
+  std::unordered_map<DhtId, OwnRecord> own_;
+  std::set<Timer> timers_;
+  TimePoint next_maintenance_;
+  std::deque<OutgoingRequest> outbox_;
+  std::deque<OpResult> results_;
+};
+
+}  // namespace starling::dht

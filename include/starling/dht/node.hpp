@@ -1,0 +1,181 @@
+// DhtNode: the networked DHT node. It runs a DhtCore (the protocol, no I/O) over a libp2p
+// net::Host: requests travel as typed RPC calls (net/rpc.hpp) on the protocol
+// `/starling/dht/1.0.0`, one call per request, each carrying one DHT message encoded by the
+// DHT's own codec (messages.hpp) so that every byte from a peer passes its size-limited decoder.
+// The node feeds the core the time, the messages that arrive and the answers to what it sent,
+// fires its timers, and hands operation results to the waiting callers.
+//
+// Server mode serves the protocol and enters other nodes' routing tables; client mode (for
+// peers that cannot accept connections) registers no handler, announces no address and is
+// never put into a routing table, but gets and stores like anyone.
+//
+// Threading rule: a DhtNode belongs to its host's executor (one io thread); call its
+// coroutines from there. Other threads use BlockingDhtNode below.
+// Invariants: every operation ends by DhtConfig::operation_timeout (the core enforces it, the
+// node adds a safety bound); stop() completes within DhtNodeConfig::stop_timeout; a peer that
+// sends a malformed message gets that call's stream closed with an error status and a log line.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "starling/core/blocking.hpp"
+#include "starling/dht/core.hpp"
+#include "starling/net/host.hpp"
+#include "starling/net/rpc.hpp"
+
+namespace google::protobuf {
+class BytesValue;
+}
+
+namespace starling::dht {
+
+inline constexpr const char* kDhtProtocol = "/starling/dht/1.0.0";
+
+struct DhtNodeConfig {
+  DhtConfig dht;  // dht.client_mode selects client mode
+  ValidatorChain validators = ValidatorChain::standard();
+  // Addresses announced to peers (empty: the host's listen addresses). Needed when listening
+  // on 0.0.0.0 or behind a port mapping.
+  std::vector<net::Multiaddr> announce;
+  // Bootstrap: rounds over all initial peers, and the pause before round n (doubling from
+  // bootstrap_backoff, at most 10 s).
+  std::size_t bootstrap_attempts = 4;
+  Duration bootstrap_backoff = 500ms;
+  // Connecting to an initial peer given without /p2p/<id> (to learn its id).
+  Duration dial_timeout = 5s;
+  Duration stop_timeout = 5s;
+  std::uint64_t seed = 0;  // routing randomness (0 = from std::random_device)
+};
+
+// One live value: the bytes, the remaining time-to-live when the get finished, and the
+// writer's version stamp (microseconds since the Unix epoch on the writer's clock).
+struct Value {
+  Bytes value;
+  Millis ttl{0};
+  std::uint64_t version = 0;
+  bool is_signed = false;
+};
+
+// What a get found. A key holds either a plain value or a dictionary (a non-empty dictionary
+// is the key's value: see record.hpp).
+struct Found {
+  std::optional<Value> plain;
+  std::map<SubKey, Value> dictionary;  // every live sub-key, newest value per sub-key
+  std::size_t hops = 0;                // lookup hops to the first node that had it
+  bool is_dictionary() const noexcept { return !dictionary.empty(); }
+};
+
+struct Stored {
+  std::size_t replicas = 0;  // nodes holding the records now (this one included)
+  std::size_t refused = 0;   // nodes that answered but kept something newer
+};
+
+class DhtNode : public std::enable_shared_from_this<DhtNode> {
+ public:
+  // `host` must be started (its listen addresses are announced) unless in client mode.
+  static std::shared_ptr<DhtNode> create(std::shared_ptr<net::Host> host, DhtNodeConfig cfg = {});
+  ~DhtNode();
+  DhtNode(const DhtNode&) = delete;
+  DhtNode& operator=(const DhtNode&) = delete;
+
+  // Serves the protocol (server mode), starts the timers and, if `initial_peers` is not
+  // empty, bootstraps through them. A node started with no peers is the first node of a
+  // network (others bootstrap through it).
+  awaitable<result<void>> start(std::vector<net::Multiaddr> initial_peers = {});
+  // Joins through `initial_peers` (multiaddrs, with or without /p2p/<id>), retrying with
+  // backoff; errc::unavailable "none of the N initial peers answered ..." if none ever does.
+  awaitable<result<void>> bootstrap(std::vector<net::Multiaddr> initial_peers);
+  // Stops serving, cancels requests in flight and fails waiting operations with
+  // errc::cancelled; bounded by stop_timeout. The host is left running (its owner stops it).
+  awaitable<void> stop();
+
+  // --- operations ---------------------------------------------------------------------------
+  // A plain value under `key`, for `ttl` (expiry travels relative: see record.hpp).
+  awaitable<result<Stored>> store(RecordKey key, Bytes value, Millis ttl);
+  // One sub-key of the dictionary under `key`; other sub-keys (any writer's) are kept.
+  awaitable<result<Stored>> store(RecordKey key, SubKey subkey, Bytes value, Millis ttl);
+  // An owned record signed with this node's Ed25519 key: the key (if no sub-key) or the
+  // sub-key must contain owner_marker() (see owned_key / owned_subkey).
+  awaitable<result<Stored>> store_signed(RecordKey key, std::optional<SubKey> subkey, Bytes value,
+                                         Millis ttl);
+  // Prepared records (versions, signatures set by the caller).
+  awaitable<result<Stored>> store_records(RecordKey key, std::vector<Record> records,
+                                          StoreOptions options = {});
+  // Everything live under `key`; std::nullopt if no node has it. `latest`: see GetOptions.
+  awaitable<result<std::optional<Found>>> get(RecordKey key, bool latest = false);
+  // The k closest live nodes to `target`.
+  awaitable<result<std::vector<Contact>>> find_node(DhtId target);
+
+  // --- owned records ------------------------------------------------------------------------
+  std::string owner_marker() const;                    // "[owner:<this peer id>]"
+  RecordKey owned_key(std::string_view name) const;    // name + owner_marker()
+  SubKey owned_subkey(std::string_view name) const;    // name + owner_marker()
+
+  // --- state (on the executor) --------------------------------------------------------------
+  const net::PeerId& peer() const noexcept { return host_->local_peer(); }
+  net::Host& host() noexcept { return *host_; }
+  asio::any_io_executor executor() { return host_->get_executor(); }
+  const DhtCore& core() const noexcept { return core_; }
+  const DhtNodeConfig& config() const noexcept { return cfg_; }
+  bool client_mode() const noexcept { return cfg_.dht.client_mode; }
+  bool running() const noexcept { return started_ && !stopping_; }
+  // Addresses announced to peers (binary multiaddrs as the core sends them, as text here).
+  std::vector<net::Multiaddr> announced() const;
+  std::uint64_t bad_messages() const noexcept { return bad_messages_; }
+
+ private:
+  struct Waiter;
+  DhtNode(std::shared_ptr<net::Host> host, DhtNodeConfig cfg);
+
+  Now now() const { return Now::from_clocks(); }
+  // Sends what the core wants sent, hands out results, re-arms the timer.
+  void pump();
+  std::shared_ptr<Waiter> add_waiter(OpId id);
+  awaitable<OpResult> wait_op(OpId id, std::shared_ptr<Waiter> w);
+  awaitable<OpResult> run_store(RecordKey key, std::vector<Record> records, StoreOptions options);
+  awaitable<void> send_request(OutgoingRequest out);
+  awaitable<void> timer_loop();
+  result<Bytes> serve(const net::PeerId& from, BytesView request);
+  static awaitable<result<google::protobuf::BytesValue>> serve_entry(std::weak_ptr<DhtNode> self,
+                                                                     net::PeerId from,
+                                                                     std::string request);
+  awaitable<result<std::vector<Contact>>> seeds_of(const std::vector<net::Multiaddr>& addrs);
+
+  std::shared_ptr<net::Host> host_;
+  DhtNodeConfig cfg_;
+  DhtCore core_;
+  net::RpcClient client_;
+  std::unique_ptr<net::RpcServer> server_;
+  TaskScope scope_;
+  asio::steady_timer timer_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Waiter>> waiters_;
+  bool started_ = false, stopping_ = false;
+  std::uint64_t bad_messages_ = 0;
+};
+
+// Blocking facade for threads other than the node's io thread (training loops, tools): each
+// call runs the coroutine on the node's executor through block_on() and waits, bounded by
+// the operation timeout plus `grace`.
+class BlockingDhtNode {
+ public:
+  explicit BlockingDhtNode(std::shared_ptr<DhtNode> node) : node_(std::move(node)) {}
+  Duration grace = 5s;
+
+  result<void> bootstrap(std::vector<net::Multiaddr> initial_peers);
+  result<Stored> store(RecordKey key, Bytes value, Millis ttl);
+  result<Stored> store(RecordKey key, SubKey subkey, Bytes value, Millis ttl);
+  result<Stored> store_signed(RecordKey key, std::optional<SubKey> subkey, Bytes value, Millis ttl);
+  result<std::optional<Found>> get(RecordKey key, bool latest = false);
+  DhtNode& node() noexcept { return *node_; }
+
+ private:
+  Duration bound() const { return node_->config().dht.operation_timeout + grace; }
+  std::shared_ptr<DhtNode> node_;
+};
+
+}  // namespace starling::dht

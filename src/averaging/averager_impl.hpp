@@ -1,0 +1,35 @@
+// Averager internals shared by averager.cpp and state_transfer.cpp.
+//
+// Threading rule: the host's executor only.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "match_session.hpp"
+#include "part_codec.hpp"
+#include "round_runner.hpp"
+#include "starling/averaging/averager.hpp"
+
+namespace starling::averaging {
+
+// A state snapshot this peer serves to newcomers (state_transfer.cpp).
+struct StateSnapshot {
+  StateManifest manifest;
+  std::vector<float> data;
+};
+
+struct Averager::Impl {
+  explicit Impl(asio::any_io_executor ex) : round_registered(ex) {}
+  std::map<Bytes, std::shared_ptr<detail::RoundRunner>> rounds;  // by group id
+  AsyncEvent round_registered;
+  std::shared_ptr<detail::MatchSession> match;
+  std::shared_ptr<const StateSnapshot> snapshot;
+  bool started = false, stopped = false, stepping = false;
+  detail::TensorCodecs codecs;  // per-tensor codecs from the schema
+  // Error feedback (or empty): what earlier steps' encodings of this peer's values, and of the
+  // results it reduced as an owner, lost.
+  std::vector<float> residual, result_residual;
+};
+
+}  // namespace starling::averaging

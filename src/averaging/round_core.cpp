@@ -1,0 +1,280 @@
+// RoundCore: construction, message validation and intake. The phase logic is in
+// round_core_flow.cpp.
+#include <algorithm>
+#include <cmath>
+
+#include "starling/averaging/round_core.hpp"
+#include "starling/core/log.hpp"
+
+namespace starling::averaging {
+
+void run_reduce_job(const ReduceJob& job) {
+  float* out = job.out.data();
+  const std::size_t n = job.out.size();
+  if (job.inputs.empty()) {
+    std::fill(out, out + n, 0.0f);
+    return;
+  }
+  {
+    const float c = job.coeffs[0];
+    const float* in = job.inputs[0].data();
+    for (std::size_t i = 0; i < n; ++i) out[i] = c * in[i];
+  }
+  for (std::size_t j = 1; j < job.inputs.size(); ++j) {
+    const float c = job.coeffs[j];
+    const float* in = job.inputs[j].data();
+    for (std::size_t i = 0; i < n; ++i) out[i] += c * in[i];
+  }
+}
+
+RoundCore::RoundCore(std::vector<RoundMember> members, std::uint32_t self,
+                     std::span<const float> local, std::span<float> output, RoundConfig cfg,
+                     TimePoint now, TimePoint deadline)
+    : members_(std::move(members)),
+      self_(self),
+      n_(static_cast<std::uint32_t>(members_.size())),
+      local_(local),
+      output_(output),
+      cfg_(cfg),
+      deadline_(deadline),
+      failed_(members_.size()),
+      blamed_(members_.size()),
+      last_activity_(members_.size(), now),
+      counted_elems_(members_.size(), 0) {
+  for (const auto& m : members_) caps_.push_back(m.cap);
+  timings_.started = now;
+}
+
+std::string RoundCore::who(std::uint32_t m) const {
+  return "member " + std::to_string(m);
+}
+
+result<void> RoundCore::start(TimePoint now) {
+  if (n_ == 0 || n_ > kMaxGroupSize || self_ >= n_)
+    return make_error(errc::invalid_argument, "all-reduce: bad group size or self index");
+  if (local_.size() != output_.size())
+    return make_error(errc::invalid_argument, "all-reduce: local and output sizes differ");
+  if (cfg_.part_elems == 0) return make_error(errc::invalid_argument, "all-reduce: part size 0");
+  for (std::uint32_t i = 0; i < n_; ++i) {
+    const auto& m = members_[i];
+    if (!std::isfinite(m.weight) || m.weight < 0)
+      return make_error(errc::invalid_argument, "all-reduce: " + who(i) + " has a bad weight");
+    if (m.cap.bandwidth == 0)
+      return make_error(errc::invalid_argument, "all-reduce: " + who(i) + " has zero bandwidth");
+  }
+  std::vector<Segment> all{{0, local_.size()}};
+  begin_subround(0, std::move(all), Bitset(n_, true), now);
+  advance(now);
+  return success();
+}
+
+void RoundCore::on_activity(std::uint32_t from, TimePoint now) {
+  if (from < n_) last_activity_[from] = std::max(last_activity_[from], now);
+}
+
+void RoundCore::on_peer_failed(std::uint32_t peer, const std::string& reason, TimePoint now,
+                               bool blame) {
+  if (status_ != Status::running || peer >= n_ || peer == self_ || failed_.test(peer)) return;
+  mark_failed(peer, reason, blame);
+  advance(now);
+}
+
+void RoundCore::mark_failed(std::uint32_t peer, const std::string& reason, bool blame) {
+  if (failed_.test(peer)) return;
+  failed_.set(peer);
+  if (blame) blamed_.set(peer);
+  logger("averaging")
+      ->info("all-reduce [member {}]: {} failed in sub-round {} ({}): {}", self_, who(peer),
+             sub_.index, phase(), reason);
+}
+
+void RoundCore::fail(Error e) {
+  if (status_ != Status::running) return;
+  status_ = Status::failed;
+  error_ = std::move(e);
+  jobs_.clear();
+  logger("averaging")->warn("all-reduce [member {}] failed: {}", self_, error_.message());
+}
+
+void RoundCore::send(std::uint32_t to, RoundMessage m) {
+  outbox_.push_back({to, std::move(m)});
+}
+
+std::vector<Envelope> RoundCore::take_outbox() {
+  return std::exchange(outbox_, {});
+}
+
+std::vector<ReduceJob> RoundCore::take_reduce_jobs() {
+  return std::exchange(jobs_, {});
+}
+
+result<void> RoundCore::on_message(std::uint32_t from, const RoundMessage& msg, TimePoint now) {
+  if (from >= n_ || from == self_)
+    return make_error(errc::invalid_argument, "all-reduce: message from unknown member");
+  if (status_ != Status::running || failed_.test(from)) return success();  // fenced or over
+  on_activity(from, now);
+  auto r = handle(from, msg, now);
+  if (!r) {
+    logger("averaging")
+        ->warn("all-reduce [member {}]: excluding {}: {}", self_, who(from), r.error().message());
+    mark_failed(from, r.error().message(), true);
+  }
+  advance(now);
+  return r;
+}
+
+result<void> RoundCore::handle(std::uint32_t from, const RoundMessage& msg, TimePoint now) {
+  const std::uint32_t sr = std::visit([](const auto& m) { return m.subround; }, msg);
+  if (sr < sub_.index) return success();  // stale: that sub-round is decided
+  if (sr > sub_.index + 1)
+    return make_error(errc::protocol_violation, "message for sub-round " + std::to_string(sr) +
+                                                    " while in " + std::to_string(sub_.index));
+  if (sr == sub_.index + 1) {
+    buffer_future(from, msg);
+    if (future_bytes_ > (local_.size() + 1024) * sizeof(float) * 2)
+      return make_error(errc::too_large, "too much data for the next sub-round");
+    return success();
+  }
+  return std::visit(
+      [&](const auto& m) -> result<void> {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, PartMsg>) return handle_part(from, m);
+        if constexpr (std::is_same_v<T, ReportMsg>) return handle_report(from, m);
+        if constexpr (std::is_same_v<T, ResultMsg>) return handle_result(from, m);
+        if constexpr (std::is_same_v<T, FinMsg>) return handle_fin(from, m);
+      },
+      msg);
+}
+
+void RoundCore::buffer_future(std::uint32_t from, const RoundMessage& msg) {
+  Buffered b;
+  b.from = from;
+  b.msg = msg;
+  if (auto* p = std::get_if<PartMsg>(&b.msg)) {
+    b.data.assign(p->data.begin(), p->data.end());
+    p->data = b.data;
+  } else if (auto* r = std::get_if<ResultMsg>(&b.msg)) {
+    b.data.assign(r->data.begin(), r->data.end());
+    r->data = b.data;
+  }
+  future_bytes_ += b.data.size() * sizeof(float) + 64;
+  future_.push_back(std::move(b));
+}
+
+result<void> RoundCore::check_floats(std::span<const float> d, std::uint64_t want,
+                                     const char* what) const {
+  if (d.size() != want)
+    return make_error(errc::invalid_argument, std::string(what) + " has " +
+                                                  std::to_string(d.size()) + " values, expected " +
+                                                  std::to_string(want));
+  if (cfg_.reject_non_finite)
+    for (float v : d)
+      if (!std::isfinite(v))
+        return make_error(errc::invalid_argument, std::string(what) + " holds NaN or infinity");
+  return success();
+}
+
+std::uint32_t RoundCore::my_part_index(std::uint32_t part) const {
+  auto it = std::lower_bound(sub_.my_parts.begin(), sub_.my_parts.end(), part);
+  return static_cast<std::uint32_t>(it - sub_.my_parts.begin());
+}
+
+result<void> RoundCore::handle_part(std::uint32_t from, const PartMsg& m) {
+  const auto& parts = sub_.plan.parts;
+  if (m.part >= parts.size())
+    return make_error(errc::protocol_violation, "part " + std::to_string(m.part) + " out of range");
+  const PartSpec& spec = parts[m.part];
+  if (spec.owner != self_)
+    return make_error(errc::protocol_violation,
+                      "part " + std::to_string(m.part) + " sent to a member that does not own it");
+  if (!sub_.alive.test(from))
+    return make_error(errc::protocol_violation, "part from a member excluded by the group");
+  if (sub_.reduce_requested) return make_error(errc::protocol_violation, "part after reduction");
+  auto& slot = sub_.slots[my_part_index(m.part)][from];
+  if (!slot.empty()) return make_error(errc::protocol_violation, "duplicate part");
+  ST_TRY(check_floats(m.data, spec.size(), "part"));
+  if (spec.size() == 0) return success();
+  slot.assign(m.data.begin(), m.data.end());
+  if (sub_.owed[from] == 0) return make_error(errc::internal, "owed count underflow");
+  --sub_.owed[from];
+  return success();
+}
+
+result<void> RoundCore::handle_report(std::uint32_t from, const ReportMsg& m) {
+  if (!is_owner()) return make_error(errc::protocol_violation, "report sent to a non-owner");
+  if (sub_.plan.owned[from] == 0)
+    return make_error(errc::protocol_violation, "report from a member that owns nothing");
+  if (m.complete.size() != n_) return make_error(errc::invalid_argument, "report size");
+  if (sub_.reports[from]) return make_error(errc::protocol_violation, "duplicate report");
+  if (!m.complete.test(from))
+    return make_error(errc::protocol_violation, "report omits the owner's own data");
+  sub_.reports[from] = m.complete;
+  return success();
+}
+
+result<void> RoundCore::handle_result(std::uint32_t from, const ResultMsg& m) {
+  const auto& parts = sub_.plan.parts;
+  if (m.part >= parts.size())
+    return make_error(errc::protocol_violation,
+                      "result " + std::to_string(m.part) + " out of range");
+  const PartSpec& spec = parts[m.part];
+  if (spec.owner != from)
+    return make_error(errc::protocol_violation, "result for a part the sender does not own");
+  if (m.counted.size() != n_) return make_error(errc::invalid_argument, "result tag size");
+  if (sub_.got.test(m.part)) return make_error(errc::protocol_violation, "duplicate result");
+  ST_TRY(check_floats(m.data, spec.size(), "result"));
+  std::copy(m.data.begin(), m.data.end(),
+            output_.begin() + static_cast<std::ptrdiff_t>(spec.begin));
+  sub_.got.set(m.part);
+  sub_.part_counted[m.part] = m.counted;
+  return success();
+}
+
+result<void> RoundCore::check_report(const FinReport& r) const {
+  if (r.member >= n_) return make_error(errc::invalid_argument, "fin report for unknown member");
+  if (r.missing.size() != sub_.plan.parts.size() || r.failed.size() != n_ || r.blamed.size() != n_)
+    return make_error(errc::invalid_argument, "fin report bitset sizes");
+  Bitset extra = r.blamed;
+  extra &= ~r.failed;
+  if (!extra.none()) return make_error(errc::protocol_violation, "fin blames a member not failed");
+  // A member reports a part missing only when it saw the part's owner fail.
+  for (auto p : r.missing.indices())
+    if (!r.failed.test(sub_.plan.parts[p].owner))
+      return make_error(errc::protocol_violation, "fin reports a part missing but not its owner");
+  return success();
+}
+
+result<void> RoundCore::handle_fin(std::uint32_t from, const FinMsg& m) {
+  if (m.reports.size() > n_) return make_error(errc::too_large, "fin with too many reports");
+  for (const auto& r : m.reports) ST_TRY(check_report(r));
+  if (m.stage == 1) {
+    if (members_[self_].cap.client)
+      return make_error(errc::protocol_violation, "fin1 sent to a client");
+    if (!sub_.alive.test(from)) return make_error(errc::protocol_violation, "fin1 from excluded");
+    if (m.reports.size() != 1 || m.reports[0].member != from)
+      return make_error(errc::protocol_violation, "fin1 must carry the sender's own report");
+    if (sub_.fin1[from]) return make_error(errc::protocol_violation, "duplicate fin1");
+    sub_.fin1[from] = m.reports[0];
+    return success();
+  }
+  if (m.stage == 2) {
+    if (members_[from].cap.client)
+      return make_error(errc::protocol_violation, "fin2 from a client");
+    if (sub_.fin2[from]) return make_error(errc::protocol_violation, "duplicate fin2");
+    Bitset seen(n_);
+    for (const auto& r : m.reports) {
+      if (seen.test(r.member)) return make_error(errc::protocol_violation, "fin2 repeats a member");
+      seen.set(r.member);
+    }
+    sub_.fin2[from] = m.reports;
+    return success();
+  }
+  return make_error(errc::invalid_argument, "fin stage " + std::to_string(m.stage));
+}
+
+std::span<float> RoundCore::part_output(std::uint32_t part) const {
+  const auto& p = sub_.plan.parts.at(part);
+  return output_.subspan(p.begin, p.size());
+}
+
+}  // namespace starling::averaging

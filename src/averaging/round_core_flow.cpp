@@ -1,0 +1,407 @@
+// RoundCore: the phase logic (reduce-scatter, report, reduction, all-gather, fin barrier,
+// recovery sub-rounds) and timers. See round_core.hpp and docs/averaging.md.
+#include <algorithm>
+#include <tuple>
+
+#include "starling/averaging/round_core.hpp"
+#include "starling/core/log.hpp"
+
+namespace starling::averaging {
+
+bool RoundCore::is_owner() const {
+  return !sub_.plan.owned.empty() && sub_.plan.owned[self_] > 0;
+}
+
+void RoundCore::begin_subround(std::uint32_t index, std::vector<Segment> segments, Bitset alive,
+                               TimePoint now) {
+  auto plan = make_plan(segments, caps_, alive, cfg_.part_elems);
+  if (!plan) {
+    fail(plan.error().with_context("all-reduce: planning sub-round " + std::to_string(index)));
+    return;
+  }
+  Sub s;
+  s.index = index;
+  s.alive = std::move(alive);
+  s.plan = std::move(plan).value();
+  const std::size_t nparts = s.plan.parts.size();
+  for (std::uint32_t p = 0; p < nparts; ++p)
+    if (s.plan.parts[p].owner == self_) s.my_parts.push_back(p);
+  s.slots.assign(s.my_parts.size(), std::vector<std::vector<float>>(n_));
+  s.owed.assign(n_, 0);
+  for (std::uint32_t j = 0; j < n_; ++j)
+    if (j != self_ && s.alive.test(j)) s.owed[j] = static_cast<std::uint32_t>(s.my_parts.size());
+  s.reports.assign(n_, std::nullopt);
+  s.got = Bitset(nparts);
+  s.part_counted.assign(nparts, Bitset());
+  s.fin1.assign(n_, std::nullopt);
+  s.fin2.assign(n_, std::nullopt);
+  sub_ = std::move(s);
+  for (std::uint32_t j = 0; j < n_; ++j) {
+    if (!sub_.alive.test(j)) failed_.set(j);
+    last_activity_[j] = std::max(last_activity_[j], now);
+  }
+  if (index > 0)
+    logger("averaging")
+        ->info("all-reduce: sub-round {} re-reduces {} elements in {} parts without {}", index,
+               sub_.plan.total, nparts, (~sub_.alive).to_string());
+  send_parts();
+  auto future = std::exchange(future_, {});
+  future_bytes_ = 0;
+  for (auto& b : future) {
+    if (status_ != Status::running) break;
+    if (failed_.test(b.from)) continue;
+    auto r = handle(b.from, b.msg, now);
+    if (!r) {
+      logger("averaging")
+          ->warn("all-reduce [member {}]: excluding {}: {}", self_, who(b.from),
+                 r.error().message());
+      mark_failed(b.from, r.error().message());
+    }
+  }
+}
+
+void RoundCore::send_parts() {
+  const auto& parts = sub_.plan.parts;
+  for (std::uint32_t p = 0; p < parts.size(); ++p) {
+    const auto& spec = parts[p];
+    if (spec.owner == self_ || failed_.test(spec.owner)) continue;
+    send(spec.owner, PartMsg{sub_.index, p, local_.subspan(spec.begin, spec.size())});
+  }
+}
+
+bool RoundCore::rs_complete() const {
+  for (std::uint32_t j = 0; j < n_; ++j) {
+    if (j == self_ || !sub_.alive.test(j) || failed_.test(j)) continue;
+    if (sub_.owed[j] > 0) return false;
+  }
+  return true;
+}
+
+bool RoundCore::reports_complete() const {
+  for (std::uint32_t q = 0; q < n_; ++q) {
+    if (q == self_ || sub_.plan.owned[q] == 0 || failed_.test(q)) continue;
+    if (!sub_.reports[q]) return false;
+  }
+  return true;
+}
+
+void RoundCore::start_reduction(TimePoint now) {
+  Bitset counted = sub_.alive;
+  for (std::uint32_t q = 0; q < n_; ++q) {
+    if (sub_.plan.owned[q] == 0) continue;
+    if (sub_.reports[q])
+      counted &= *sub_.reports[q];
+    else
+      counted.reset(q);  // an owner whose report never came is dropped as a sender too
+  }
+  if (counted.none()) counted.set(self_);  // nobody complete everywhere: keep own values
+  double total_w = 0;
+  for (auto j : counted.indices()) total_w += members_[j].weight;
+  const double cnt = static_cast<double>(counted.count());
+  std::vector<float> coeffs;
+  for (auto j : counted.indices())
+    coeffs.push_back(static_cast<float>(total_w > 0 ? members_[j].weight / total_w : 1.0 / cnt));
+  for (std::size_t i = 0; i < sub_.my_parts.size(); ++i) {
+    const std::uint32_t p = sub_.my_parts[i];
+    const auto& spec = sub_.plan.parts[p];
+    ReduceJob job;
+    job.part = p;
+    job.out = output_.subspan(spec.begin, spec.size());
+    for (auto j : counted.indices())
+      job.inputs.push_back(j == self_ ? local_.subspan(spec.begin, spec.size())
+                                      : std::span<const float>(sub_.slots[i][j]));
+    job.coeffs = coeffs;
+    jobs_.push_back(std::move(job));
+  }
+  sub_.counted = std::move(counted);
+  sub_.reduce_requested = true;
+  if (cfg_.inline_reduce) {
+    for (const auto& job : jobs_) run_reduce_job(job);
+    jobs_.clear();
+    finish_reduction(now);
+  }
+}
+
+void RoundCore::on_reduced(TimePoint now) {
+  if (status_ != Status::running || !sub_.reduce_requested || sub_.reduced) return;
+  finish_reduction(now);
+  advance(now);
+}
+
+void RoundCore::finish_reduction(TimePoint now) {
+  sub_.reduced = true;
+  for (auto p : sub_.my_parts) {
+    sub_.got.set(p);
+    sub_.part_counted[p] = sub_.counted;
+  }
+  // The slots are no longer needed.
+  sub_.slots.clear();
+  (void)now;
+}
+
+bool RoundCore::gather_complete() const {
+  const auto& parts = sub_.plan.parts;
+  for (std::uint32_t p = 0; p < parts.size(); ++p) {
+    if (sub_.got.test(p)) continue;
+    const auto owner = parts[p].owner;
+    if (owner == self_ || !failed_.test(owner)) return false;
+  }
+  return true;
+}
+
+bool RoundCore::fin1_complete() const {
+  for (std::uint32_t j = 0; j < n_; ++j)
+    if (sub_.alive.test(j) && !failed_.test(j) && !sub_.fin1[j]) return false;
+  return true;
+}
+
+bool RoundCore::fin2_complete() const {
+  for (std::uint32_t j = 0; j < n_; ++j)
+    if (sub_.alive.test(j) && !members_[j].cap.client && !failed_.test(j) && !sub_.fin2[j])
+      return false;
+  return true;
+}
+
+void RoundCore::advance(TimePoint now) {
+  bool progress = true;
+  while (progress && status_ == Status::running) {
+    progress = false;
+    Sub& s = sub_;
+    const std::uint32_t index = s.index;
+    if (is_owner()) {
+      if (!s.reported && rs_complete()) {
+        Bitset complete(n_);
+        complete.set(self_);
+        for (std::uint32_t j = 0; j < n_; ++j)
+          if (j != self_ && s.alive.test(j) && s.owed[j] == 0) complete.set(j);
+        s.reported = true;
+        s.reports[self_] = complete;
+        for (std::uint32_t q = 0; q < n_; ++q)
+          if (q != self_ && s.plan.owned[q] > 0 && !failed_.test(q))
+            send(q, ReportMsg{index, complete});
+        if (index == 0) timings_.reduce_scatter_done = now;
+        progress = true;
+      }
+      if (s.reported && !s.reduce_requested && reports_complete()) {
+        start_reduction(now);
+        progress = true;
+      }
+      if (s.reduced && !s.results_sent) {
+        s.results_sent = true;
+        for (auto p : s.my_parts)
+          for (std::uint32_t j = 0; j < n_; ++j)
+            if (j != self_ && s.alive.test(j) && !failed_.test(j))
+              send(j, ResultMsg{index, p, s.counted, part_output(p)});
+        progress = true;
+      }
+    }
+    if (!s.fin1_sent && gather_complete()) {
+      FinReport mine{self_, ~s.got, failed_, blamed_};
+      s.fin1_sent = true;
+      if (index == 0) timings_.all_gather_done = now;
+      for (std::uint32_t j = 0; j < n_; ++j) {
+        if (!s.alive.test(j) || members_[j].cap.client) continue;
+        if (j == self_)
+          s.fin1[j] = mine;
+        else if (!failed_.test(j))
+          send(j, FinMsg{index, 1, {mine}});
+      }
+      progress = true;
+    }
+    if (!members_[self_].cap.client && s.fin1_sent && !s.fin2_sent && fin1_complete()) {
+      std::vector<FinReport> heard;
+      for (const auto& f : s.fin1)
+        if (f) heard.push_back(*f);
+      s.fin2_sent = true;
+      for (std::uint32_t j = 0; j < n_; ++j) {
+        if (!s.alive.test(j)) continue;
+        if (j == self_)
+          s.fin2[j] = heard;
+        else if (!failed_.test(j))
+          send(j, FinMsg{index, 2, heard});
+      }
+      progress = true;
+    }
+    if (s.fin1_sent && fin2_complete()) {
+      decide(now);
+      progress = true;
+    }
+  }
+}
+
+void RoundCore::tally(const Sub& s, const Bitset& missing) {
+  for (std::uint32_t p = 0; p < s.plan.parts.size(); ++p) {
+    if (missing.test(p) || !s.got.test(p)) continue;
+    for (auto j : s.part_counted[p].indices()) counted_elems_[j] += s.plan.parts[p].size();
+    coverage_.push_back({{s.plan.parts[p].begin, s.plan.parts[p].end}, s.part_counted[p]});
+  }
+}
+
+void RoundCore::decide(TimePoint now) {
+  const std::size_t nparts = sub_.plan.parts.size();
+  const std::string where = "all-reduce sub-round " + std::to_string(sub_.index);
+  // Merge the Fin2s into one table by member (a union if two copies ever differ, so the
+  // result does not depend on arrival order).
+  std::vector<std::optional<FinReport>> table(n_);
+  std::size_t heard = 0;
+  for (const auto& f : sub_.fin2) {
+    if (!f) continue;
+    ++heard;
+    for (const auto& r : *f) {
+      auto& t = table[r.member];
+      if (!t) {
+        t = r;
+      } else {
+        t->missing |= r.missing;
+        t->failed |= r.failed;
+        t->blamed |= r.blamed;
+      }
+    }
+  }
+  if (heard == 0) return fail(make_error(errc::unavailable, where + ": lost every non-client"));
+  std::vector<bool> client;
+  for (const auto& m : members_) client.push_back(m.cap.client);
+  FinDecision d = decide_fin(table, sub_.alive, client, sub_.plan.parts);
+  if (d.missing.none()) {
+    if (!sub_.got.all())
+      return fail(make_error(errc::unavailable,
+                             where + ": this member lost parts the rest of the group holds"));
+    tally(sub_, d.missing);
+    status_ = Status::done;
+    timings_.finished = now;
+    if (timings_.reduce_scatter_done == TimePoint{}) timings_.reduce_scatter_done = now;
+    return;
+  }
+  if (d.excluded.test(self_))
+    return fail(make_error(errc::unavailable, where + ": the group excluded this member"));
+  for (std::uint32_t p = 0; p < nparts; ++p)
+    if (!sub_.got.test(p) && !d.missing.test(p))
+      return fail(make_error(
+          errc::unavailable,
+          where + ": part " + std::to_string(p) + " is lost here but the group does not know it"));
+  tally(sub_, d.missing);
+  std::vector<Segment> segs;
+  for (auto p : d.missing.indices())
+    segs.push_back({sub_.plan.parts[p].begin, sub_.plan.parts[p].end});
+  Bitset alive = sub_.alive;
+  alive &= ~d.excluded;
+  begin_subround(sub_.index + 1, merge_segments(std::move(segs)), std::move(alive), now);
+}
+
+FinDecision decide_fin(const std::vector<std::optional<FinReport>>& reports, const Bitset& alive,
+                       const std::vector<bool>& client, const std::vector<PartSpec>& parts) {
+  const std::size_t n = reports.size();
+  FinDecision d{Bitset(n), Bitset(parts.size())};
+  Bitset present(n);
+  for (std::size_t j = 0; j < n; ++j)
+    if (reports[j] && alive.test(j)) present.set(j);
+  for (std::size_t j = 0; j < n; ++j)
+    if (alive.test(j) && !present.test(j)) d.excluded.set(j);
+  // Conflicts: two present members of which one saw the other fail, and that need a link
+  // (at least one is a non-client). Exclude greedily until none is left, choosing by
+  // (blamed for malformed data by a present member, number of present accusers, number of
+  // conflicts, index), largest first: a crashed member is accused by all who noticed, its
+  // accusers by nobody. Deterministic, so every member picks the same ones.
+  std::vector<std::vector<bool>> edge(n, std::vector<bool>(n, false));
+  std::vector<bool> blamed(n, false);
+  std::vector<std::size_t> accusers(n, 0);
+  for (std::size_t a = 0; a < n; ++a) {
+    if (!present.test(a)) continue;
+    for (std::size_t b = 0; b < n; ++b) {
+      if (b == a || !present.test(b) || !reports[a]->failed.test(b)) continue;
+      if (client[a] && client[b]) continue;
+      edge[a][b] = edge[b][a] = true;
+      ++accusers[b];
+      if (reports[a]->blamed.test(b)) blamed[b] = true;
+    }
+  }
+  for (;;) {
+    std::size_t best = n;
+    std::tuple<bool, std::size_t, std::size_t, std::size_t> best_key{};
+    for (std::size_t x = 0; x < n; ++x) {
+      if (d.excluded.test(x)) continue;
+      std::size_t deg = 0;
+      for (std::size_t y = 0; y < n; ++y)
+        if (edge[x][y] && !d.excluded.test(y)) ++deg;
+      if (deg == 0) continue;
+      const auto key = std::make_tuple(static_cast<bool>(blamed[x]), accusers[x], deg, x);
+      if (best == n || key > best_key) {
+        best = x;
+        best_key = key;
+      }
+    }
+    if (best == n) break;
+    d.excluded.set(best);
+  }
+  for (std::size_t j = 0; j < n; ++j)
+    if (present.test(j) && !d.excluded.test(j)) d.missing |= reports[j]->missing;
+  // Every part still missing has an excluded owner: a member that stays and lacks a part saw
+  // its owner fail, which is a conflict the cover resolved by excluding one of the two.
+  return d;
+}
+
+Bitset RoundCore::waiting_on() const {
+  Bitset w(n_);
+  if (status_ != Status::running) return w;
+  auto want = [&](std::uint32_t j) {
+    if (j != self_ && !failed_.test(j)) w.set(j);
+  };
+  const Sub& s = sub_;
+  if (is_owner()) {
+    if (!s.reported) {
+      for (std::uint32_t j = 0; j < n_; ++j)
+        if (s.alive.test(j) && s.owed[j] > 0) want(j);
+    } else if (!s.reduce_requested) {
+      for (std::uint32_t q = 0; q < n_; ++q)
+        if (s.plan.owned[q] > 0 && !s.reports[q]) want(q);
+    }
+  }
+  if (!s.fin1_sent) {
+    for (std::uint32_t p = 0; p < s.plan.parts.size(); ++p)
+      if (!s.got.test(p)) want(s.plan.parts[p].owner);
+  } else {
+    if (!members_[self_].cap.client && !s.fin2_sent)
+      for (std::uint32_t j = 0; j < n_; ++j)
+        if (s.alive.test(j) && !s.fin1[j]) want(j);
+    for (std::uint32_t j = 0; j < n_; ++j)
+      if (s.alive.test(j) && !members_[j].cap.client && !s.fin2[j]) want(j);
+  }
+  return w;
+}
+
+void RoundCore::tick(TimePoint now) {
+  if (status_ != Status::running) return;
+  if (now >= deadline_) {
+    fail(make_error(errc::timeout, "all-reduce: deadline passed in sub-round " +
+                                       std::to_string(sub_.index) + " (" + phase() + ")"));
+    return;
+  }
+  for (auto j : waiting_on().indices())
+    if (now - last_activity_[j] >= cfg_.stall_timeout)
+      mark_failed(j, "no activity for " +
+                         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            now - last_activity_[j])
+                                            .count()) +
+                         " ms");
+  advance(now);
+}
+
+TimePoint RoundCore::next_wakeup() const {
+  if (status_ != Status::running) return TimePoint::max();
+  TimePoint t = deadline_;
+  for (auto j : waiting_on().indices()) t = std::min(t, last_activity_[j] + cfg_.stall_timeout);
+  return t;
+}
+
+std::string RoundCore::phase() const {
+  if (status_ == Status::done) return "done";
+  if (status_ == Status::failed) return "failed";
+  if (!sub_.fin1_sent) {
+    if (is_owner() && !sub_.reported) return "reduce-scatter";
+    if (is_owner() && !sub_.reduced) return "report";
+    return "all-gather";
+  }
+  return "fin";
+}
+
+}  // namespace starling::averaging

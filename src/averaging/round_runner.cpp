@@ -1,0 +1,484 @@
+#include "round_runner.hpp"
+
+#include <asio/post.hpp>
+#include <bit>
+
+#include "starling/core/log.hpp"
+#include "starling/core/thread_pool.hpp"
+
+namespace starling::averaging::detail {
+
+static_assert(std::endian::native == std::endian::little,
+              "the all-reduce wire format is little-endian float32");
+
+namespace {
+
+std::vector<RoundMember> round_members(const GroupInfo& g) {
+  std::vector<RoundMember> out;
+  for (const auto& m : g.members) out.push_back({{m.bandwidth, m.client}, m.weight});
+  return out;
+}
+
+RoundConfig offloaded(RoundConfig c) {
+  c.inline_reduce = false;
+  return c;
+}
+
+BytesView float_bytes(std::span<const float> f) {
+  return {reinterpret_cast<const std::uint8_t*>(f.data()), f.size_bytes()};
+}
+
+constexpr std::size_t kReadChunk = 256 * 1024;
+
+// Pool tasks as plain function objects (GCC 12 mishandles lambdas nested in coroutines). Each
+// adds its worker time to `ns`.
+struct Timed {
+  std::atomic<std::int64_t>* ns;
+  TimePoint t0 = Clock::now();
+  ~Timed() {
+    ns->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+  }
+};
+// This member's values of a part, for its owner (with error feedback when configured).
+struct EncodeTask {
+  const TensorCodecs* codecs;
+  std::uint64_t begin;
+  std::span<const float> in;
+  std::span<const float> residual;
+  std::span<float> residual_out;
+  std::atomic<std::int64_t>* ns;
+  result<Bytes> operator()() const {
+    Timed t{ns};
+    return codecs->encode(begin, in, {}, residual, residual_out);
+  }
+};
+// Encodes a reduced part and replaces it by its decoded form, so that the owner holds exactly
+// what every other member will decode.
+struct EncodeOwnTask {
+  const TensorCodecs* codecs;
+  std::uint64_t begin;
+  std::span<float> part;
+  std::span<const float> residual;
+  std::span<float> residual_out;
+  std::atomic<std::int64_t>* ns;
+  result<Bytes> operator()() const {
+    Timed t{ns};
+    return codecs->encode(begin, part, part, residual, residual_out);
+  }
+};
+struct DecodeTask {
+  const Bytes* in;
+  std::size_t max_count;
+  std::vector<float>* out;
+  std::atomic<std::int64_t>* ns;
+  result<void> operator()() const {
+    Timed t{ns};
+    return TensorCodecs::decode(*in, max_count, *out);
+  }
+};
+
+}  // namespace
+
+RoundRunner::RoundRunner(net::StreamHost& host, GroupInfo group, std::uint32_t self,
+                         std::vector<net::PeerId> peers, std::span<const float> local,
+                         std::span<float> output, RoundRunnerConfig cfg, TimePoint deadline,
+                         ThreadPool& pool)
+    : host_(host),
+      group_(std::move(group)),
+      self_(self),
+      n_(static_cast<std::uint32_t>(group_.members.size())),
+      peers_(std::move(peers)),
+      cfg_(cfg),
+      deadline_(deadline),
+      pool_(pool),
+      ex_(host.get_executor()),
+      local_(local),
+      output_(output),
+      core_(round_members(group_), self, local, output, offloaded(cfg.round), Clock::now(),
+            deadline),
+      p_(n_),
+      scope_(ex_),
+      timer_(ex_),
+      done_(ex_),
+      progress_(ex_),
+      jobs_done_(ex_) {
+  for (auto& p : p_) p.wake = std::make_unique<AsyncEvent>(ex_);
+}
+
+RoundRunner::~RoundRunner() = default;
+
+awaitable<result<void>> RoundRunner::run() {
+  auto self = shared_from_this();
+  started_ = Clock::now();
+  ST_CO_TRY(core_.start(started_));
+  const bool i_am_client = group_.members[self_].client;
+  for (std::uint32_t j = 0; j < n_; ++j) {
+    if (j == self_) continue;
+    const bool j_client = group_.members[j].client;
+    if (i_am_client && j_client) continue;  // two clients never talk
+    if (!j_client) scope_.spawn(connect(j));
+    scope_.spawn(writer(j));
+  }
+  scope_.spawn(timer_loop());
+  pump();
+
+  const auto budget = deadline_ - Clock::now() + cfg_.linger;
+  (void)co_await with_timeout(done_.wait(), budget, "all-reduce round");
+  ending_ = true;
+  const bool ok = core_.status() == RoundCore::Status::done;
+  if (ok) {
+    // Our last messages (Fin2 for a non-client) must reach everyone: drain, then half-close.
+    const TimePoint until = Clock::now() + cfg_.linger;
+    while (!drained() && Clock::now() < until) {
+      progress_.reset();
+      (void)co_await with_timeout(progress_.wait(), until - Clock::now(), "drain");
+    }
+    for (auto& p : p_) {
+      if (p.fenced) continue;
+      p.wake->set();
+      for (auto& s : p.streams) (void)co_await with_timeout(s->close_write(), 1s, "close write");
+    }
+    // Resetting now could discard our last frames at a slower peer: wait for every peer to
+    // finish and close its side too (bounded).
+    const TimePoint eof_until = Clock::now() + cfg_.linger;
+    while (readers_ > 0 && Clock::now() < eof_until) {
+      progress_.reset();
+      (void)co_await with_timeout(progress_.wait(), eof_until - Clock::now(), "peers' EOF");
+    }
+  }
+  for (auto& p : p_) {
+    for (auto& s : p.streams) s->reset();
+    p.wake->set();
+  }
+  timer_.cancel();
+  (void)co_await scope_.close(2s);
+  while (jobs_in_flight_ > 0) {
+    jobs_done_.reset();
+    (void)co_await with_timeout(jobs_done_.wait(), 10s, "reductions");
+  }
+  if (core_.status() == RoundCore::Status::running)
+    co_return make_error(
+        errc::timeout, "all-reduce: round did not finish by its deadline (" + core_.phase() + ")");
+  if (!ok) co_return core_.error();
+  co_return success();
+}
+
+bool RoundRunner::drained() const {
+  for (std::uint32_t j = 0; j < n_; ++j)
+    if (!p_[j].fenced && p_[j].send && !p_[j].queue.empty()) return false;
+  return true;
+}
+
+awaitable<void> RoundRunner::connect(std::uint32_t j) {
+  auto s = co_await host_.open_stream(peers_[j], kAllReduceProtocol, cfg_.open_timeout);
+  if (!s) {
+    stream_lost(j, s.error(), false);
+    co_return;
+  }
+  auto stream = s.value();
+  auto hello = net::length_prefixed(wire::encode_hello({group_.group_id, self_, j}));
+  auto w = co_await stream->write(hello);
+  if (!w) {
+    stream_lost(j, w.error(), false);
+    stream->reset();
+    co_return;
+  }
+  bytes_sent_ += hello.size();
+  logger("averaging")
+      ->debug(
+          "all-reduce: member {} connected to {} after {} ms", self_, j,
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
+  if (p_[j].fenced || ending_) {
+    stream->reset();
+    co_return;
+  }
+  p_[j].send = stream;
+  p_[j].streams.push_back(stream);
+  p_[j].wake->set();
+  co_await reader(j, stream, nullptr);
+}
+
+awaitable<void> RoundRunner::serve_inbound(std::uint32_t from, net::ByteStreamPtr stream,
+                                           std::shared_ptr<net::BufferedReader> reader_) {
+  auto self = shared_from_this();
+  if (from >= n_ || from == self_ || p_[from].fenced || p_[from].inbound_seen || ending_ ||
+      group_.members[self_].client) {
+    stream->reset();
+    co_return;
+  }
+  p_[from].inbound_seen = true;
+  logger("averaging")
+      ->debug(
+          "all-reduce: member {} heard from {} after {} ms", self_, from,
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
+  p_[from].streams.push_back(stream);
+  if (group_.members[from].client) {
+    p_[from].send = stream;
+    p_[from].wake->set();
+  }
+  co_await reader(from, stream, std::move(reader_));
+}
+
+awaitable<void> RoundRunner::writer(std::uint32_t j) {
+  auto& P = p_[j];
+  for (;;) {
+    if (P.fenced) co_return;
+    if (P.send && !P.queue.empty()) {
+      OutFrame f = std::move(P.queue.front());
+      P.queue.pop_front();
+      auto s = P.send;
+      std::span<const float> data;
+      if (auto* pm = std::get_if<PartMsg>(&f.msg)) data = pm->data;
+      if (auto* rm = std::get_if<ResultMsg>(&f.msg)) data = rm->data;
+      BytesView payload = float_bytes(data);
+      std::shared_ptr<const Bytes> encoded;
+      if (compressed() && !data.empty()) {
+        if (auto* rm = std::get_if<ResultMsg>(&f.msg)) {
+          auto it = encoded_results_.find({rm->subround, rm->part});
+          if (it != encoded_results_.end()) encoded = it->second;
+        }
+        if (!encoded && std::holds_alternative<ResultMsg>(f.msg)) {
+          // finish_reduction() encodes every result before the core releases it.
+          logger("averaging")->error("all-reduce: result for member {} was not encoded", j);
+          if (!ending_) stream_lost(j, make_error(errc::internal, "unencoded result"), false);
+          co_return;
+        }
+        if (!encoded) {
+          // A part holds this member's own values: a subspan of local_.
+          const auto begin = static_cast<std::uint64_t>(data.data() - local_.data());
+          EncodeTask task{cfg_.codecs, begin, data, {}, {}, &codec_ns_};
+          if (!cfg_.residual.empty() && begin + data.size() <= local_.size()) {
+            task.residual = cfg_.residual.subspan(begin, data.size());
+            task.residual_out = cfg_.residual_out.subspan(begin, data.size());
+          }
+          auto e = co_await pool_.run(task);
+          if (!e) {
+            logger("averaging")->warn("all-reduce: cannot encode a part for member {}: {}", j,
+                                      e.error().message());
+            if (!ending_) stream_lost(j, e.error(), false);
+            co_return;
+          }
+          encoded = std::make_shared<const Bytes>(std::move(e).value());
+        }
+        payload = *encoded;
+      }
+      const Bytes header = net::length_prefixed(wire::encode_round(f.msg, payload.size()));
+      auto w = co_await s->write(header);
+      if (w && !payload.empty()) w = co_await s->write(payload);
+      if (!w) {
+        if (!ending_) stream_lost(j, w.error(), false);
+        co_return;
+      }
+      bytes_sent_ += header.size() + payload.size();
+      if (P.queue.empty()) progress_.set();
+      continue;
+    }
+    if (ending_) co_return;
+    P.wake->reset();
+    auto r = co_await with_timeout(P.wake->wait(), cfg_.keepalive_interval, "keepalive");
+    if (!r && r.error() == errc::cancelled) co_return;
+    if (!r && P.send && P.queue.empty() && !ending_ && !P.fenced) {
+      auto ka = net::length_prefixed(wire::encode_keepalive());
+      auto s = P.send;
+      auto w = co_await s->write(ka);
+      if (!w) {
+        if (!ending_) stream_lost(j, w.error(), false);
+        co_return;
+      }
+      bytes_sent_ += ka.size();
+    }
+  }
+}
+
+awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
+                                    std::shared_ptr<net::BufferedReader> r) {
+  auto self = shared_from_this();
+  ++readers_;
+  struct Done {
+    RoundRunner* r;
+    ~Done() {
+      --r->readers_;
+      r->progress_.set();
+    }
+  } done{this};
+  if (!r) r = std::make_shared<net::BufferedReader>(*s);
+  for (;;) {
+    auto hdr = co_await r->read_length_prefixed(wire::kMaxFrame);
+    if (!hdr) {
+      if (!ending_) stream_lost(j, hdr.error(), hdr.error() == errc::too_large);
+      co_return;
+    }
+    bytes_received_ += hdr.value().size() + uvarint_size(hdr.value().size());
+    p_[j].heard = true;
+    core_.on_activity(j, Clock::now());
+    auto f = wire::decode_round(hdr.value(), n_);
+    if (!f) {
+      stream_lost(j, f.error(), true);
+      co_return;
+    }
+    if (std::holds_alternative<wire::Keepalive>(f.value().msg)) continue;
+    if (std::holds_alternative<wire::Hello>(f.value().msg)) {
+      stream_lost(j, make_error(errc::protocol_violation, "second hello"), true);
+      co_return;
+    }
+    RoundMessage msg = std::get<RoundMessage>(std::move(f.value().msg));
+    std::vector<float> buf;
+    const bool has_data =
+        std::holds_alternative<PartMsg>(msg) || std::holds_alternative<ResultMsg>(msg);
+    if (has_data) {
+      const std::uint64_t len = f.value().payload_len;
+      const std::uint64_t max_len = compressed()
+                                        ? cfg_.codecs->max_payload(cfg_.round.part_elems)
+                                        : cfg_.round.part_elems * sizeof(float);
+      if (len > max_len || (!compressed() && len % sizeof(float) != 0)) {
+        stream_lost(j,
+                    make_error(errc::invalid_argument,
+                               "payload of " + std::to_string(len) + " bytes"),
+                    true);
+        co_return;
+      }
+      Bytes raw;
+      if (compressed())
+        raw.resize(len);
+      else
+        buf.resize(len / sizeof(float));
+      MutableBytesView dst = compressed()
+                                 ? MutableBytesView(raw)
+                                 : MutableBytesView(reinterpret_cast<std::uint8_t*>(buf.data()), len);
+      for (std::size_t off = 0; off < len; off += kReadChunk) {
+        const std::size_t take = std::min<std::size_t>(kReadChunk, len - off);
+        auto rd = co_await r->read_exact(dst.subspan(off, take));
+        if (!rd) {
+          if (!ending_) stream_lost(j, rd.error(), false);
+          co_return;
+        }
+        bytes_received_ += take;
+        core_.on_activity(j, Clock::now());
+      }
+      if (compressed()) {
+        DecodeTask task{&raw, cfg_.round.part_elems, &buf, &codec_ns_};
+        auto d = co_await pool_.run(task);
+        if (!d) {
+          stream_lost(j, d.error(), true);
+          co_return;
+        }
+      }
+      if (auto* p = std::get_if<PartMsg>(&msg)) p->data = buf;
+      if (auto* q = std::get_if<ResultMsg>(&msg)) q->data = buf;
+    }
+    if (core_.status() != RoundCore::Status::running) continue;
+    auto res = core_.on_message(j, msg, Clock::now());
+    pump();
+    if (!res) co_return;  // the core blamed and fenced j
+  }
+}
+
+awaitable<void> RoundRunner::timer_loop() {
+  auto self = shared_from_this();
+  while (core_.status() == RoundCore::Status::running && !ending_) {
+    timer_.expires_at(core_.next_wakeup());
+    (void)co_await timer_.async_wait(use_nothrow);
+    auto cs = co_await asio::this_coro::cancellation_state;
+    if (cs.cancelled() != asio::cancellation_type::none) co_return;
+    if (ending_) co_return;
+    connecting_grace(Clock::now());
+    core_.tick(Clock::now());
+    pump();
+  }
+}
+
+// A peer we have not heard from yet is being connected to (or is connecting to us): that is
+// bounded by open_timeout, not by the stall timeout, so count it as active meanwhile.
+void RoundRunner::connecting_grace(TimePoint now) {
+  if (now >= started_ + cfg_.open_timeout) return;
+  const bool i_am_client = group_.members[self_].client;
+  for (std::uint32_t j = 0; j < n_; ++j) {
+    if (j == self_ || p_[j].fenced) continue;
+    const bool j_client = group_.members[j].client;
+    if (i_am_client && j_client) continue;
+    // Until j's first frame arrives, j may still be dialling, handshaking or negotiating.
+    if (!p_[j].heard) core_.on_activity(j, now);
+  }
+}
+
+// With a lossy codec the owner sends each reduced part encoded once to every member: encode
+// it on the pool, keep the bytes, and replace the part by its decoded form first.
+awaitable<void> RoundRunner::finish_reduction() {
+  auto self = shared_from_this();
+  const auto& parts = core_.plan().parts;
+  for (std::uint32_t p = 0; p < parts.size(); ++p) {
+    if (parts[p].owner != self_) continue;
+    const auto out = core_.part_output(p);
+    const auto begin = static_cast<std::uint64_t>(out.data() - output_.data());
+    EncodeOwnTask task{cfg_.codecs, begin, out, {}, {}, &codec_ns_};
+    if (!cfg_.result_residual.empty() && begin + out.size() <= output_.size()) {
+      task.residual = cfg_.result_residual.subspan(begin, out.size());
+      task.residual_out = cfg_.result_residual_out.subspan(begin, out.size());
+    }
+    auto e = co_await pool_.run(task);
+    if (!e) {
+      logger("averaging")->warn("all-reduce: cannot encode reduced part {}: {}", p,
+                                e.error().message());
+      co_return;  // the round ends by its deadline; members see this owner fail
+    }
+    encoded_results_[{core_.subround(), p}] = std::make_shared<const Bytes>(std::move(e).value());
+  }
+  core_.on_reduced(Clock::now());
+  pump();
+}
+
+void RoundRunner::stream_lost(std::uint32_t j, const Error& e, bool blame) {
+  if (blame)
+    logger("averaging")->warn("all-reduce: member {} sent malformed data: {}", j, e.message());
+  if (core_.status() == RoundCore::Status::running && !core_.failed().test(j))
+    core_.on_peer_failed(j, e.message(), Clock::now(), blame);
+  pump();
+}
+
+void RoundRunner::fence(std::uint32_t j) {
+  auto& P = p_[j];
+  P.fenced = true;
+  for (auto& s : P.streams) s->reset();
+  P.queue.clear();
+  P.wake->set();
+}
+
+void RoundRunner::pump() {
+  for (auto& env : core_.take_outbox()) {
+    auto& P = p_[env.to];
+    if (P.fenced) continue;
+    P.queue.push_back({std::move(env.msg)});
+    P.wake->set();
+  }
+  auto jobs = core_.take_reduce_jobs();
+  if (!jobs.empty()) {
+    auto self = shared_from_this();
+    jobs_in_flight_ += jobs.size();
+    for (auto& job : jobs)
+      (void)pool_.submit([self, job = std::move(job)] {
+        run_reduce_job(job);
+        asio::post(self->ex_, [self] {
+          if (--self->jobs_in_flight_ > 0) return;
+          self->jobs_done_.set();
+          if (self->compressed())
+            self->scope_.spawn(self->finish_reduction());
+          else
+            self->core_.on_reduced(Clock::now());
+          self->pump();
+        });
+      });
+  }
+  for (std::uint32_t j = 0; j < n_; ++j)
+    if (j != self_ && core_.failed().test(j) && !p_[j].fenced) fence(j);
+  if (core_.status() != RoundCore::Status::running) done_.set();
+  timer_.cancel();
+  if (cfg_.on_phase) {
+    auto ph = core_.phase();
+    if (ph != last_phase_) {
+      last_phase_ = ph;
+      cfg_.on_phase(ph);
+    }
+  }
+}
+
+}  // namespace starling::averaging::detail

@@ -1,0 +1,124 @@
+// RoundRunner: drives one RoundCore over libp2p streams. Every member opens one stream to each
+// non-client member (protocol kAllReduceProtocol) and sends a Hello; messages to a non-client go
+// on our own stream to it, messages to a client on the stream it opened to us. Frames are a
+// length-prefixed RoundFrame, followed for parts and results by the raw float32 payload, written
+// straight from the round's buffers. Each peer has one writer (keepalives when idle) and each
+// stream one reader (activity reported per chunk, so slow but live peers are not timed out).
+// Reductions run on the worker pool. A peer the core marks failed is fenced: its streams are
+// reset. When the core finishes, writers drain, streams are half-closed, readers see EOF.
+//
+// Threading rule: everything on the host's executor except run_reduce_job() calls on the pool.
+#pragma once
+
+#include <asio/steady_timer.hpp>
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+
+#include "part_codec.hpp"
+#include "starling/averaging/round_core.hpp"
+#include "starling/averaging/wire.hpp"
+#include "starling/net/byte_stream.hpp"
+#include "starling/net/stream_host.hpp"
+
+namespace starling::averaging::detail {
+
+struct RoundRunnerConfig {
+  RoundConfig round;
+  Duration keepalive_interval = 1s;
+  Duration open_timeout = 10s;
+  Duration linger = 3s;  // after the end: draining writes and waiting for peers' EOF
+  std::function<void(const std::string&)> on_phase;  // test hook
+  // Per-tensor codecs for parts and results on the wire (null or not compressed(): raw
+  // float32). Must outlive the runner.
+  const TensorCodecs* codecs = nullptr;
+  // Error feedback (both empty: off; else N floats each): residual carried from earlier
+  // rounds, added to this member's values before they are encoded; residual_out receives
+  // what this round's encodings lost (elements this member did not send keep their residual).
+  std::span<const float> residual;
+  std::span<float> residual_out;
+  // The same for the results this member encodes as an owner (error feedback on the mean it
+  // sends: what was lost is added the next time it owns those elements).
+  std::span<const float> result_residual;
+  std::span<float> result_residual_out;
+};
+
+class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
+ public:
+  RoundRunner(net::StreamHost& host, GroupInfo group, std::uint32_t self,
+              std::vector<net::PeerId> peers, std::span<const float> local, std::span<float> output,
+              RoundRunnerConfig cfg, TimePoint deadline, ThreadPool& pool);
+  ~RoundRunner();
+
+  // Runs the round to its end and closes its streams. The error is the core's.
+  awaitable<result<void>> run();
+  // An inbound stream from member `from` whose Hello was read by `reader`; reads it until the
+  // round ends. Returns at once if the stream is not acceptable.
+  awaitable<void> serve_inbound(std::uint32_t from, net::ByteStreamPtr stream,
+                                std::shared_ptr<net::BufferedReader> reader);
+
+  const RoundCore& core() const { return core_; }
+  const GroupInfo& group() const { return group_; }
+  std::uint64_t bytes_sent() const { return bytes_sent_; }
+  std::uint64_t bytes_received() const { return bytes_received_; }
+  // Time the worker threads spent encoding and decoding this round's parts.
+  Duration codec_time() const { return std::chrono::nanoseconds(codec_ns_.load()); }
+  bool finished() const { return core_.status() != RoundCore::Status::running; }
+
+ private:
+  struct OutFrame {
+    RoundMessage msg;  // Part/Result data spans point into the round's buffers
+  };
+  struct Peer {
+    net::ByteStreamPtr send;
+    std::vector<net::ByteStreamPtr> streams;
+    std::deque<OutFrame> queue;
+    std::unique_ptr<AsyncEvent> wake;
+    bool fenced = false;
+    bool inbound_seen = false;
+    bool heard = false;  // a frame arrived from this peer
+  };
+
+  awaitable<void> connect(std::uint32_t j);
+  awaitable<void> writer(std::uint32_t j);
+  awaitable<void> reader(std::uint32_t j, net::ByteStreamPtr s,
+                         std::shared_ptr<net::BufferedReader> r);
+  awaitable<void> timer_loop();
+  void pump();
+  awaitable<void> finish_reduction();
+  bool compressed() const { return cfg_.codecs && cfg_.codecs->compressed(); }
+  void stream_lost(std::uint32_t j, const Error& e, bool blame);
+  void fence(std::uint32_t j);
+  bool drained() const;
+
+  net::StreamHost& host_;
+  GroupInfo group_;
+  std::uint32_t self_;
+  std::uint32_t n_;
+  std::vector<net::PeerId> peers_;
+  RoundRunnerConfig cfg_;
+  TimePoint deadline_;
+  ThreadPool& pool_;
+  asio::any_io_executor ex_;
+  std::span<const float> local_;
+  std::span<float> output_;
+  RoundCore core_;
+  std::vector<Peer> p_;
+  TaskScope scope_;
+  asio::steady_timer timer_;
+  AsyncEvent done_, progress_;
+  std::size_t jobs_in_flight_ = 0;
+  // (sub-round, part)
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::shared_ptr<const Bytes>> encoded_results_;
+  std::size_t readers_ = 0;
+  std::atomic<std::int64_t> codec_ns_{0};  // worker time spent encoding and decoding
+  TimePoint started_{};
+  void connecting_grace(TimePoint now);
+  AsyncEvent jobs_done_;
+  bool ending_ = false;
+  std::string last_phase_;
+  std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
+};
+
+}  // namespace starling::averaging::detail

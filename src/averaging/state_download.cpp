@@ -1,0 +1,250 @@
+#include "state_download.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "starling/averaging/schema.hpp"
+#include "starling/averaging/wire.hpp"
+#include "starling/core/log.hpp"
+#include "starling/core/thread_pool.hpp"
+
+namespace starling::averaging::detail {
+namespace {
+
+struct HashFloats {
+  const std::vector<float>* v;
+  Bytes operator()() const {
+    return blake2b_256(BytesView(reinterpret_cast<const std::uint8_t*>(v->data()),
+                                 v->size() * sizeof(float)));
+  }
+};
+
+}  // namespace
+
+StateDownload::StateDownload(net::StreamHost& host, ThreadPool& pool, AddressSink sink,
+                             Bytes schema_hash, std::uint64_t elements, LoadStateOptions opts,
+                             TimePoint deadline)
+    : host_(host),
+      pool_(pool),
+      sink_(std::move(sink)),
+      schema_hash_(std::move(schema_hash)),
+      elements_(elements),
+      opts_(opts),
+      deadline_(deadline),
+      changed_(host.get_executor()) {}
+
+awaitable<result<std::shared_ptr<StateDonor>>> StateDownload::open_donor(net::PeerId id,
+                                                                         PeerKey peer,
+                                                                         Duration left) {
+  ST_CO_TRY(auto s, co_await host_.open_stream(id, kStateProtocol, left));
+  auto d = std::make_shared<StateDonor>();
+  d->peer = std::move(peer);
+  d->stream = s;
+  d->reader = std::make_shared<net::BufferedReader>(*s);
+  StateRequest req;
+  req.manifest = true;
+  const Bytes frame = net::length_prefixed(wire::encode_state_request(req));
+  auto w = co_await s->write(frame);
+  if (!w) {
+    s->reset();
+    co_return w.error();
+  }
+  auto fb = co_await d->reader->read_length_prefixed(wire::kMaxFrame);
+  if (!fb) {
+    s->reset();
+    co_return fb.error();
+  }
+  auto f = wire::decode_state_frame(fb.value());
+  if (!f || !f.value().manifest) {
+    s->reset();
+    if (!f) co_return f.error();
+    co_return make_error(errc::unavailable, "donor has no state: " + f.value().error);
+  }
+  d->manifest = std::move(*f.value().manifest);
+  co_return d;
+}
+
+awaitable<void> StateDownload::ask_manifest(StateAnnouncement a) {
+  auto self = shared_from_this();
+  struct Dec {
+    StateDownload* s;
+    ~Dec() {
+      if (--s->pending_ == 0) s->changed_.set();
+    }
+  } dec{this};
+  auto id = net::PeerId::from_bytes(a.donor.peer.bytes());
+  if (!id) co_return;
+  if (sink_ && !a.donor.addrs.empty()) sink_(id.value(), a.donor.addrs);
+  const Duration left = std::min<Duration>(deadline_ - Clock::now(), 20s);
+  auto r = co_await with_timeout(open_donor(id.value(), a.donor.peer, left), left,
+                                 "state manifest");
+  if (!r) {
+    logger("averaging")->info("load_state: donor {}: {}", a.donor.peer.short_hex(),
+                              r.error().message());
+    co_return;
+  }
+  donors_.push_back(std::move(r).value());
+}
+
+result<void> StateDownload::choose_snapshot() {
+  std::map<Bytes, std::vector<std::shared_ptr<StateDonor>>> by_snap;
+  for (auto& d : donors_) {
+    if (d->manifest.schema_hash != schema_hash_ || d->manifest.elements != elements_ ||
+        !validate_manifest(d->manifest)) {
+      d->stream->reset();
+      continue;
+    }
+    by_snap[d->manifest.snapshot].push_back(d);
+  }
+  if (by_snap.empty())
+    return make_error(errc::unavailable, "load_state: no donor answered with a usable manifest");
+  auto best = by_snap.begin();
+  for (auto it = by_snap.begin(); it != by_snap.end(); ++it) {
+    const auto& m = it->second.front()->manifest;
+    const auto& bm = best->second.front()->manifest;
+    if (std::make_pair(m.epoch, it->second.size()) > std::make_pair(bm.epoch, best->second.size()))
+      best = it;
+  }
+  use_ = best->second;
+  for (auto& [id, ds] : by_snap)
+    if (id != best->first)
+      for (auto& d : ds) d->stream->reset();
+  if (use_.size() > opts_.max_donors) {
+    for (std::size_t i = opts_.max_donors; i < use_.size(); ++i) use_[i]->stream->reset();
+    use_.resize(opts_.max_donors);
+  }
+  manifest_ = use_.front()->manifest;
+  return success();
+}
+
+awaitable<result<void>> StateDownload::fetch(StateDonor& d,
+                                             const std::vector<std::uint32_t>& batch,
+                                             std::size_t& done_in_batch) {
+  StateRequest req;
+  req.snapshot = manifest_.snapshot;
+  req.parts = batch;
+  const Bytes frame = net::length_prefixed(wire::encode_state_request(req));
+  ST_CO_TRY(co_await d.stream->write(frame));
+  const std::size_t pe = manifest_.part_elems;
+  for (auto p : batch) {
+    ST_CO_TRY(auto fb, co_await with_timeout(d.reader->read_length_prefixed(wire::kMaxFrame),
+                                             opts_.stall_timeout, "state part header"));
+    ST_CO_TRY(auto f, wire::decode_state_frame(fb));
+    const std::size_t b = std::size_t{p} * pe;
+    const std::size_t len = std::min(pe, buf_.size() - b);
+    if (!f.part || *f.part != p || f.payload_len != len * sizeof(float))
+      co_return make_error(errc::protocol_violation, "donor sent the wrong part: " + f.error);
+    std::vector<float> tmp(len);
+    MutableBytesView dst(reinterpret_cast<std::uint8_t*>(tmp.data()), len * sizeof(float));
+    ST_CO_TRY(co_await with_timeout(d.reader->read_exact(dst), opts_.stall_timeout, "state part"));
+    HashFloats task{&tmp};
+    ST_CO_TRY(auto h, co_await pool_.run(task));
+    if (h != manifest_.part_hashes[p])
+      co_return make_error(errc::protocol_violation,
+                           "part " + std::to_string(p) + " does not match its hash");
+    if (!have_[p]) {
+      std::copy(tmp.begin(), tmp.end(), buf_.begin() + static_cast<std::ptrdiff_t>(b));
+      have_[p] = true;
+      ++have_count_;
+    }
+    bytes_ += len * sizeof(float);
+    ++done_in_batch;
+    --in_flight_;
+    d.served = true;
+    changed_.set();
+  }
+  co_return success();
+}
+
+awaitable<void> StateDownload::worker(std::shared_ptr<StateDonor> d) {
+  auto self = shared_from_this();
+  struct Dec {
+    StateDownload* s;
+    ~Dec() {
+      --s->workers_;
+      s->changed_.set();
+    }
+  } dec{this};
+  const std::size_t nparts = manifest_.part_hashes.size();
+  for (;;) {
+    if (have_count_ == nparts) co_return;
+    if (queue_.empty()) {
+      if (in_flight_ == 0) co_return;
+      changed_.reset();
+      if (!co_await with_timeout(changed_.wait(), 1s, "state queue") && Clock::now() > deadline_)
+        co_return;
+      continue;
+    }
+    std::vector<std::uint32_t> batch;
+    while (!queue_.empty() && batch.size() < opts_.parts_per_request) {
+      batch.push_back(queue_.front());
+      queue_.pop_front();
+    }
+    in_flight_ += batch.size();
+    std::size_t done_in_batch = 0;
+    auto r = co_await fetch(*d, batch, done_in_batch);
+    if (!r) {
+      logger("averaging")->warn("load_state: dropping donor {}: {}", d->peer.short_hex(),
+                                r.error().message());
+      for (std::size_t i = batch.size(); i-- > done_in_batch;) {
+        queue_.push_front(batch[i]);
+        ++retried_;
+      }
+      in_flight_ -= batch.size() - done_in_batch;
+      d->stream->reset();
+      changed_.set();
+      co_return;
+    }
+  }
+}
+
+awaitable<result<StateInfo>> StateDownload::run(std::vector<StateAnnouncement> candidates) {
+  auto self = shared_from_this();
+  const TimePoint t0 = Clock::now();
+  // 1. Manifests from the candidates, in parallel.
+  {
+    TaskScope scope(host_.get_executor());
+    pending_ = candidates.size();
+    for (auto& a : candidates) scope.spawn(ask_manifest(std::move(a)));
+    while (pending_ > 0) {
+      changed_.reset();
+      if (!co_await with_timeout(changed_.wait(), std::max<Duration>(deadline_ - Clock::now(), 1ms),
+                                 "manifests"))
+        break;
+    }
+    (void)co_await scope.close(2s);
+  }
+  // 2. The snapshot with the highest epoch held by the most donors.
+  ST_CO_TRY(choose_snapshot());
+  // 3. Parts in parallel from every chosen donor.
+  const std::size_t nparts = manifest_.part_hashes.size();
+  buf_.assign(manifest_.elements, 0.0f);
+  for (std::uint32_t p = 0; p < nparts; ++p) queue_.push_back(p);
+  have_.assign(nparts, false);
+  {
+    TaskScope scope(host_.get_executor());
+    workers_ = use_.size();
+    for (auto& d : use_) scope.spawn(worker(d));
+    while (workers_ > 0 && Clock::now() < deadline_) {
+      changed_.reset();
+      (void)co_await with_timeout(changed_.wait(), deadline_ - Clock::now(), "state download");
+    }
+    for (auto& d : use_) d->stream->reset();
+    (void)co_await scope.close(2s);
+  }
+  if (have_count_ != nparts)
+    co_return make_error(Clock::now() >= deadline_ ? errc::timeout : errc::unavailable,
+                         "load_state: " + std::to_string(nparts - have_count_) + " of " +
+                             std::to_string(nparts) + " parts missing after every donor failed");
+  StateInfo info;
+  info.epoch = manifest_.epoch;
+  info.metadata = manifest_.metadata;
+  for (auto& d : use_) info.donors += d->served;
+  info.parts = nparts;
+  info.parts_retried = retried_;
+  info.bytes = bytes_;
+  info.time = Clock::now() - t0;
+  co_return info;
+}
+
+}  // namespace starling::averaging::detail

@@ -1,0 +1,152 @@
+// DhtCore: store operations, caching along the lookup path, and the store side of republishing.
+#include "dht_log.hpp"
+#include "starling/dht/core.hpp"
+
+namespace starling::dht {
+
+result<void> DhtCore::accept_records(const RecordKey& key, std::vector<Record>& records,
+                                     const Now& now) const {
+  const auto ctx = validation_context(now);
+  for (auto& r : records) {
+    ST_TRY(validators_.validate(key, r, ctx));
+    if (r.ttl > cfg_.max_ttl) r.ttl = cfg_.max_ttl;
+  }
+  return success();
+}
+
+OpId DhtCore::store(const RecordKey& key, std::vector<Record> records, StoreOptions options,
+                    const Now& now) {
+  const std::size_t replicas = options.replicas ? options.replicas : cfg_.effective_replicas();
+  auto invalid = [&](Error e) {
+    Operation& op = new_op(OpKind::store, false, now);
+    op.key = key;
+    const std::uint64_t id = op.id;
+    finish(id, e.with_context("store " + key.to_string()), now);
+    return OpId{id};
+  };
+  if (records.empty()) return invalid(make_error(errc::invalid_argument, "no records"));
+  if (auto ok = accept_records(key, records, now); !ok) return invalid(ok.error());
+  Slot payload;
+  for (const auto& r : records) payload.merge(r.subkey, r.body, now.mono + r.ttl);
+  if (options.republish && cfg_.republish_interval.count() > 0) {
+    auto [it, fresh] = own_.try_emplace(key.id());
+    if (fresh) {
+      it->second.key = key;
+      it->second.next_republish = now.mono + cfg_.republish_interval;
+    }
+    it->second.slot.merge_all(payload);
+  }
+  return OpId{start_store(key, std::move(payload), replicas, false, now)};
+}
+
+std::uint64_t DhtCore::start_store(const RecordKey& key, Slot payload, std::size_t replicas,
+                                   bool internal, const Now& now) {
+  Operation& op = new_op(OpKind::store, internal, now);
+  const std::uint64_t id = op.id;
+  op.key = key;
+  op.replicas = replicas ? replicas : 1;
+  op.found = std::move(payload);
+  start_lookup(op, key.id(), {}, now);
+  pump(id, now);
+  return id;
+}
+
+void DhtCore::start_store_phase(Operation& op, const Now& now) {
+  op.storing = true;
+  const std::uint64_t id = op.id;
+  auto targets = op.lookup->closest_responded(op.replicas);
+  // This node is one of the replicas if it is among the closest (client nodes never are).
+  const bool local = !cfg_.client_mode && (targets.size() < op.replicas ||
+                                           closer(op.key.id(), self_.id, targets.back().id));
+  if (local && targets.size() >= op.replicas) targets.pop_back();
+  auto records = op.found.to_records(now.mono);
+  if (records.empty()) {
+    finish(id,
+           make_error(dht_errc::expired,
+                      "store " + op.key.to_string() + ": expired before it was sent"),
+           now);
+    return;
+  }
+  if (local) {
+    bool held = false, refused = false;
+    for (const auto& r : records) {
+      auto m = store_.put(op.key, r.subkey, r.body, now.mono + r.ttl, now.mono);
+      if (m && m.value() != MergeResult::stale) held = true;
+      if (m && m.value() == MergeResult::stale) refused = true;
+    }
+    if (held)
+      ++op.stored;
+    else if (refused)
+      ++op.refused;
+  }
+  op.awaiting = targets.size();
+  for (const auto& t : targets) {
+    StoreRequest req;
+    req.items.push_back(StoreItem{op.key, records});
+    send(t, std::move(req), Purpose::store, id, now);
+  }
+  if (op.awaiting == 0) finish_store(id, now);
+}
+
+void DhtCore::on_store_response(Operation& op, const StoreResponse& resp, const Now& now) {
+  if (!op.storing || op.awaiting == 0) return;
+  bool held = false, stale = false;
+  for (auto st : resp.status) {
+    if (st == StoreStatus::accepted) held = true;
+    if (st == StoreStatus::stale) stale = true;
+  }
+  if (held)
+    ++op.stored;
+  else if (stale)
+    ++op.refused;
+  if (--op.awaiting == 0) finish_store(op.id, now);
+}
+
+void DhtCore::finish_store(std::uint64_t id, const Now& now) {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return;
+  const Operation& op = it->second;
+  if (op.stored > 0) return finish(id, success(), now);
+  if (op.refused > 0)
+    return finish(id,
+                  make_error(dht_errc::stale, "store " + op.key.to_string() + ": " +
+                                                  std::to_string(op.refused) +
+                                                  " replicas hold a newer record"),
+                  now);
+  finish(id,
+         make_error(errc::unavailable, "store " + op.key.to_string() + ": no node accepted it (" +
+                                           std::to_string(op.lookup ? op.lookup->responded() : 0) +
+                                           " nodes answered the lookup)"),
+         now);
+}
+
+void DhtCore::cache_along_path(Operation& op, const Now& now) {
+  if (op.found.empty() || !op.closest_without_value) return;
+  auto records = op.found.to_records(now.mono);
+  if (records.empty()) return;
+  StoreRequest req;
+  req.items.push_back(StoreItem{op.key, std::move(records)});
+  send(*op.closest_without_value, std::move(req), Purpose::cache, 0, now);
+}
+
+void DhtCore::republish(const Now& now) {
+  if (cfg_.republish_interval.count() <= 0) return;
+  std::vector<std::pair<RecordKey, Slot>> due;
+  for (auto it = own_.begin(); it != own_.end();) {
+    OwnRecord& own = it->second;
+    own.slot.expire(now.mono);
+    if (own.slot.empty()) {
+      it = own_.erase(it);
+      continue;
+    }
+    if (own.next_republish <= now.mono) {
+      own.next_republish = now.mono + cfg_.republish_interval;
+      due.emplace_back(own.key, own.slot);
+    }
+    ++it;
+  }
+  for (auto& [key, slot] : due)
+    start_store(key, std::move(slot), cfg_.effective_replicas(), true, now);
+}
+
+}  // namespace starling::dht

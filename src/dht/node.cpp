@@ -1,0 +1,190 @@
+// DhtNode: lifecycle, the driver (pump + timer), requests out and requests in.
+#include "starling/dht/node.hpp"
+
+#include <google/protobuf/wrappers.pb.h>
+
+#include "dht_log.hpp"
+
+namespace starling::dht {
+
+using google::protobuf::BytesValue;
+
+struct DhtNode::Waiter {
+  explicit Waiter(asio::any_io_executor ex) : done(std::move(ex)) {}
+  AsyncEvent done;
+  std::optional<OpResult> result;
+};
+
+namespace {
+std::uint64_t seed_of(const DhtNodeConfig& cfg) {
+  if (cfg.seed) return cfg.seed;
+  std::random_device rd;
+  return (std::uint64_t{rd()} << 32) ^ rd();
+}
+}  // namespace
+
+std::shared_ptr<DhtNode> DhtNode::create(std::shared_ptr<net::Host> host, DhtNodeConfig cfg) {
+  return std::shared_ptr<DhtNode>(new DhtNode(std::move(host), std::move(cfg)));
+}
+
+DhtNode::DhtNode(std::shared_ptr<net::Host> host, DhtNodeConfig cfg)
+    : host_(std::move(host)),
+      cfg_(std::move(cfg)),
+      core_(cfg_.dht, host_->local_peer(), cfg_.validators, seed_of(cfg_), Clock::now()),
+      client_(*host_),
+      scope_(host_->get_executor()),
+      timer_(host_->get_executor()) {}
+
+DhtNode::~DhtNode() = default;
+
+std::vector<net::Multiaddr> DhtNode::announced() const {
+  if (cfg_.dht.client_mode) return {};
+  std::vector<net::Multiaddr> out;
+  for (const auto& a : cfg_.announce.empty() ? host_->listen_addresses() : cfg_.announce)
+    out.push_back(a.without_peer_id());
+  return out;
+}
+
+awaitable<result<void>> DhtNode::start(std::vector<net::Multiaddr> initial_peers) {
+  if (started_) co_return make_error(errc::invalid_argument, "dht node already started");
+  started_ = true;
+  std::vector<Bytes> addrs;
+  for (const auto& a : announced()) addrs.push_back(a.to_bytes());
+  core_.set_addresses(std::move(addrs));
+  if (!cfg_.dht.client_mode) {
+    net::RpcServerOptions so;
+    so.max_message_size = cfg_.dht.limits.max_message_bytes;
+    so.max_duration = 30s;  // answering is immediate; this only bounds slow readers
+    server_ = std::make_unique<net::RpcServer>(*host_, so);
+    std::weak_ptr<DhtNode> weak = weak_from_this();
+    server_->add_unary<BytesValue, BytesValue>(
+        kDhtProtocol, [weak](const net::RpcContext& ctx, BytesValue req) {
+          return serve_entry(weak, ctx.remote(), std::move(*req.mutable_value()));
+        });
+  }
+  auto self = shared_from_this();
+  scope_.spawn([self]() { return self->timer_loop(); });
+  dht_log().info("dht node {} started ({} mode)", peer().short_string(),
+                 cfg_.dht.client_mode ? "client" : "server");
+  if (initial_peers.empty()) co_return success();
+  co_return co_await bootstrap(std::move(initial_peers));
+}
+
+awaitable<void> DhtNode::stop() {
+  if (stopping_) co_return;
+  stopping_ = true;
+  server_.reset();  // unregisters the protocol: new calls are refused
+  timer_.cancel();
+  auto waiters = std::move(waiters_);
+  waiters_.clear();
+  for (auto& [id, w] : waiters) {
+    OpResult r;
+    r.id = OpId{id};
+    r.status = make_error(errc::cancelled, "dht node stopped");
+    w->result = std::move(r);
+    w->done.set();
+  }
+  auto closed = co_await scope_.close(cfg_.stop_timeout);
+  if (!closed) dht_log().warn("dht node {} stop: {}", peer().short_string(), closed.error().message());
+}
+
+void DhtNode::pump() {
+  if (stopping_) return;
+  while (auto out = core_.poll_request()) {
+    auto self = shared_from_this();
+    scope_.spawn([self, o = std::move(*out)]() mutable { return self->send_request(std::move(o)); });
+  }
+  while (auto r = core_.poll_result()) {
+    auto it = waiters_.find(static_cast<std::uint64_t>(r->id));
+    if (it == waiters_.end()) continue;  // the caller gave up
+    it->second->result = std::move(*r);
+    it->second->done.set();
+    waiters_.erase(it);
+  }
+  if (core_.next_wakeup() < timer_.expiry()) timer_.expires_at(core_.next_wakeup());
+}
+
+awaitable<void> DhtNode::timer_loop() {
+  while (!stopping_) {
+    timer_.expires_at(core_.next_wakeup());
+    (void)co_await timer_.async_wait(use_nothrow);  // aborted = re-armed earlier, or stop
+    if (stopping_) break;
+    core_.tick(now());
+    pump();
+  }
+}
+
+std::shared_ptr<DhtNode::Waiter> DhtNode::add_waiter(OpId id) {
+  auto w = std::make_shared<Waiter>(host_->get_executor());
+  waiters_[static_cast<std::uint64_t>(id)] = w;
+  return w;
+}
+
+awaitable<OpResult> DhtNode::wait_op(OpId id, std::shared_ptr<Waiter> w) {
+  pump();
+  // The core finishes every operation by its deadline; this bound is only a safety net.
+  auto waited = co_await with_timeout(w->done.wait(), cfg_.dht.operation_timeout + 5s,
+                                      "dht operation");
+  if (w->result) co_return std::move(*w->result);
+  waiters_.erase(static_cast<std::uint64_t>(id));
+  OpResult r;
+  r.id = id;
+  r.status = waited ? make_error(errc::internal, "dht operation ended without a result")
+                    : waited.error();
+  co_return r;
+}
+
+awaitable<void> DhtNode::send_request(OutgoingRequest out) {
+  std::vector<net::Multiaddr> addrs;
+  for (const auto& b : out.to.addrs)
+    if (auto a = net::Multiaddr::from_bytes(b)) addrs.push_back(std::move(a).value());
+  if (!addrs.empty()) host_->add_addresses(out.to.peer, addrs);
+  BytesValue req;
+  const Bytes encoded = encode(out.request);
+  req.set_value(encoded.data(), encoded.size());
+  net::CallOptions opts;
+  opts.max_message_size = cfg_.dht.limits.max_message_bytes;
+  const auto left = out.deadline - Clock::now();
+  opts.timeout = left > 10ms ? left : Duration(10ms);
+  auto resp = co_await client_.unary<BytesValue, BytesValue>(out.to.peer, kDhtProtocol, req, opts);
+  if (stopping_) co_return;
+  if (!resp) {
+    core_.on_failure(out.id, resp.error(), now());
+  } else {
+    auto decoded = decode_response(as_bytes(resp.value().value()), cfg_.dht.limits);
+    if (decoded) {
+      core_.on_response(out.id, decoded.value(), now());
+    } else {
+      ++bad_messages_;
+      dht_log().warn("dht: bad {} response from {}: {}", describe(out.request),
+                     out.to.peer.short_string(), decoded.error().message());
+      core_.on_failure(out.id, decoded.error(), now());
+    }
+  }
+  pump();
+}
+
+awaitable<result<BytesValue>> DhtNode::serve_entry(std::weak_ptr<DhtNode> weak, net::PeerId from,
+                                                   std::string request) {
+  auto self = weak.lock();
+  if (!self || self->stopping_) co_return make_error(errc::unavailable, "dht node stopping");
+  ST_CO_TRY(auto resp, self->serve(from, as_bytes(request)));
+  BytesValue out;
+  out.set_value(resp.data(), resp.size());
+  co_return out;
+}
+
+result<Bytes> DhtNode::serve(const net::PeerId& from, BytesView request) {
+  auto req = decode_request(request, cfg_.dht.limits);
+  if (!req) {
+    ++bad_messages_;
+    dht_log().warn("dht: bad request from {} (stream closed): {}", from.short_string(),
+                   req.error().message());
+    return req.error();
+  }
+  const Response resp = core_.handle_request(from, req.value(), now());
+  pump();
+  return encode(resp);
+}
+
+}  // namespace starling::dht
