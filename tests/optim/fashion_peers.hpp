@@ -86,7 +86,10 @@ class FashionPeer {
                                                      torch::optim::AdamOptions(s.lr));
     opt_ = optim::Optimizer::create(*task_.model(), std::move(adam), o, collab_).value();
   }
-  ~FashionPeer() { join(); }
+  ~FashionPeer() {
+    stop();
+    join();
+  }
 
   // Trains on a thread until the local epoch reaches `epochs` or stop(); records the
   // parameters after every epoch change into `log` (if given).
@@ -112,12 +115,13 @@ class FashionPeer {
     });
   }
   void stop() { stop_ = true; }
+  // Waits until the training thread ends (it ends by itself at `epochs`, or after stop()).
   void join() {
-    stop_ = true;
     if (thread_.joinable()) thread_.join();
   }
   // As if the process died: stops computing and drops out of the collaboration at once.
   void kill() {
+    stop();
     join();
     if (collab_) collab_->leave();
   }

@@ -2,6 +2,7 @@
 // total samples and batch size), churn (peers die and join, live peers agree after every
 // epoch) and DiLoCo (H = 20: accuracy close to synchronous with far fewer bytes). Peers run in
 // one process over the Hub double of the network (tests/optim/fake_collaboration.hpp).
+// Label soak (minutes on the 2-core machine): ctest -L soak, or make test-all.
 #include <gtest/gtest.h>
 
 #include "optim/fashion_peers.hpp"
@@ -103,6 +104,7 @@ TEST(Convergence, ChurnJoinersCatchUpAndLivePeersAgree) {
       << "joiner never loaded state";
   const auto joined_at = peers.back()->epoch.load();
   ASSERT_TRUE(test::wait_for([&] { return min_live_epoch() >= joined_at + 4; }, 120s));
+  for (auto& p : peers) p->stop();
   for (auto& p : peers) p->join();
   for (auto& p : peers) EXPECT_EQ(p->failures, 0);
   std::size_t checked = 0;
