@@ -155,7 +155,7 @@ int train_main(const TrainOptions& o) {
       break;
     }
     auto st = opt.status();
-    progress.print(st, o, rep.value().stepped);
+    progress.print(st, o, false);
     if (rep.value().stepped && o.eval_every > 0 && rep.value().epoch >= last_eval_epoch + o.eval_every) {
       last_eval_epoch = rep.value().epoch;
       auto ev = optim::evaluate(task.model(), test_data);
