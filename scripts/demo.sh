@@ -34,7 +34,7 @@ sed 's/^/   A: /' "$dir/a.log"
 if "$bin" train --help >/dev/null 2>&1; then
   echo "== starling train: Fashion-MNIST MLP, one trainer (collaboration: pending the averager)"
   "$bin" train --identity "$dir/t.key" --run-id demo --target-batch-size 256 --batch-size 64 \
-    --threads 2 --max-epochs 600 --eval-every 200 --progress-every 5 --report "$dir/t.json"
+    --threads 2 --max-epochs 400 --eval-every 200 --progress-every 5 --report "$dir/t.json"
   acc=$(sed -n 's/.*"test_accuracy":\([0-9.]*\).*/\1/p' "$dir/t.json")
   echo "   test accuracy $acc (target 0.85)"
   awk -v a="$acc" 'BEGIN { exit !(a >= 0.85) }' || { echo "   below target"; exit 1; }
