@@ -2,14 +2,16 @@
 # make bench-allreduce: all-reduce of 64 MiB of float32 among 2, 4 and 8 processes on loopback,
 # Starling (Noise-encrypted yamux streams, butterfly reduce-scatter + all-gather) beside Gloo's
 # ring all-reduce (TCP transport, Debian's libgloo-dev), same run, same sizes. A round's time is
-# the slowest process's; the table shows the median over BENCH_ITERS rounds and the ratio
-# starling/gloo (< 1: Starling faster).
+# the slowest process's; the table shows the median over BENCH_ITERS rounds and the ratios
+# starling/gloo (< 1: Starling faster), without compression and with 8-bit compression
+# (blockwise8 on the wire, BENCH_CODEC to change it).
 #
 # With --netlab (needs root and network namespaces; skipped with a message otherwise): 4 hosts
 # with 100 Mbit/s links in tools/netlab, and the time against the bound
 # 2*(n-1)/n*size/bandwidth (what any all-reduce must move through each link).
 #
-# Environment: BENCH_SIZES ("2 4 8"), BENCH_ELEMS (16777216), BENCH_ITERS (5),
+# Environment: BENCH_SIZES ("2 4 8"), BENCH_ELEMS (16777216), BENCH_ITERS (3),
+# BENCH_CODEC (blockwise8),
 # BENCH_NETLAB_MBIT (100), BENCH_NETLAB_ITERS (3). Ends with one `RESULT {json}` line.
 set -euo pipefail
 build=${1:-build}
@@ -19,7 +21,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 star=$build/bin/bench_allreduce
 gloo=$build/bin/gloo_allreduce
 elems=${BENCH_ELEMS:-16777216}
-iters=${BENCH_ITERS:-5}
+iters=${BENCH_ITERS:-3}
+codec=${BENCH_CODEC:-blockwise8}
 sizes=${BENCH_SIZES:-"2 4 8"}
 for b in "$star" "$gloo"; do
   [[ -x $b ]] || { echo "missing $b (build the bench targets first)" >&2; exit 1; }
@@ -60,25 +63,36 @@ run_group() {
 median() { jq 'sort | .[(length / 2 | floor)]' "$1"; }
 
 star_local() { "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" --iters "$iters"; }
+star_codec() {
+  "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" --iters "$iters" --codec "$codec"
+}
 gloo_local() { "$gloo" --rank "$1" --size "$2" --dir "$3" --elems "$elems" --iters "$iters"; }
 
 bytes=$((elems * 4))
 if [[ $mode != --netlab ]]; then
   rows=()
-  printf "%-28s %12s %12s %8s\n" "$((bytes >> 20)) MiB float32, loopback" "starling s" "gloo s" "ratio"
+  printf "%-24s %11s %11s %11s %8s %8s\n" "$((bytes >> 20)) MiB float32, loopback" "starling s" \
+    "$codec s" "gloo s" "ratio" "ratio8"
   for n in $sizes; do
     run_group "$tmp/s$n" "$n" star_local
+    run_group "$tmp/c$n" "$n" star_codec
     run_group "$tmp/g$n" "$n" gloo_local
     s=$(median "$tmp/s$n")
+    c=$(median "$tmp/c$n")
     g=$(median "$tmp/g$n")
     ratio=$(jq -n "$s / $g")
-    printf "%-28s %12.3f %12.3f %8.2f\n" "$n processes" "$s" "$g" "$ratio"
-    rows+=("$(jq -cn --argjson n "$n" --argjson s "$s" --argjson g "$g" --argjson q "$ratio" \
-      --slurpfile st "$tmp/s$n" --slurpfile gt "$tmp/g$n" \
-      '{processes:$n, starling_s:$s, gloo_s:$g, ratio:$q, starling_rounds_s:$st[0], gloo_rounds_s:$gt[0]}')")
+    ratio8=$(jq -n "$c / $g")
+    printf "%-24s %11.3f %11.3f %11.3f %8.2f %8.2f\n" "$n processes" "$s" "$c" "$g" "$ratio" "$ratio8"
+    rows+=("$(jq -cn --argjson n "$n" --argjson s "$s" --argjson c "$c" --argjson g "$g" \
+      --argjson q "$ratio" --argjson q8 "$ratio8" \
+      --slurpfile st "$tmp/s$n" --slurpfile ct "$tmp/c$n" --slurpfile gt "$tmp/g$n" \
+      '{processes:$n, starling_s:$s, starling_compressed_s:$c, gloo_s:$g, ratio:$q,
+        ratio_compressed:$q8, starling_rounds_s:$st[0], starling_compressed_rounds_s:$ct[0],
+        gloo_rounds_s:$gt[0]}')")
   done
-  echo "RESULT $(printf '%s\n' "${rows[@]}" | jq -cs --argjson b "$bytes" \
-    '{bench:"allreduce", setting:"loopback", bytes:$b, codec:"none", results:.}')"
+  echo "RESULT $(printf '%s\n' "${rows[@]}" | jq -cs --argjson b "$bytes" --arg c "$codec" \
+    --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" \
+    '{bench:"allreduce", setting:"loopback", bytes:$b, codec:$c, loadavg:$load, results:.}')"
   exit 0
 fi
 

@@ -23,6 +23,22 @@ std::uint64_t seed_of(const DhtNodeConfig& cfg) {
 }
 }  // namespace
 
+result<Bytes> answer_request(DhtCore& core, const net::PeerId& from, BytesView request,
+                             const Now& now) {
+  ST_TRY(auto req, decode_request(request, core.config().limits));
+  return encode(core.handle_request(from, req, now));
+}
+
+result<void> accept_response(DhtCore& core, RequestId id, BytesView response, const Now& now) {
+  auto decoded = decode_response(response, core.config().limits);
+  if (!decoded) {
+    core.on_failure(id, decoded.error(), now);
+    return decoded.error();
+  }
+  core.on_response(id, decoded.value(), now);
+  return success();
+}
+
 std::shared_ptr<DhtNode> DhtNode::create(std::shared_ptr<net::Host> host, DhtNodeConfig cfg) {
   return std::shared_ptr<DhtNode>(new DhtNode(std::move(host), std::move(cfg)));
 }
@@ -121,11 +137,22 @@ std::shared_ptr<DhtNode::Waiter> DhtNode::add_waiter(OpId id) {
 }
 
 awaitable<OpResult> DhtNode::wait_op(OpId id, std::shared_ptr<Waiter> w) {
+  const TimePoint t0 = Clock::now();
   pump();
   // The core finishes every operation by its deadline; this bound is only a safety net.
   auto waited = co_await with_timeout(w->done.wait(), cfg_.dht.operation_timeout + 5s,
                                       "dht operation");
-  if (w->result) co_return std::move(*w->result);
+  if (w->result) {
+    if (dht_log().should_log(spdlog::level::debug)) {
+      const auto& st = w->result->stats;
+      dht_log().debug("dht op {} done in {} us: {} requests, {} answers, {} failures, {} hops, {}",
+                      static_cast<std::uint64_t>(id),
+                      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count(),
+                      st.requests, st.responses, st.failures, st.hops,
+                      w->result->status ? "ok" : w->result->status.error().message());
+    }
+    co_return std::move(*w->result);
+  }
   waiters_.erase(static_cast<std::uint64_t>(id));
   OpResult r;
   r.id = id;
@@ -150,16 +177,10 @@ awaitable<void> DhtNode::send_request(OutgoingRequest out) {
   if (stopping_) co_return;
   if (!resp) {
     core_.on_failure(out.id, resp.error(), now());
-  } else {
-    auto decoded = decode_response(as_bytes(resp.value().value()), cfg_.dht.limits);
-    if (decoded) {
-      core_.on_response(out.id, decoded.value(), now());
-    } else {
-      ++bad_messages_;
-      dht_log().warn("dht: bad {} response from {}: {}", describe(out.request),
-                     out.to.peer.short_string(), decoded.error().message());
-      core_.on_failure(out.id, decoded.error(), now());
-    }
+  } else if (auto ok = accept_response(core_, out.id, as_bytes(resp.value().value()), now()); !ok) {
+    ++bad_messages_;
+    dht_log().warn("dht: bad {} response from {}: {}", describe(out.request),
+                   out.to.peer.short_string(), ok.error().message());
   }
   pump();
 }
@@ -175,16 +196,15 @@ awaitable<result<BytesValue>> DhtNode::serve_entry(std::weak_ptr<DhtNode> weak, 
 }
 
 result<Bytes> DhtNode::serve(const net::PeerId& from, BytesView request) {
-  auto req = decode_request(request, cfg_.dht.limits);
-  if (!req) {
+  auto resp = answer_request(core_, from, request, now());
+  if (!resp) {
     ++bad_messages_;
     dht_log().warn("dht: bad request from {} (stream closed): {}", from.short_string(),
-                   req.error().message());
-    return req.error();
+                   resp.error().message());
+    return resp.error();
   }
-  const Response resp = core_.handle_request(from, req.value(), now());
   pump();
-  return encode(resp);
+  return resp;
 }
 
 }  // namespace starling::dht

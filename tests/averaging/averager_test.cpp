@@ -13,21 +13,9 @@ using namespace starling;
 using namespace starling::averaging;
 using starling::averaging::test::Cluster;
 using starling::averaging::test::NodeOptions;
+using starling::averaging::test::base_config;
 
 namespace {
-
-AveragerConfig base_config() {
-  AveragerConfig c;
-  c.key = {"test", 16, 0};
-  c.round.part_elems = 4096;
-  c.round.stall_timeout = 4s;
-  c.keepalive_interval = 500ms;
-  c.open_timeout = 30s;  // 16 nodes dialling each other under sanitizers on 2 busy cores
-  c.matchmaking.min_wait = 1s;
-  c.matchmaking.settle = 300ms;
-  c.matchmaking.refresh_interval = 200ms;
-  return c;
-}
 
 // Checks the successful nodes: identical bytes, and the weighted mean of the initial values of
 // `counted` members (all members if empty) within float rounding.

@@ -20,12 +20,8 @@ namespace ts = starling::averaging::test_support;
 namespace {
 
 AveragerConfig cfg_for_codecs() {
-  AveragerConfig c;
-  c.key = {"test", 16, 0};
-  c.round.part_elems = 4096;
-  c.round.stall_timeout = 15s;
-  c.keepalive_interval = 500ms;
-  c.open_timeout = 30s;
+  auto c = test::base_config();
+  c.round.stall_timeout = 15s;  // no faults here
   return c;
 }
 

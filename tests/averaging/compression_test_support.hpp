@@ -150,44 +150,6 @@ inline double bound(const CodecSpec& spec, const std::vector<float>& x, std::siz
   return bound(spec, x, i, chunk_stats(x, spec.block_size() ? spec.block_size() : x.size()));
 }
 
-// Checks y against x for spec; returns the number of violations (and reports the first).
-inline int check_bound(const CodecSpec& spec, const std::vector<float>& x,
-                       const std::vector<float>& y, const Bytes& enc, const char* name) {
-  int bad = 0;
-  auto report = [&](std::size_t i, double err, double lim) {
-    if (bad++ == 0)
-      ADD_FAILURE() << name << " " << to_string(spec.codec) << "/" << spec.block_size()
-                    << " element " << i << " x=" << x[i] << " y=" << y[i] << " err=" << err
-                    << " bound=" << lim;
-  };
-  std::size_t bs = spec.block_size() ? spec.block_size() : std::max<std::size_t>(x.size(), 1);
-  ChunkStats cs = chunk_stats(x, bs);
-  if (spec.codec == CodecId::quantile8) {
-    auto info = inspect(enc).value();
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      std::size_t chunk = i / bs;
-      std::size_t cb = info.params_offset + chunk * 256 * 4;
-      int b = enc[info.payload_offset + i];
-      double c = payload_f32(enc, cb + 4 * b);
-      double below = b > 0 ? payload_f32(enc, cb + 4 * (b - 1)) : cs.lo[chunk];
-      double above = b < 255 ? payload_f32(enc, cb + 4 * (b + 1)) : cs.hi[chunk];
-      double lim = std::max(c - below, above - c);
-      double err = std::fabs(static_cast<double>(y[i]) - x[i]);
-      if (static_cast<double>(y[i]) != c || err > lim) report(i, err, lim);
-    }
-    return bad;
-  }
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    double err = std::fabs(static_cast<double>(y[i]) - static_cast<double>(x[i]));
-    double lim = bound(spec, x, i, cs);
-    bool ok = spec.codec == CodecId::none
-                  ? std::bit_cast<std::uint32_t>(x[i]) == std::bit_cast<std::uint32_t>(y[i])
-                  : err <= lim;
-    if (!ok) report(i, err, lim);
-  }
-  return bad;
-}
-
 // The documented bound of every element of x encoded as `enc` (any codec; quantile8 from
 // the codebook actually sent).
 inline std::vector<double> element_bounds(const CodecSpec& spec, const std::vector<float>& x,
@@ -210,6 +172,41 @@ inline std::vector<double> element_bounds(const CodecSpec& spec, const std::vect
     out[i] = std::max(c - below, above - c);
   }
   return out;
+}
+
+// Checks y against x for spec; returns the number of violations (and reports the first).
+inline int check_bound(const CodecSpec& spec, const std::vector<float>& x,
+                       const std::vector<float>& y, const Bytes& enc, const char* name) {
+  int bad = 0;
+  auto report = [&](std::size_t i, double err, double lim) {
+    if (bad++ == 0)
+      ADD_FAILURE() << name << " " << to_string(spec.codec) << "/" << spec.block_size()
+                    << " element " << i << " x=" << x[i] << " y=" << y[i] << " err=" << err
+                    << " bound=" << lim;
+  };
+  std::size_t bs = spec.block_size() ? spec.block_size() : std::max<std::size_t>(x.size(), 1);
+  ChunkStats cs = chunk_stats(x, bs);
+  if (spec.codec == CodecId::quantile8) {
+    auto info = inspect(enc).value();
+    auto lims = element_bounds(spec, x, enc);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      // Decoded to its bin's code, within the neighbouring gaps.
+      double c = payload_f32(enc, info.params_offset + (i / bs) * 256 * 4 +
+                                      4 * enc[info.payload_offset + i]);
+      double err = std::fabs(static_cast<double>(y[i]) - x[i]);
+      if (static_cast<double>(y[i]) != c || err > lims[i]) report(i, err, lims[i]);
+    }
+    return bad;
+  }
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double err = std::fabs(static_cast<double>(y[i]) - static_cast<double>(x[i]));
+    double lim = bound(spec, x, i, cs);
+    bool ok = spec.codec == CodecId::none
+                  ? std::bit_cast<std::uint32_t>(x[i]) == std::bit_cast<std::uint32_t>(y[i])
+                  : err <= lim;
+    if (!ok) report(i, err, lim);
+  }
+  return bad;
 }
 
 // Rejections are logged as warnings; the tests that provoke thousands keep the log quiet.

@@ -57,6 +57,21 @@ inline Schema test_schema(std::size_t scale) {
                 "none"};
 }
 
+// A config for loopback clusters on a busy 2-core machine (generous timeouts, fast
+// matchmaking).
+inline AveragerConfig base_config() {
+  AveragerConfig c;
+  c.key = {"test", 16, 0};
+  c.round.part_elems = 4096;
+  c.round.stall_timeout = 4s;
+  c.keepalive_interval = 500ms;
+  c.open_timeout = 30s;  // 16 nodes dialling each other under sanitizers on 2 busy cores
+  c.matchmaking.min_wait = 1s;
+  c.matchmaking.settle = 300ms;
+  c.matchmaking.refresh_interval = 200ms;
+  return c;
+}
+
 class Cluster {
  public:
   Cluster(std::size_t n, Schema schema, AveragerConfig base, std::vector<NodeOptions> opts = {},

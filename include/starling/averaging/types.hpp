@@ -73,6 +73,7 @@ struct MemberInfo {
   std::uint64_t bandwidth = 0;     // declared bandwidth, bytes/s (>= 1)
   bool client = false;             // client mode: sends and receives, owns no share
   double weight = 1.0;             // contribution weight (e.g. samples), finite and >= 0
+  friend bool operator==(const MemberInfo&, const MemberInfo&) = default;
 };
 
 // A formed group, identical on every member (the leader's Start message).

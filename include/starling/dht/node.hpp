@@ -36,6 +36,15 @@ namespace starling::dht {
 
 inline constexpr const char* kDhtProtocol = "/starling/dht/1.0.0";
 
+// The receive path of DhtNode, as plain functions (also driven by fuzz/fuzz_dht_session.cpp):
+// `answer_request` decodes a request from `from` (size limits enforced), lets the core answer
+// it and encodes the answer; a malformed request is an error (the node then closes that call
+// with the reason). `accept_response` decodes the answer to request `id` and hands it to the
+// core, or reports the request failed if the bytes are malformed (returning why).
+result<Bytes> answer_request(DhtCore& core, const net::PeerId& from, BytesView request,
+                             const Now& now);
+result<void> accept_response(DhtCore& core, RequestId id, BytesView response, const Now& now);
+
 struct DhtNodeConfig {
   DhtConfig dht;  // dht.client_mode selects client mode
   ValidatorChain validators = ValidatorChain::standard();
@@ -92,6 +101,7 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   awaitable<result<void>> bootstrap(std::vector<net::Multiaddr> initial_peers);
   // Stops serving, cancels requests in flight and fails waiting operations with
   // errc::cancelled; bounded by stop_timeout. The host is left running (its owner stops it).
+  // A started node keeps itself alive (its timer task holds it) until stop() is called.
   awaitable<void> stop();
 
   // --- operations ---------------------------------------------------------------------------

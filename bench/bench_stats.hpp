@@ -1,0 +1,106 @@
+// Shared bits of the DHT benchmark: parameters, latency summaries, process memory, JSON output.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace bench {
+
+struct Params {
+  std::size_t nodes = 64;
+  std::size_t ops = 100;      // keys stored, and gets before and after churn
+  double churn = 0.3;         // fraction of nodes stopped before the second round of gets
+  std::uint64_t seed = 1;
+};
+
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Resident set size of this process in KiB (Linux /proc).
+inline long rss_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  return 0;
+}
+
+// Latencies of successful operations and the success count of one kind of operation.
+struct Series {
+  std::vector<double> ms;
+  std::size_t ok = 0, total = 0;
+  void add(bool success, double latency_ms) {
+    ++total;
+    if (success) {
+      ++ok;
+      ms.push_back(latency_ms);
+    }
+  }
+  nlohmann::json json() const {
+    auto s = ms;
+    std::sort(s.begin(), s.end());
+    auto q = [&](double p) {
+      if (s.empty()) return 0.0;
+      return s[std::min(s.size() - 1, static_cast<std::size_t>(p * static_cast<double>(s.size())))];
+    };
+    double mean = 0;
+    for (double v : s) mean += v;
+    if (!s.empty()) mean /= static_cast<double>(s.size());
+    return {{"p50_ms", q(0.5)}, {"p99_ms", q(0.99)}, {"mean_ms", mean}, {"ok", ok}, {"total", total},
+            {"success", total ? static_cast<double>(ok) / static_cast<double>(total) : 0.0}};
+  }
+};
+
+struct Report {
+  std::string system;
+  Params p;
+  double setup_s = 0;
+  long rss_before_kib = 0, rss_after_kib = 0;
+  Series store, store_again, get, get_after_churn;
+  nlohmann::json json() const {
+    return {{"system", system},
+            {"nodes", p.nodes},
+            {"ops", p.ops},
+            {"churn", p.churn},
+            {"setup_s", setup_s},
+            {"kib_per_node", static_cast<double>(rss_after_kib - rss_before_kib) /
+                                 static_cast<double>(std::max<std::size_t>(p.nodes, 1))},
+            {"store", store.json()},
+            {"store_again", store_again.json()},
+            {"get", get.json()},
+            {"get_after_churn", get_after_churn.json()}};
+  }
+};
+
+inline Params parse_params(int argc, char** argv, int first) {
+  Params p;
+  for (int i = first; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--nodes") p.nodes = std::strtoul(argv[i + 1], nullptr, 10);
+    else if (a == "--ops") p.ops = std::strtoul(argv[i + 1], nullptr, 10);
+    else if (a == "--churn") p.churn = std::strtod(argv[i + 1], nullptr);
+    else if (a == "--seed") p.seed = std::strtoull(argv[i + 1], nullptr, 10);
+  }
+  if (p.nodes < 4) p.nodes = 4;
+  return p;
+}
+
+// Which nodes to stop (a random `churn` fraction, never node 0, the bootstrap node).
+inline std::vector<std::size_t> churn_victims(const Params& p, std::mt19937_64& rng) {
+  std::vector<std::size_t> idx;
+  for (std::size_t i = 1; i < p.nodes; ++i) idx.push_back(i);
+  std::shuffle(idx.begin(), idx.end(), rng);
+  idx.resize(static_cast<std::size_t>(p.churn * static_cast<double>(p.nodes)));
+  return idx;
+}
+
+}  // namespace bench
