@@ -10,7 +10,7 @@ PACKAGES=(
   # libraries
   libasio-dev libsodium-dev libssl-dev protobuf-compiler libprotobuf-dev libboost-dev
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   libtorch-dev
   # anchors measured beside Starling in benchmarks
   iperf3 jq libgloo-dev libopendht-dev

@@ -19,6 +19,8 @@ void add_node_command(CLI::App& app, Runner& run);
 void add_ping_command(CLI::App& app, Runner& run);
 void add_echo_command(CLI::App& app, Runner& run);
 void add_dht_command(CLI::App& app, Runner& run);
+// Only when built with libtorch (STARLING_HAVE_TORCH).
+void add_train_command(CLI::App& app, Runner& run);
 
 // Default identity path: $STARLING_HOME/identity.key or ~/.starling/identity.key.
 std::string default_identity_path();

@@ -1,4 +1,4 @@
-// starling: identity, node, ping, echo, dht (and later train) from one binary.
+// starling: identity, node, ping, echo, dht, train from one binary.
 #include <cstdlib>
 #include <iostream>
 
@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
   starling::cli::add_ping_command(app, run);
   starling::cli::add_echo_command(app, run);
   starling::cli::add_dht_command(app, run);
+#ifdef STARLING_HAVE_TORCH
+  starling::cli::add_train_command(app, run);
+#endif
   CLI11_PARSE(app, argc, argv);
   if (!log_level.empty()) starling::set_log_level(log_level);
   return run ? run() : 1;

@@ -1,0 +1,111 @@
+// The seam between the collaborative optimizer and the network: what the optimizer needs from
+// the DHT (progress records) and from the averager (averaging rounds over named float spans,
+// state download). The real implementation sits on starling::dht and starling::averaging
+// (phase 2); tests use an in-process double. No torch here.
+//
+// Threading rule: every method is called from, and its coroutines run on, executor() (the
+// node's io_context thread). Implementations hold no locks.
+//
+// Provisional: averaging lands in parallel; the averaging calls will follow its API
+// (an averager over named float spans, step(weight, deadline, options) returning the group,
+// each member's contribution, bytes and timings).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "starling/core/async.hpp"
+#include "starling/core/bytes.hpp"
+#include "starling/net/peer_id.hpp"
+
+namespace starling::optim {
+
+// A progress record as the DHT returns it: the publisher (the signed sub-key), the value, and
+// the remaining time-to-live the DHT reported (for the record's age, see record_age()).
+struct ProgressEntry {
+  net::PeerId peer;
+  Bytes value;
+  Duration remaining_ttl{0};
+};
+
+// Tensor compression on the wire.
+enum class Compression {
+  none,     // float32
+  float16,  // half precision (2x smaller)
+  uint8,    // 8-bit blockwise quantisation (4x smaller)
+};
+const char* to_string(Compression c);
+result<Compression> parse_compression(const std::string& s);
+
+// One float tensor taking part in a round, by name (names must match across peers).
+struct NamedSpan {
+  std::string name;
+  std::span<float> data;
+};
+
+struct RoundOptions {
+  // Peers that use the same key average together ("grads/<epoch>", "state/<epoch>").
+  std::string key;
+  // This peer's weight (its samples for gradients; 0 for auxiliary peers and peers that only
+  // follow along).
+  double weight = 0;
+  // The round (matchmaking + all-reduce) fails with errc::timeout after this.
+  TimePoint deadline;
+  Compression compression = Compression::none;
+};
+
+struct RoundMember {
+  net::PeerId peer;
+  double weight = 0;
+};
+
+struct RoundResult {
+  std::vector<RoundMember> members;  // this peer included
+  double total_weight = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_received = 0;
+  Duration matchmaking_time{0};
+  Duration allreduce_time{0};
+};
+
+class Collaboration {
+ public:
+  virtual ~Collaboration() = default;
+  virtual asio::any_io_executor executor() = 0;
+  virtual const net::PeerId& self() const = 0;
+
+  // Publishes this peer's progress record (a signed dictionary entry under the run's
+  // progress key, sub-key = own peer id) with the given time-to-live.
+  virtual awaitable<result<void>> publish_progress(Bytes value, Duration ttl) = 0;
+  // Every peer's current progress record.
+  virtual awaitable<result<std::vector<ProgressEntry>>> fetch_progress() = 0;
+
+  // Hints that a round with `key` will start around `expected_start`: implementations may
+  // begin matchmaking now. Optional.
+  virtual void prepare_round(const std::string& key, TimePoint expected_start) {}
+  // Replaces every span with the weighted average (sum w_i x_i / sum w_i) over the group that
+  // formed for options.key. If the total weight is 0 the spans are the plain average.
+  // Errors: timeout (no group before the deadline), unavailable (no other peer), cancelled.
+  virtual awaitable<result<RoundResult>> average(std::span<NamedSpan> tensors,
+                                                 RoundOptions options) = 0;
+
+  // Downloads the newest training state (save_training_state() bytes and the epoch they are
+  // at) from a peer at the collaboration's epoch.
+  struct State {
+    std::uint64_t epoch = 0;
+    Bytes bytes;
+  };
+  virtual awaitable<result<State>> download_state(TimePoint deadline) = 0;
+  // Makes this peer serve its state to peers that download it. The provider runs on
+  // executor() and returns the current state.
+  virtual void serve_state(std::function<awaitable<result<State>>()> provider) = 0;
+
+  // Bytes this peer sent and received for training so far (for statistics).
+  virtual std::uint64_t bytes_sent() const { return 0; }
+  virtual std::uint64_t bytes_received() const { return 0; }
+};
+
+}  // namespace starling::optim

@@ -1,0 +1,96 @@
+// starling::Optimizer: collaborative training (DeDLOC, and DiLoCo local updates) around any
+// torch::optim optimizer. Peers accumulate gradients at their own pace and publish their
+// progress; when the collaboration has accumulated `target_batch_size` samples, all peers
+// average their gradients (weighted by samples) and take one optimizer step together, so the
+// collaboration's epoch advances and the hyperparameters never depend on how many peers there
+// are. A peer that is behind downloads parameters and optimizer state; a peer that dies never
+// stalls the others; a peer alone keeps training and steps on its own.
+//
+// Usage (a user's own training loop; see examples/):
+//
+//   starling::optim::OptimizerOptions o;
+//   o.run_id = "my-run";
+//   o.target_batch_size = 4096;
+//   auto opt = starling::Optimizer::create(
+//       *model, std::make_unique<torch::optim::Adam>(model->parameters(), 1e-3), o,
+//       node.collaboration(o.run_id)).value();          // nullptr: train alone
+//   for (auto& [x, y] : loader) {
+//     torch::nn::functional::cross_entropy(model->forward(x), y).backward();
+//     opt->step(x.size(0));                              // instead of adam.step()
+//   }
+//   opt->shutdown();
+//
+// Threading rule: create(), step(), zero_grad(), status(), save_checkpoint() and shutdown()
+// are called from one thread, the training thread. The networked work runs as coroutines on
+// the collaboration's executor, which must be run by another thread (the node's io thread);
+// the training thread blocks in step() only while the optimizer averages synchronously,
+// downloads state, or applies a step. Includes torch headers.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "starling/optim/checkpoint.hpp"
+#include "starling/optim/optimizer_options.hpp"
+
+namespace starling::optim {
+
+class Optimizer {
+ public:
+  // Wraps `inner`, which must optimise exactly `model`'s parameters. With a collaboration,
+  // joins it (publishes progress, serves state); without one (nullptr) the peer trains alone
+  // with the same semantics (it steps every target_batch_size samples). Resumes from
+  // options.checkpoint_dir if it holds a checkpoint for this model.
+  static result<std::unique_ptr<Optimizer>> create(
+      torch::nn::Module& model, std::unique_ptr<torch::optim::Optimizer> inner,
+      OptimizerOptions options, std::shared_ptr<Collaboration> collaboration = nullptr);
+  ~Optimizer();  // shutdown() if not done yet
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Call after backward() on a batch of `batch_size` samples (0: options.batch_size). Adds the
+  // gradients to this peer's accumulators and clears the parameters' .grad; when the
+  // collaboration reaches the target, averages with the group and steps. Errors are only for
+  // misuse (no batch size, after shutdown); network failures are reported in StepReport and
+  // handled (retry, step alone, download state) without failing the call.
+  result<StepReport> step(std::size_t batch_size = 0);
+  // Clears the parameters' .grad (the accumulators are kept).
+  void zero_grad();
+
+  std::uint64_t local_epoch() const;
+  OptimizerStatus status() const;
+  torch::optim::Optimizer& inner();
+  const OptimizerOptions& options() const;
+
+  // Loads parameters and optimizer state from peers now (normally step() does this when it
+  // finds this peer behind).
+  result<void> load_state_from_peers();
+  // Writes a checkpoint to options.checkpoint_dir now (errc::invalid_argument if none).
+  // `stream_pass`/`stream_position` record the data position for resuming.
+  result<std::filesystem::path> save_checkpoint(std::uint64_t stream_pass = 0,
+                                                std::uint64_t stream_position = 0);
+  // The metadata create() resumed from, if any.
+  const std::optional<CheckpointMeta>& resumed_from() const;
+
+  // Leaves the collaboration: finishes or cancels the round in flight, stops publishing,
+  // writes a final checkpoint. Bounded by `timeout`. Idempotent.
+  result<void> shutdown(Duration timeout = 10s);
+
+ private:
+  struct Impl;
+  explicit Optimizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace starling::optim
+
+namespace starling {
+using Optimizer = optim::Optimizer;
+using OptimizerOptions = optim::OptimizerOptions;
+}  // namespace starling

@@ -1,0 +1,114 @@
+// Options, per-step reports and status of starling::Optimizer (optimizer.hpp), without torch,
+// so configuration code (the CLI, config files) and the io-thread half can use them cheaply.
+//
+// Threading rule: plain values.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "starling/optim/collaboration.hpp"
+#include "starling/optim/progress.hpp"
+
+namespace starling::optim {
+
+// DiLoCo's outer optimizer: SGD with (Nesterov) momentum on the averaged pseudo-gradient.
+struct OuterOptions {
+  double lr = 0.7;        // DiLoCo's default outer learning rate
+  double momentum = 0.9;  // DiLoCo's default
+  bool nesterov = true;
+};
+
+struct OptimizerOptions {
+  // Name of the collaboration; DHT keys and averaging groups derive from it. Required.
+  std::string run_id;
+  // Samples the whole collaboration accumulates per optimizer step (the global batch).
+  std::uint64_t target_batch_size = 4096;
+  // Samples per step() call when step() is called without a count (0: the count is required).
+  std::size_t batch_size = 0;
+
+  // Matchmaking for an averaging round starts this long before the estimated time the target
+  // is reached, so the group is ready when it is.
+  Duration matchmaking_time = 5s;
+  // An averaging round (matchmaking + all-reduce) that takes longer fails; the peer keeps its
+  // gradients and retries (see step()).
+  Duration averaging_timeout = 30s;
+  // Downloading state from peers gives up after this.
+  Duration load_state_timeout = 120s;
+
+  // Wire compression of gradients (or DiLoCo pseudo-gradients) and of parameters/optimizer
+  // state (state averaging and state download).
+  Compression grad_compression = Compression::none;
+  Compression state_compression = Compression::none;
+
+  // Delayed parameter updates: the averaging round and the optimizer step run in the
+  // background while the next gradients are computed (on parameters one step old); the step
+  // is applied at the next step() call. Hides network time behind compute.
+  bool delay_optimizer_step = false;
+  // Every K epochs, also average parameters and optimizer state across the group (repairs any
+  // drift, e.g. after a round that failed for some peers). 0: never.
+  std::uint32_t average_state_every = 0;
+
+  // This peer accepts no incoming connections (behind NAT); it still averages and serves
+  // state over its own outgoing connections.
+  bool client_mode = false;
+  // This peer computes no gradients: it only helps averaging (weight 0). step() must not be
+  // called; it works from the background.
+  bool auxiliary = false;
+  // Bandwidth limits for this peer's training traffic in bytes/s (0: unlimited).
+  std::uint64_t max_upload_bytes_per_second = 0;
+  std::uint64_t max_download_bytes_per_second = 0;
+
+  // DiLoCo: if > 0, the inner optimizer steps on every step() call (local updates) and every
+  // outer round averages pseudo-gradients (start-of-round parameters minus current ones) and
+  // applies the outer Nesterov step. A round ends when the collaboration has done H local
+  // steps per computing peer on average, that is when it has accumulated
+  // H * batch_size * (computing peers) samples; target_batch_size is not used.
+  std::uint32_t diloco_steps = 0;
+  OuterOptions outer;
+
+  // Checkpoints: if set, the state is saved there every `checkpoint_every` epochs (and at
+  // shutdown), and create() resumes from the newest valid checkpoint found there.
+  std::filesystem::path checkpoint_dir;
+  std::uint32_t checkpoint_every = 10;
+  std::size_t checkpoints_kept = 2;
+
+  // Progress record lifetime in the DHT and the estimator's tuning (see ProgressConfig; its
+  // target, matchmaking time, auxiliary/client flags are filled from the fields above).
+  Duration progress_ttl = 60s;
+  ProgressConfig progress;
+};
+
+// Validates options: run_id set, target > 0, timeouts > 0, stale_after > publish interval...
+result<void> validate(const OptimizerOptions& options);
+
+// What one step() call did.
+struct StepReport {
+  Action action = Action::accumulate;
+  bool stepped = false;          // an optimizer step (or outer step) was applied
+  std::uint64_t epoch = 0;       // local epoch after the call
+  std::size_t group_size = 0;    // peers in the averaging round (1 when alone)
+  double group_samples = 0;      // samples the applied step averaged over
+  std::uint64_t bytes_sent = 0;  // by this call's round
+  std::uint64_t bytes_received = 0;
+  Duration averaging_time{0};
+  std::optional<Error> round_error;  // a failed round (the step was retried or skipped)
+};
+
+// A snapshot for progress lines and statistics.
+struct OptimizerStatus {
+  std::uint64_t local_epoch = 0;
+  std::uint64_t local_samples = 0;  // toward the current epoch
+  std::uint64_t samples_total = 0;  // this peer's contribution over the run
+  double local_samples_per_second = 0;
+  CollaborationView collaboration;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint64_t rounds_ok = 0;
+  std::uint64_t rounds_failed = 0;
+  std::uint64_t state_downloads = 0;
+};
+
+}  // namespace starling::optim

@@ -1,0 +1,185 @@
+// The DeDLOC progress core: what a peer publishes about its training progress, and, from all
+// peers' records, the collaboration's estimated progress and the decisions that follow from
+// it (keep accumulating, begin matchmaking, average and step, step alone, download state).
+//
+// It does no I/O and never reads a clock: every call takes `now` (a steady-clock time point of
+// the caller's own clock). Records carry relative ages, never wall times, so peers' clocks
+// may disagree arbitrarily. No torch here.
+//
+// Threading rule: a ProgressTracker is a plain object used from one thread (the node's
+// io_context thread in the networked optimizer).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "starling/core/async.hpp"
+#include "starling/core/bytes.hpp"
+#include "starling/net/peer_id.hpp"
+
+namespace starling::optim {
+
+// One peer's progress record (the decoded pb::training::Progress).
+struct PeerProgress {
+  std::uint64_t epoch = 0;
+  std::uint64_t samples_accumulated = 0;  // toward `epoch`'s target
+  double samples_per_second = 0;
+  std::uint64_t seq = 0;            // publication counter of this run of the peer
+  Duration age_at_publish{0};       // measurement -> publication
+  Duration ttl{0};                  // DHT ttl the record was stored with
+  std::uint64_t samples_total = 0;  // contributed over the run
+  bool client_mode = false;
+  bool auxiliary = false;
+
+  friend bool operator==(const PeerProgress&, const PeerProgress&) = default;
+};
+
+// Bounds a decoded record must respect; anything outside is rejected (bad input).
+struct ProgressLimits {
+  std::size_t max_record_bytes = 256;
+  double max_samples_per_second = 1e9;
+  std::uint64_t max_samples = std::uint64_t{1} << 50;
+  Duration max_age = std::chrono::hours(24);
+};
+
+Bytes encode_progress(const PeerProgress& p);
+// Parses and validates a record from a peer: errc::too_large if over max_record_bytes,
+// errc::invalid_argument if it is not a valid Progress message or a field is out of bounds
+// (non-finite or negative samples/s, absurd counts or ages). Never throws.
+result<PeerProgress> decode_progress(BytesView in, const ProgressLimits& limits = {});
+
+// The age of a record fetched from the DHT, on the reader's clock: the age it had when
+// published plus the time it has been stored (its ttl minus the remaining ttl the DHT
+// reports; 0 if the DHT reports more than the record's ttl).
+Duration record_age(const PeerProgress& p, Duration remaining_ttl);
+
+struct ProgressConfig {
+  // Samples the collaboration accumulates per optimizer step (the global batch). Independent
+  // of the number of peers, so hyperparameters are too.
+  std::uint64_t target_batch_size = 4096;
+  // If > 0, the target is this many samples per computing peer at the epoch instead
+  // (DiLoCo: H local steps x batch size), so a round comes after H local steps on average.
+  std::uint64_t per_peer_target = 0;
+  // Matchmaking for the next averaging round starts this long before the estimated time the
+  // target is reached.
+  Duration matchmaking_time = 5s;
+  // A record older than this (on the reader's clock) is ignored: its peer is presumed gone.
+  Duration stale_after = 30s;
+  // Others' progress is fetched again after clamp(eta * refresh_fraction, min, max).
+  Duration min_refresh = 500ms;
+  Duration max_refresh = 10s;
+  double refresh_fraction = 0.3;
+  // The own record is republished at least this often (must be well below stale_after) and
+  // at once when the epoch changes.
+  Duration max_publish_interval = 5s;
+  // Half-life of the local throughput estimate, in seconds of compute.
+  double throughput_half_life_s = 10;
+  // A peer whose epoch is more than this behind the collaboration's downloads state
+  // (0 for synchronous steps, 1 with delayed parameter updates).
+  std::uint64_t epoch_tolerance = 0;
+  // This peer computes no gradients (it only helps averaging).
+  bool auxiliary = false;
+  bool client_mode = false;
+};
+
+// The collaboration as one peer estimates it at `now`.
+struct CollaborationView {
+  std::uint64_t global_epoch = 0;  // highest epoch among live peers (and this one)
+  // Estimated samples accumulated toward global_epoch's target by the live peers at that
+  // epoch, extrapolated from each record's age with its samples/s.
+  std::uint64_t samples_accumulated = 0;
+  double samples_per_second = 0;  // all live computing peers
+  std::size_t num_peers = 0;      // live peers, this one included
+  std::size_t num_clients = 0;
+  std::size_t num_auxiliary = 0;
+  std::size_t peers_at_global_epoch = 0;      // live peers at global_epoch, this one included
+  std::size_t computing_at_global_epoch = 0;  // of which not auxiliary
+  std::uint64_t target = 0;                   // samples that complete global_epoch
+  std::optional<Duration> eta;                // until the target; nullopt if nobody computes
+};
+
+enum class Action {
+  accumulate,         // keep computing gradients
+  begin_matchmaking,  // look for an averaging group now (once per epoch)
+  average_and_step,   // the target is reached: average with the group and step together
+  step_alone,         // the target is reached and no other live peer is at this epoch
+  download_state,     // this peer is behind: load parameters and optimizer state from peers
+};
+const char* to_string(Action a);
+
+struct Decision {
+  Action action = Action::accumulate;
+  CollaborationView view;
+  Duration next_fetch{0};  // when to fetch others' records again
+};
+
+class ProgressTracker {
+ public:
+  ProgressTracker(net::PeerId self, ProgressConfig config);
+
+  const ProgressConfig& config() const noexcept { return config_; }
+  const net::PeerId& self() const noexcept { return self_; }
+  std::uint64_t local_epoch() const noexcept { return epoch_; }
+  std::uint64_t local_samples() const noexcept { return samples_; }
+  std::uint64_t samples_total() const noexcept { return samples_total_; }
+  double local_samples_per_second() const noexcept;
+
+  // This peer processed `samples` more samples toward the current epoch, which took
+  // `compute_time` of its time (time spent waiting for the network excluded).
+  void report_samples(std::uint64_t samples, Duration compute_time);
+  // The local epoch changed (a step was taken, or state was downloaded at `epoch`): the
+  // accumulated samples restart at 0 and matchmaking may begin again.
+  void set_epoch(std::uint64_t epoch);
+  // Restores counters from a checkpoint.
+  void restore(std::uint64_t epoch, std::uint64_t samples_accumulated, std::uint64_t samples_total);
+
+  // A record fetched at `now`, `age` old on this peer's clock (see record_age()). Records of
+  // this peer itself are ignored; an older record of a peer than the one held is ignored.
+  void observe(const net::PeerId& peer, const PeerProgress& record, Duration age, TimePoint now);
+  // Drops every record older than stale_after at `now`.
+  void expire(TimePoint now);
+  std::size_t known_peers() const noexcept { return peers_.size(); }
+
+  CollaborationView view(TimePoint now) const;
+  // The next thing to do. Returns begin_matchmaking at most once per epoch (after that,
+  // accumulate until the target is reached).
+  Decision decide(TimePoint now);
+
+  // How long to wait before fetching others' records again (what decide() puts in
+  // next_fetch), without deciding anything.
+  Duration next_fetch(TimePoint now) const;
+
+  // The record to publish now (increments seq); remembers when it was published.
+  PeerProgress make_record(TimePoint now, Duration ttl);
+  // Whether the own record should be published at `now` (epoch changed since the last
+  // publication, or the publish interval passed).
+  bool should_publish(TimePoint now) const;
+
+ private:
+  struct Held {
+    PeerProgress record;
+    TimePoint observed_at;  // now - age when fetched
+  };
+  bool live(const Held& h, TimePoint now) const;
+  Duration fetch_interval(const CollaborationView& v, TimePoint now) const;
+  // A peer's samples at `now`, extrapolated from its record (at most stale_after ahead).
+  std::uint64_t extrapolate(const Held& h, TimePoint now) const;
+
+  net::PeerId self_;
+  ProgressConfig config_;
+  std::map<net::PeerId, Held> peers_;
+  std::uint64_t epoch_ = 0;
+  std::uint64_t samples_ = 0;
+  std::uint64_t samples_total_ = 0;
+  // Decayed sums for the throughput estimate (samples and seconds of compute).
+  double ema_samples_ = 0;
+  double ema_seconds_ = 0;
+  std::uint64_t seq_ = 0;
+  std::optional<TimePoint> last_publish_;
+  std::uint64_t published_epoch_ = 0;
+  std::optional<std::uint64_t> matchmaking_epoch_;  // epoch matchmaking was begun for
+};
+
+}  // namespace starling::optim

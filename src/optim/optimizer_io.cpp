@@ -1,0 +1,204 @@
+// The io-thread half of starling::Optimizer.
+#include "optimizer_io.hpp"
+
+#include <asio/co_spawn.hpp>
+
+#include <fmt/format.h>
+
+#include "starling/core/log.hpp"
+
+namespace starling::optim {
+namespace {
+
+auto log() {
+  return logger("optim");
+}
+
+// Bounds on single DHT operations of the progress loop.
+constexpr Duration kPublishTimeout = 10s;
+constexpr Duration kFetchTimeout = 10s;
+// The progress loop checks whether to publish at least this often.
+constexpr Duration kLoopTick = 250ms;
+// A state request waits this long for the training thread to serialise its state.
+constexpr Duration kSnapshotWait = 30s;
+
+}  // namespace
+
+awaitable<result<Collaboration::State>> OptimizerIo::provide_state_of(
+    std::weak_ptr<OptimizerIo> weak) {
+  auto self = weak.lock();
+  if (!self) co_return make_error(errc::unavailable, "optimizer is gone");
+  co_return co_await self->provide_state();
+}
+
+std::shared_ptr<OptimizerIo> OptimizerIo::start(std::shared_ptr<Collaboration> collab,
+                                                ProgressTracker tracker,
+                                                const OptimizerOptions& options) {
+  auto io = std::make_shared<OptimizerIo>(std::move(collab), std::move(tracker), options);
+  std::weak_ptr<OptimizerIo> weak = io;
+  asio::post(io->executor_, [io, weak] {
+    // Not a coroutine lambda: the coroutine is a named function whose parameter lives in its
+    // frame, so it does not depend on the lifetime of this lambda.
+    io->collab_->serve_state([weak] { return provide_state_of(weak); });
+    io->scope_.spawn(io->progress_loop());
+  });
+  return io;
+}
+
+OptimizerIo::OptimizerIo(std::shared_ptr<Collaboration> collab, ProgressTracker tracker,
+                         const OptimizerOptions& options)
+    : collab_(std::move(collab)),
+      executor_(collab_->executor()),
+      tracker_(std::move(tracker)),
+      options_(options),
+      scope_(executor_),
+      wake_(executor_),
+      snapshot_ready_(executor_) {}
+
+template <class T>
+result<T> OptimizerIo::wait_for_io(std::function<awaitable<result<T>>()> make, Duration bound,
+                                   const char* what) {
+  auto promise = std::make_shared<std::promise<result<T>>>();
+  auto fut = promise->get_future();
+  auto self = shared_from_this();
+  asio::co_spawn(
+      executor_,
+      [self, promise, make = std::move(make)]() -> awaitable<void> {
+        promise->set_value(co_await make());
+      },
+      [promise](std::exception_ptr e) {
+        if (e) promise->set_exception(e);
+      });
+  if (fut.wait_for(bound) != std::future_status::ready)
+    return make_error(errc::timeout, fmt::format("{}: the io thread did not answer", what));
+  return fut.get();
+}
+
+result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, RoundOptions options,
+                                         Duration wait_bound) {
+  auto self = shared_from_this();
+  return wait_for_io<RoundResult>(
+      [self, buf, options]() -> awaitable<result<RoundResult>> {
+        std::vector<NamedSpan> spans;
+        std::size_t off = 0;
+        for (std::size_t i = 0; i < buf->names.size(); ++i) {
+          auto n = static_cast<std::size_t>(buf->sizes[i]);
+          spans.push_back({buf->names[i], std::span<float>(buf->data + off, n)});
+          off += n;
+        }
+        const Duration budget = std::max<Duration>(options.deadline - Clock::now(), 1ms);
+        std::string what = "averaging round " + options.key;
+        auto op = self->collab_->average(spans, options);
+        co_return co_await with_timeout(std::move(op), budget + 1s, std::move(what));
+      },
+      wait_bound, "averaging round");
+}
+
+result<Collaboration::State> OptimizerIo::download_state(Duration timeout, Duration wait_bound) {
+  auto self = shared_from_this();
+  return wait_for_io<Collaboration::State>(
+      [self, timeout]() -> awaitable<result<Collaboration::State>> {
+        auto op = self->collab_->download_state(Clock::now() + timeout);
+        co_return co_await with_timeout(std::move(op), timeout + 1s, "state download");
+      },
+      wait_bound, "state download");
+}
+
+void OptimizerIo::prepare_round(std::string key, TimePoint expected_start) {
+  auto self = shared_from_this();
+  asio::post(executor_, [self, key = std::move(key), expected_start] {
+    self->collab_->prepare_round(key, expected_start);
+  });
+}
+
+void OptimizerIo::state_changed(std::uint64_t epoch) {
+  auto self = shared_from_this();
+  asio::post(executor_, [self, epoch] {
+    if (self->snapshot_ && self->snapshot_->epoch != epoch) self->snapshot_.reset();
+    self->wake_.set();
+  });
+}
+
+void OptimizerIo::offer_state(std::uint64_t epoch, Bytes state) {
+  auto self = shared_from_this();
+  auto bytes = std::make_shared<Bytes>(std::move(state));
+  asio::post(executor_, [self, epoch, bytes] {
+    self->snapshot_ = Collaboration::State{epoch, std::move(*bytes)};
+    self->state_requested_ = false;
+    self->snapshot_ready_.set();
+  });
+}
+
+awaitable<result<Collaboration::State>> OptimizerIo::provide_state() {
+  const auto epoch = tracker_.local_epoch();
+  if (!snapshot_ || snapshot_->epoch != epoch) {
+    // The training thread serialises its state at its next step() call.
+    snapshot_.reset();
+    snapshot_ready_.reset();
+    state_requested_ = true;
+    auto waited = co_await with_timeout(snapshot_ready_.wait(), kSnapshotWait,
+                                        "waiting for the training thread to serialise state");
+    if (!waited) co_return waited.error();
+    if (!snapshot_) co_return make_error(errc::unavailable, "state changed while serialising");
+  }
+  co_return *snapshot_;
+}
+
+awaitable<void> OptimizerIo::publish_once() {
+  const Duration ttl = options_.progress_ttl;
+  auto rec = tracker_.make_record(Clock::now(), ttl);
+  auto r = co_await with_timeout(collab_->publish_progress(encode_progress(rec), ttl),
+                                 kPublishTimeout, "publish progress");
+  if (!r) log()->info("publishing progress failed: {}", r.error().message());
+}
+
+awaitable<void> OptimizerIo::fetch_once() {
+  auto r = co_await with_timeout(collab_->fetch_progress(), kFetchTimeout, "fetch progress");
+  const TimePoint now = Clock::now();
+  if (!r) {
+    log()->info("fetching progress failed: {}", r.error().message());
+  } else {
+    for (const auto& e : r.value()) {
+      if (e.peer == tracker_.self()) continue;
+      auto rec = decode_progress(e.value, limits_);
+      if (!rec) {
+        log()->warn("ignoring progress record of {}: {}", e.peer.short_string(),
+                    rec.error().message());
+        continue;
+      }
+      tracker_.observe(e.peer, rec.value(), record_age(rec.value(), e.remaining_ttl), now);
+    }
+  }
+  tracker_.expire(now);
+  next_fetch_ = now + tracker_.next_fetch(now);
+}
+
+awaitable<void> OptimizerIo::progress_loop() {
+  for (;;) {
+    if (tracker_.should_publish(Clock::now())) co_await publish_once();
+    if (Clock::now() >= next_fetch_) co_await fetch_once();
+    const Duration wait =
+        std::clamp<Duration>(next_fetch_ - Clock::now(), Duration::zero(), kLoopTick);
+    wake_.reset();
+    using namespace asio::experimental::awaitable_operators;
+    asio::steady_timer timer(executor_, wait);
+    auto r = co_await (timer.async_wait(use_nothrow) || wake_.wait());
+    if (r.index() == 0 && std::get<0>(std::get<0>(r)) == asio::error::operation_aborted) co_return;
+    if (r.index() == 1 && !std::get<1>(r)) co_return;  // cancelled
+  }
+}
+
+result<void> OptimizerIo::stop(Duration timeout) {
+  auto self = shared_from_this();
+  auto r = wait_for_io<bool>(
+      [self, timeout]() -> awaitable<result<bool>> {
+        self->collab_->serve_state(nullptr);
+        ST_CO_TRY(co_await self->scope_.close(timeout));
+        co_return true;
+      },
+      timeout + 5s, "optimizer shutdown");
+  if (!r) return r.error();
+  return success();
+}
+
+}  // namespace starling::optim

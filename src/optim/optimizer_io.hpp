@@ -1,0 +1,98 @@
+// The io-thread half of starling::Optimizer: owns the ProgressTracker, runs the progress loop
+// (publish own record, fetch others', expire stale ones), runs averaging rounds and state
+// downloads for the training thread, and serves this peer's state to peers that fall behind.
+// No torch here: tensors arrive as flat float buffers.
+//
+// Threading rule: the private state is touched only on the collaboration's executor. The
+// public methods marked "training thread" block the calling thread until the io thread has
+// done the work (bounded); never call them from the io thread itself.
+#pragma once
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <asio/post.hpp>
+
+#include "starling/optim/collaboration.hpp"
+#include "starling/optim/optimizer_options.hpp"
+#include "starling/optim/progress.hpp"
+
+namespace starling::optim {
+
+// A flat float buffer handed to an averaging round, with the parameter layout. `owner` keeps
+// the memory alive even if the training thread gave up waiting for the round.
+struct RoundBuffer {
+  std::shared_ptr<void> owner;
+  float* data = nullptr;
+  std::size_t size = 0;
+  std::vector<std::string> names;
+  std::vector<std::int64_t> sizes;  // elements per name, summing to size
+};
+
+class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
+ public:
+  static std::shared_ptr<OptimizerIo> start(std::shared_ptr<Collaboration> collab,
+                                            ProgressTracker tracker,
+                                            const OptimizerOptions& options);
+  OptimizerIo(std::shared_ptr<Collaboration> collab, ProgressTracker tracker,
+              const OptimizerOptions& options);
+
+  // Training thread: runs f(tracker) on the io thread and returns its result.
+  template <class F>
+  auto run(F&& f) -> std::invoke_result_t<F&, ProgressTracker&> {
+    using R = std::invoke_result_t<F&, ProgressTracker&>;
+    auto task = std::make_shared<std::packaged_task<R()>>([&] { return f(tracker_); });
+    auto fut = task->get_future();
+    asio::post(executor_, [task] { (*task)(); });
+    if (fut.wait_for(kRunBound) != std::future_status::ready)
+      throw std::runtime_error("starling optimizer: the node's io thread is not running");
+    return fut.get();
+  }
+
+  // Training thread: one averaging round over `buf` (averaged in place).
+  result<RoundResult> average(std::shared_ptr<RoundBuffer> buf, RoundOptions options,
+                              Duration wait_bound);
+  // Training thread: downloads state from a peer.
+  result<Collaboration::State> download_state(Duration timeout, Duration wait_bound);
+  // Training thread: hints the collaboration that a round is coming.
+  void prepare_round(std::string key, TimePoint expected_start);
+  // Training thread: the local epoch changed; the served state is outdated and the record is
+  // published at once.
+  void state_changed(std::uint64_t epoch);
+  // Training thread: a peer wants this peer's state; offer_state() answers.
+  bool state_requested() const noexcept { return state_requested_.load(); }
+  void offer_state(std::uint64_t epoch, Bytes state);
+  // Training thread: stops serving and the progress loop (bounded by `timeout`).
+  result<void> stop(Duration timeout);
+
+ private:
+  static constexpr Duration kRunBound = 60s;
+  awaitable<void> progress_loop();
+  awaitable<void> publish_once();
+  awaitable<void> fetch_once();
+  awaitable<result<Collaboration::State>> provide_state();
+  static awaitable<result<Collaboration::State>> provide_state_of(std::weak_ptr<OptimizerIo> weak);
+  template <class T>
+  result<T> wait_for_io(std::function<awaitable<result<T>>()> make, Duration bound,
+                        const char* what);
+
+  std::shared_ptr<Collaboration> collab_;
+  asio::any_io_executor executor_;
+  ProgressTracker tracker_;
+  OptimizerOptions options_;
+  TaskScope scope_;
+  AsyncEvent wake_;
+  AsyncEvent snapshot_ready_;
+  std::optional<Collaboration::State> snapshot_;
+  std::atomic<bool> state_requested_{false};
+  TimePoint next_fetch_{};
+  ProgressLimits limits_;
+};
+
+}  // namespace starling::optim

@@ -1,0 +1,301 @@
+// The DeDLOC progress core: record codec, collaboration estimate, step scheduling.
+#include "starling/optim/progress.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "starling/core/log.hpp"
+#include "starling/pb/training.pb.h"
+
+namespace starling::optim {
+namespace {
+
+using Millis = std::chrono::milliseconds;
+
+double seconds(Duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+std::uint64_t to_ms(Duration d) {
+  auto ms = std::chrono::duration_cast<Millis>(d).count();
+  return ms < 0 ? 0 : static_cast<std::uint64_t>(ms);
+}
+
+}  // namespace
+
+const char* to_string(Action a) {
+  switch (a) {
+    case Action::accumulate:
+      return "accumulate";
+    case Action::begin_matchmaking:
+      return "begin_matchmaking";
+    case Action::average_and_step:
+      return "average_and_step";
+    case Action::step_alone:
+      return "step_alone";
+    case Action::download_state:
+      return "download_state";
+  }
+  return "?";
+}
+
+Bytes encode_progress(const PeerProgress& p) {
+  pb::training::Progress m;
+  m.set_epoch(p.epoch);
+  m.set_samples_accumulated(p.samples_accumulated);
+  m.set_samples_per_second(p.samples_per_second);
+  m.set_seq(p.seq);
+  m.set_age_ms(to_ms(p.age_at_publish));
+  m.set_ttl_ms(to_ms(p.ttl));
+  m.set_samples_total(p.samples_total);
+  m.set_client_mode(p.client_mode);
+  m.set_auxiliary(p.auxiliary);
+  Bytes out(m.ByteSizeLong());
+  m.SerializeToArray(out.data(), static_cast<int>(out.size()));
+  return out;
+}
+
+result<PeerProgress> decode_progress(BytesView in, const ProgressLimits& limits) {
+  if (in.size() > limits.max_record_bytes)
+    return make_error(errc::too_large, fmt::format("progress record of {} bytes (limit {})",
+                                                   in.size(), limits.max_record_bytes));
+  pb::training::Progress m;
+  if (!m.ParseFromArray(in.data(), static_cast<int>(in.size())))
+    return make_error(errc::invalid_argument, "progress record: not a Progress message");
+  const double sps = m.samples_per_second();
+  if (!std::isfinite(sps) || sps < 0 || sps > limits.max_samples_per_second)
+    return make_error(errc::invalid_argument,
+                      fmt::format("progress record: samples_per_second {} out of range", sps));
+  if (m.samples_accumulated() > limits.max_samples || m.samples_total() > limits.max_samples)
+    return make_error(errc::invalid_argument, "progress record: sample count out of range");
+  const auto max_age_ms = to_ms(limits.max_age);
+  if (m.age_ms() > max_age_ms || m.ttl_ms() > max_age_ms)
+    return make_error(errc::invalid_argument, "progress record: age or ttl out of range");
+  PeerProgress p;
+  p.epoch = m.epoch();
+  p.samples_accumulated = m.samples_accumulated();
+  p.samples_per_second = sps;
+  p.seq = m.seq();
+  p.age_at_publish = Millis(m.age_ms());
+  p.ttl = Millis(m.ttl_ms());
+  p.samples_total = m.samples_total();
+  p.client_mode = m.client_mode();
+  p.auxiliary = m.auxiliary();
+  if (p.auxiliary && sps != 0)
+    return make_error(errc::invalid_argument, "progress record: auxiliary peer claims samples/s");
+  return p;
+}
+
+Duration record_age(const PeerProgress& p, Duration remaining_ttl) {
+  Duration stored = p.ttl > remaining_ttl ? p.ttl - remaining_ttl : Duration::zero();
+  return p.age_at_publish + stored;
+}
+
+ProgressTracker::ProgressTracker(net::PeerId self, ProgressConfig config)
+    : self_(std::move(self)), config_(config) {
+  config_.target_batch_size = std::max<std::uint64_t>(config_.target_batch_size, 1);
+  config_.refresh_fraction = std::clamp(config_.refresh_fraction, 0.01, 1.0);
+  if (config_.min_refresh > config_.max_refresh)
+    std::swap(config_.min_refresh, config_.max_refresh);
+  if (!(config_.throughput_half_life_s > 0)) config_.throughput_half_life_s = 10;
+}
+
+double ProgressTracker::local_samples_per_second() const noexcept {
+  if (config_.auxiliary || ema_seconds_ <= 0) return 0;
+  return ema_samples_ / ema_seconds_;
+}
+
+void ProgressTracker::report_samples(std::uint64_t samples, Duration compute_time) {
+  samples_ += samples;
+  samples_total_ += samples;
+  const double dt = std::max(0.0, seconds(compute_time));
+  const double decay = std::exp2(-dt / config_.throughput_half_life_s);
+  ema_samples_ = ema_samples_ * decay + static_cast<double>(samples);
+  ema_seconds_ = ema_seconds_ * decay + dt;
+}
+
+void ProgressTracker::set_epoch(std::uint64_t epoch) {
+  epoch_ = epoch;
+  samples_ = 0;
+}
+
+void ProgressTracker::restore(std::uint64_t epoch, std::uint64_t samples_accumulated,
+                              std::uint64_t samples_total) {
+  epoch_ = epoch;
+  samples_ = samples_accumulated;
+  samples_total_ = samples_total;
+}
+
+void ProgressTracker::observe(const net::PeerId& peer, const PeerProgress& record, Duration age,
+                              TimePoint now) {
+  if (peer == self_ || !peer.valid()) return;
+  if (age < Duration::zero()) age = Duration::zero();
+  if (age > config_.stale_after) return;
+  const TimePoint observed_at = now - age;
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) {
+    peers_.emplace(peer, Held{record, observed_at});
+    return;
+  }
+  // Newer if it has a later sequence number (same run of the peer) or was written later on
+  // our clock (a restarted peer counts from 0 again).
+  if (record.seq > it->second.record.seq || observed_at > it->second.observed_at)
+    it->second = Held{record, observed_at};
+}
+
+void ProgressTracker::expire(TimePoint now) {
+  std::erase_if(peers_, [&](const auto& kv) { return !live(kv.second, now); });
+}
+
+bool ProgressTracker::live(const Held& h, TimePoint now) const {
+  return now - h.observed_at <= config_.stale_after;
+}
+
+std::uint64_t ProgressTracker::extrapolate(const Held& h, TimePoint now) const {
+  const double elapsed =
+      std::clamp(seconds(now - h.observed_at), 0.0, seconds(config_.stale_after));
+  return static_cast<std::uint64_t>(static_cast<double>(h.record.samples_accumulated) +
+                                    h.record.samples_per_second * elapsed);
+}
+
+CollaborationView ProgressTracker::view(TimePoint now) const {
+  CollaborationView v;
+  v.global_epoch = epoch_;
+  for (const auto& [id, h] : peers_)
+    if (live(h, now)) v.global_epoch = std::max(v.global_epoch, h.record.epoch);
+
+  auto counts_rate = [&](std::uint64_t epoch) {
+    return epoch + config_.epoch_tolerance >= v.global_epoch;
+  };
+  v.num_peers = 1;
+  v.num_clients = config_.client_mode ? 1 : 0;
+  v.num_auxiliary = config_.auxiliary ? 1 : 0;
+  if (epoch_ == v.global_epoch) {
+    v.peers_at_global_epoch = 1;
+    v.computing_at_global_epoch = config_.auxiliary ? 0 : 1;
+    v.samples_accumulated = samples_;
+  }
+  if (counts_rate(epoch_)) v.samples_per_second = local_samples_per_second();
+  for (const auto& [id, h] : peers_) {
+    if (!live(h, now)) continue;
+    ++v.num_peers;
+    if (h.record.client_mode) ++v.num_clients;
+    if (h.record.auxiliary) ++v.num_auxiliary;
+    if (h.record.epoch == v.global_epoch) {
+      ++v.peers_at_global_epoch;
+      if (!h.record.auxiliary) ++v.computing_at_global_epoch;
+      v.samples_accumulated += extrapolate(h, now);
+    }
+    if (counts_rate(h.record.epoch)) v.samples_per_second += h.record.samples_per_second;
+  }
+  v.target = config_.per_peer_target > 0
+                 ? config_.per_peer_target * std::max<std::size_t>(v.computing_at_global_epoch, 1)
+                 : config_.target_batch_size;
+  const std::uint64_t target = v.target;
+  if (v.samples_accumulated >= target) {
+    v.eta = Duration::zero();
+  } else if (v.samples_per_second > 0) {
+    const double s = static_cast<double>(target - v.samples_accumulated) / v.samples_per_second;
+    // Clamp to a day so the conversion cannot overflow.
+    v.eta =
+        std::chrono::duration_cast<Duration>(std::chrono::duration<double>(std::min(s, 86400.0)));
+  }
+  return v;
+}
+
+Duration ProgressTracker::fetch_interval(const CollaborationView& v, TimePoint now) const {
+  // When to look at the others again: a fraction of the ETA, but not past the moment
+  // matchmaking should begin.
+  // Without an estimate (nobody has reported throughput yet), or while no other peer is known
+  // (at startup, or alone), look again soon so joiners are noticed quickly.
+  const Duration soon = 4 * config_.min_refresh;
+  Duration next = soon;
+  if (v.eta) {
+    next = std::chrono::duration_cast<Duration>(*v.eta * config_.refresh_fraction);
+    if (*v.eta > config_.matchmaking_time) next = std::min(next, *v.eta - config_.matchmaking_time);
+    if (v.num_peers == 1) next = std::min(next, soon);
+  }
+  // Peers one epoch behind have most likely just stepped with us and will publish their new
+  // epoch soon: look again shortly rather than estimating from their outdated records.
+  for (const auto& [id, h] : peers_)
+    if (live(h, now) && h.record.epoch + 1 == epoch_)
+      next = std::min(next, 2 * config_.min_refresh);
+  return std::clamp(next, config_.min_refresh, config_.max_refresh);
+}
+
+Duration ProgressTracker::next_fetch(TimePoint now) const {
+  return fetch_interval(view(now), now);
+}
+
+Decision ProgressTracker::decide(TimePoint now) {
+  Decision d;
+  d.view = view(now);
+  const auto& v = d.view;
+
+  d.next_fetch = fetch_interval(v, now);
+
+  if (config_.auxiliary) {
+    // An auxiliary peer has no state to fall behind on: it follows the collaboration's epoch
+    // and joins a round when at least two computing peers are there to average.
+    if (v.global_epoch > epoch_) set_epoch(v.global_epoch);
+    std::size_t computing = 0;
+    for (const auto& [id, h] : peers_)
+      if (live(h, now) && !h.record.auxiliary && h.record.epoch == v.global_epoch) ++computing;
+    if (computing < 2) return d;
+    if (v.samples_accumulated >= v.target) {
+      d.action = Action::average_and_step;
+    } else if (v.eta && *v.eta <= config_.matchmaking_time && matchmaking_epoch_ != epoch_) {
+      matchmaking_epoch_ = epoch_;
+      d.action = Action::begin_matchmaking;
+    }
+    return d;
+  }
+
+  if (v.global_epoch > epoch_ + config_.epoch_tolerance) {
+    d.action = Action::download_state;
+    return d;
+  }
+  if (v.global_epoch != epoch_) return d;  // behind within tolerance: keep going
+
+  if (v.samples_accumulated >= v.target) {
+    // Partners: computing peers at this epoch, or one behind (most likely they have just
+    // stepped to it and their record is not here yet). Stepping alone while they step together
+    // would fork the parameters; if they are really behind, the round fails and is retried.
+    bool others = false;
+    for (const auto& [id, h] : peers_)
+      if (live(h, now) && !h.record.auxiliary && h.record.epoch + 1 >= epoch_) others = true;
+    d.action = others ? Action::average_and_step : Action::step_alone;
+    return d;
+  }
+  if (v.eta && *v.eta <= config_.matchmaking_time && matchmaking_epoch_ != epoch_ &&
+      v.peers_at_global_epoch > 1) {
+    matchmaking_epoch_ = epoch_;
+    d.action = Action::begin_matchmaking;
+  }
+  return d;
+}
+
+PeerProgress ProgressTracker::make_record(TimePoint now, Duration ttl) {
+  PeerProgress p;
+  p.epoch = epoch_;
+  p.samples_accumulated = samples_;
+  p.samples_per_second = local_samples_per_second();
+  p.seq = ++seq_;
+  p.ttl = ttl;
+  p.samples_total = samples_total_;
+  p.client_mode = config_.client_mode;
+  p.auxiliary = config_.auxiliary;
+  last_publish_ = now;
+  published_epoch_ = epoch_;
+  return p;
+}
+
+bool ProgressTracker::should_publish(TimePoint now) const {
+  if (!last_publish_) return true;
+  if (published_epoch_ != epoch_) return true;
+  return now - *last_publish_ >= config_.max_publish_interval;
+}
+
+}  // namespace starling::optim

@@ -1,0 +1,321 @@
+// starling::Optimizer: alone (accumulation, DiLoCo, checkpoints) and with peers in one process
+// over the Hub test double (steps together, identical parameters, joiners, dead peers).
+#include <gtest/gtest.h>
+
+#include <torch/nn.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include <atomic>
+#include <thread>
+
+#include "optim/fake_collaboration.hpp"
+#include "starling/optim/diloco.hpp"
+#include "starling/optim/optimizer.hpp"
+#include "starling/optim/training_state.hpp"
+
+using namespace starling;
+using namespace starling::optim;
+namespace fs = std::filesystem;
+
+namespace {
+
+torch::nn::Linear make_linear(int seed) {
+  torch::manual_seed(seed);
+  return torch::nn::Linear(4, 1);
+}
+
+// A synthetic regression batch: y = x . w* + 0.5, plus noise.
+std::pair<torch::Tensor, torch::Tensor> batch(torch::Generator& gen, int n) {
+  auto x = torch::randn({n, 4}, gen);
+  auto w = torch::tensor({{1.0f}, {-2.0f}, {0.5f}, {3.0f}});
+  auto y = x.matmul(w) + 0.5 + 0.01 * torch::randn({n, 1}, gen);
+  return {x, y};
+}
+
+void backward(torch::nn::Linear& m, const torch::Tensor& x, const torch::Tensor& y) {
+  torch::mse_loss(m->forward(x), y).backward();
+}
+
+torch::Tensor flat_params(torch::nn::Module& m) {
+  std::vector<torch::Tensor> v;
+  for (auto& p : m.parameters()) v.push_back(p.detach().reshape({-1}).clone());
+  return torch::cat(v);
+}
+
+OptimizerOptions options(std::uint64_t target, std::size_t batch_size) {
+  OptimizerOptions o;
+  o.run_id = "test";
+  o.target_batch_size = target;
+  o.batch_size = batch_size;
+  o.matchmaking_time = 1s;
+  o.averaging_timeout = 5s;
+  o.load_state_timeout = 10s;
+  o.progress.min_refresh = 50ms;
+  o.progress.max_refresh = 500ms;
+  o.progress.max_publish_interval = 200ms;
+  o.progress.stale_after = 3s;
+  o.progress_ttl = 10s;
+  return o;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() /
+           ("starling-opt-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+}  // namespace
+
+TEST(Optimizer, ValidatesOptionsAndParameters) {
+  auto m = make_linear(1);
+  auto o = options(12, 4);
+  o.run_id.clear();
+  EXPECT_FALSE(Optimizer::create(*m, std::make_unique<torch::optim::SGD>(m->parameters(), 0.1), o));
+  o = options(12, 4);
+  auto other = make_linear(2);
+  auto r = Optimizer::create(*m, std::make_unique<torch::optim::SGD>(other->parameters(), 0.1), o);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error(), errc::invalid_argument);
+  o.batch_size = 0;
+  auto ok = Optimizer::create(*m, std::make_unique<torch::optim::SGD>(m->parameters(), 0.1), o);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok.value()->step().error(), errc::invalid_argument);  // no batch size anywhere
+}
+
+// Alone, three batches of 4 with target 12 are one SGD step on the mean gradient of all 12
+// samples: the same as one plain step on the concatenated batch.
+TEST(Optimizer, AloneAccumulatesToTheTargetThenSteps) {
+  auto m = make_linear(1);
+  auto ref = make_linear(1);
+  auto opt = Optimizer::create(*m, std::make_unique<torch::optim::SGD>(m->parameters(), 0.1),
+                               options(12, 4))
+                 .value();
+  torch::optim::SGD ref_opt(ref->parameters(), 0.1);
+  torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(7);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::vector<torch::Tensor> xs, ys;
+    for (int b = 0; b < 3; ++b) {
+      auto [x, y] = batch(gen, 4);
+      xs.push_back(x);
+      ys.push_back(y);
+      backward(m, x, y);
+      auto rep = opt->step();
+      ASSERT_TRUE(rep);
+      EXPECT_EQ(rep.value().stepped, b == 2) << epoch << "/" << b;
+      EXPECT_EQ(rep.value().action, b == 2 ? Action::step_alone : Action::accumulate);
+    }
+    ref_opt.zero_grad();
+    backward(ref, torch::cat(xs), torch::cat(ys));
+    ref_opt.step();
+    EXPECT_TRUE(torch::allclose(flat_params(*m), flat_params(*ref), 1e-5, 1e-6)) << epoch;
+    EXPECT_EQ(opt->local_epoch(), static_cast<std::uint64_t>(epoch + 1));
+  }
+  auto st = opt->status();
+  EXPECT_EQ(st.samples_total, 36u);
+  EXPECT_EQ(st.collaboration.num_peers, 1u);
+}
+
+// Alone in DiLoCo mode: the inner optimizer steps every batch; after H batches the outer step
+// applies the peer's own pseudo-gradient with Nesterov momentum.
+TEST(Optimizer, AloneDilocoOuterStepEveryHBatches) {
+  auto m = make_linear(1);
+  auto ref = make_linear(1);
+  auto o = options(0, 4);
+  o.diloco_steps = 3;
+  o.outer.lr = 0.5;
+  o.outer.momentum = 0.8;
+  auto opt =
+      Optimizer::create(*m, std::make_unique<torch::optim::SGD>(m->parameters(), 0.05), o).value();
+  torch::optim::SGD ref_inner(ref->parameters(), 0.05);
+  std::vector<torch::Tensor> ref_params = ref->parameters();
+  DilocoState ref_outer;
+  ref_outer.reset(ref_params);
+  torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(3);
+  for (int round = 0; round < 3; ++round) {
+    for (int b = 0; b < 3; ++b) {
+      auto [x, y] = batch(gen, 4);
+      backward(m, x, y);
+      auto rep = opt->step();
+      ASSERT_TRUE(rep);
+      EXPECT_EQ(rep.value().stepped, b == 2);
+      ref_inner.zero_grad();
+      backward(ref, x, y);
+      ref_inner.step();
+    }
+    auto g = ref_outer.pseudo_gradient(ref_params);
+    ref_outer.outer_step(ref_params, g, o.outer);
+    EXPECT_TRUE(torch::allclose(flat_params(*m), flat_params(*ref), 1e-5, 1e-6)) << round;
+  }
+}
+
+TEST(Optimizer, CheckpointAndResume) {
+  TempDir dir;
+  auto o = options(8, 4);
+  o.checkpoint_dir = dir.path;
+  o.checkpoint_every = 1;
+  torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(5);
+  torch::Tensor saved;
+  {
+    auto m = make_linear(1);
+    auto opt =
+        Optimizer::create(*m, std::make_unique<torch::optim::Adam>(m->parameters()), o).value();
+    EXPECT_FALSE(opt->resumed_from());
+    for (int i = 0; i < 6; ++i) {
+      auto [x, y] = batch(gen, 4);
+      backward(m, x, y);
+      ASSERT_TRUE(opt->step());
+    }
+    EXPECT_EQ(opt->local_epoch(), 3u);
+    ASSERT_TRUE(opt->shutdown());
+    saved = flat_params(*m);
+  }
+  auto m2 = make_linear(99);
+  auto opt2 =
+      Optimizer::create(*m2, std::make_unique<torch::optim::Adam>(m2->parameters()), o).value();
+  ASSERT_TRUE(opt2->resumed_from());
+  EXPECT_EQ(opt2->resumed_from()->epoch, 3u);
+  EXPECT_EQ(opt2->resumed_from()->samples_total, 24u);
+  EXPECT_EQ(opt2->local_epoch(), 3u);
+  EXPECT_TRUE(torch::equal(flat_params(*m2), saved));
+}
+
+// ---- Several peers over the Hub ----------------------------------------------------------
+
+namespace {
+
+// One peer: its io thread, collaboration, model and optimizer, and a training thread.
+struct Peer {
+  std::shared_ptr<test::Hub> hub;
+  test::IoThread io;
+  std::shared_ptr<test::FakeCollaboration> collab;
+  torch::nn::Linear model;
+  std::unique_ptr<Optimizer> opt;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> epoch{0};
+  std::atomic<int> downloads{0};
+  std::atomic<int> failures{0};
+
+  Peer(std::shared_ptr<test::Hub> h, int seed, const OptimizerOptions& o)
+      : hub(std::move(h)), model(make_linear(seed)) {
+    collab = std::make_shared<test::FakeCollaboration>(hub, io.executor());
+    opt = Optimizer::create(*model, std::make_unique<torch::optim::SGD>(model->parameters(), 0.05),
+                            o, collab)
+              .value();
+  }
+  // Trains until stop is set, recording the parameters after every step into `record`.
+  void start(int seed, std::mutex& mu,
+             std::map<std::uint64_t, std::vector<torch::Tensor>>& record) {
+    thread = std::thread([this, seed, &mu, &record] {
+      torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(seed);
+      while (!stop) {
+        auto [x, y] = batch(gen, 8);
+        backward(model, x, y);
+        auto rep = opt->step();
+        if (!rep) {
+          ++failures;
+          break;
+        }
+        if (rep.value().action == Action::download_state && !rep.value().round_error) ++downloads;
+        if (rep.value().stepped || rep.value().action == Action::download_state) {
+          std::lock_guard lk(mu);
+          record[opt->local_epoch()].push_back(flat_params(*model));
+        }
+        epoch = opt->local_epoch();
+        std::this_thread::sleep_for(5ms);  // at most 1600 samples/s per peer
+      }
+    });
+  }
+  void kill() {
+    stop = true;
+    if (thread.joinable()) thread.join();
+    collab->leave();  // as if the process died: no more rounds, no state serving
+  }
+  ~Peer() {
+    stop = true;
+    if (thread.joinable()) thread.join();
+    opt.reset();
+  }
+};
+
+bool wait_until(const std::function<bool()>& pred, Duration limit) {
+  auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+// Every epoch recorded by more than one peer holds identical parameters on all of them.
+void expect_agreement(const std::map<std::uint64_t, std::vector<torch::Tensor>>& record,
+                      std::size_t min_epochs_checked) {
+  std::size_t checked = 0;
+  for (const auto& [epoch, v] : record) {
+    if (v.size() < 2) continue;
+    ++checked;
+    for (std::size_t i = 1; i < v.size(); ++i)
+      EXPECT_TRUE(torch::equal(v[0], v[i])) << "epoch " << epoch << " peer " << i;
+  }
+  EXPECT_GE(checked, min_epochs_checked);
+}
+
+}  // namespace
+
+TEST(OptimizerCollaboration, PeersStepTogetherJoinersCatchUpDeadPeersDoNotStall) {
+  auto hub = std::make_shared<test::Hub>(500ms);
+  // Epochs of ~0.5 s: several times the refresh interval, as with real targets.
+  auto o = options(2000, 8);
+  std::mutex mu;
+  std::map<std::uint64_t, std::vector<torch::Tensor>> record;
+  std::vector<std::unique_ptr<Peer>> peers;
+  // Three peers from the same initial parameters (as with a shared seed).
+  for (int i = 0; i < 3; ++i) peers.push_back(std::make_unique<Peer>(hub, 1, o));
+  for (int i = 0; i < 3; ++i) peers[i]->start(100 + i, mu, record);
+  auto min_epoch = [&] {
+    std::uint64_t e = UINT64_MAX;
+    for (auto& p : peers)
+      if (!p->stop) e = std::min<std::uint64_t>(e, p->epoch);
+    return e;
+  };
+  ASSERT_TRUE(wait_until([&] { return min_epoch() >= 5; }, 60s)) << "no progress";
+
+  // A joiner with different initial parameters downloads the state and takes part.
+  peers.push_back(std::make_unique<Peer>(hub, 42, o));
+  peers.back()->start(200, mu, record);
+  ASSERT_TRUE(wait_until([&] { return peers.back()->downloads > 0; }, 30s))
+      << "joiner never loaded state";
+  const std::uint64_t joined_at = peers.back()->epoch;
+  ASSERT_TRUE(wait_until([&] { return min_epoch() >= joined_at + 3; }, 60s));
+
+  // A peer dies mid-training: the others continue (after at most one round window).
+  peers[0]->kill();
+  const std::uint64_t died_at = min_epoch();
+  ASSERT_TRUE(wait_until([&] { return min_epoch() >= died_at + 3; }, 60s)) << "stalled";
+
+  for (auto& p : peers) {
+    p->stop = true;
+    if (p->thread.joinable()) p->thread.join();
+    EXPECT_EQ(p->failures, 0);
+  }
+  std::lock_guard lk(mu);
+  expect_agreement(record, 8);
+  EXPECT_GT(hub->rounds_closed, 8u);
+  // The collaboration learned: the loss on fresh data is well below the initial model's.
+  torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(999);
+  auto [x, y] = batch(gen, 1000);
+  auto initial = make_linear(1);
+  const double before = torch::mse_loss(initial->forward(x), y).item<double>();
+  const double after = torch::mse_loss(peers[1]->model->forward(x), y).item<double>();
+  EXPECT_LT(after, 0.5 * before) << before << " -> " << after;
+  std::printf("epochs: %llu, rounds: %llu, loss %.3f -> %.3f\n",
+              static_cast<unsigned long long>(peers[1]->epoch.load()),
+              static_cast<unsigned long long>(hub->rounds_closed), before, after);
+}

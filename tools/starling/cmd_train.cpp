@@ -1,0 +1,237 @@
+// `starling train`: joins (or starts) a collaboration on the built-in Fashion-MNIST task and
+// trains until stopped, with a live progress line. The only CLI translation unit with torch.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <torch/optim/adam.h>
+#include <torch/utils.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "starling/core/log.hpp"
+#include "starling/crypto/keys.hpp"
+#include "starling/optim/fashion_task.hpp"
+#include "starling/optim/optimizer.hpp"
+#include "train_options.hpp"
+
+namespace starling::cli {
+namespace {
+
+std::atomic<int> g_signals{0};
+
+extern "C" void on_train_signal(int) {
+  if (g_signals.fetch_add(1) >= 1) std::_Exit(130);  // second Ctrl-C: leave at once
+}
+
+void install_signal_handlers() {
+  struct sigaction sa{};
+  sa.sa_handler = on_train_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// A short hash of every parameter's bytes, in order: peers that hold identical parameters
+// print the same value.
+std::string parameter_hash(torch::nn::Module& model) {
+  Bytes all;
+  for (auto& p : model.parameters()) {
+    auto t = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    auto* b = reinterpret_cast<const std::uint8_t*>(t.data_ptr<float>());
+    all.insert(all.end(), b, b + t.numel() * sizeof(float));
+  }
+  auto h = crypto::sha256(all);
+  return to_hex(BytesView(h.data(), 8));
+}
+
+std::string format_eta(std::optional<double> s) {
+  if (!s || !std::isfinite(*s)) return "?";
+  if (*s >= 3600) return fmt::format("{:.1f}h", *s / 3600);
+  if (*s >= 60) return fmt::format("{:.1f}m", *s / 60);
+  return fmt::format("{:.0f}s", *s);
+}
+
+struct Progress {
+  bool tty = isatty(STDERR_FILENO) != 0;
+  Duration every{2s};
+  TimePoint last{};
+  double loss_ema = 0;
+  bool have_loss = false;
+
+  void loss(double l) {
+    loss_ema = have_loss ? 0.95 * loss_ema + 0.05 * l : l;
+    have_loss = true;
+  }
+  void print(const optim::OptimizerStatus& s, const TrainOptions& o, bool force) {
+    const auto now = Clock::now();
+    if (!force && now - last < (tty ? Duration(500ms) : every)) return;
+    last = now;
+    const auto& v = s.collaboration;
+    std::optional<double> eta;
+    if (o.max_epochs > v.global_epoch && v.samples_per_second > 0) {
+      const double left = static_cast<double>(o.max_epochs - v.global_epoch) *
+                              static_cast<double>(v.target) -
+                          static_cast<double>(v.samples_accumulated);
+      eta = std::max(0.0, left) / v.samples_per_second;
+    } else if (v.eta) {
+      eta = std::chrono::duration<double>(*v.eta).count();
+    }
+    auto line = fmt::format(
+        "epoch {} | {:.0f} samples/s ({} peers) | {}/{} samples | loss {:.4f} | {} {} | sent {:.1f} MB",
+        s.local_epoch, v.samples_per_second, v.num_peers, v.samples_accumulated, v.target,
+        loss_ema, o.max_epochs > 0 ? "ETA" : "next step", format_eta(eta),
+        static_cast<double>(s.bytes_sent) / 1e6);
+    if (tty)
+      std::cerr << "\r" << line << "\x1b[K" << std::flush;
+    else
+      std::cerr << line << "\n" << std::flush;
+  }
+};
+
+int train_main(const TrainOptions& o) {
+  auto oo = optimizer_options(o);
+  auto kind = optim::parse_fashion_model(o.model);
+  if (!oo || !kind) {
+    std::cerr << "error: " << (!oo ? oo.error() : kind.error()).message() << "\n";
+    return 2;
+  }
+  const std::string dir = o.data_dir.empty() ? optim::kFashionMnistDefaultDir : o.data_dir;
+  auto train = optim::load_fashion_mnist(dir, optim::Split::train);
+  auto test = optim::load_fashion_mnist(dir, optim::Split::test);
+  if (!train || !test) {
+    std::cerr << "error: dataset: " << (!train ? train.error() : test.error()).message() << "\n";
+    return 2;
+  }
+  torch::set_num_threads(o.threads);
+  install_signal_handlers();
+
+  auto net = start_train_network(o);
+  if (!net) {
+    std::cerr << "error: " << net.error().message() << "\n";
+    return 2;
+  }
+  const std::string peer = net.value()->peer_id();
+  const std::uint64_t data_seed =
+      o.data_seed != 0 ? o.data_seed : optim::seed_from_bytes(as_bytes(peer));
+  optim::FashionTask task(train.value(), kind.value(), o.model_seed, data_seed);
+  optim::FashionData test_data(test.value());
+  auto adam = std::make_unique<torch::optim::Adam>(task.model()->parameters(),
+                                                   torch::optim::AdamOptions(o.lr));
+  auto created = optim::Optimizer::create(*task.model(), std::move(adam), oo.value(),
+                                          net.value()->collaboration());
+  if (!created) {
+    std::cerr << "error: " << created.error().message() << "\n";
+    net.value()->stop();
+    return 2;
+  }
+  auto& opt = *created.value();
+  if (auto& r = opt.resumed_from()) {
+    task.stream().seek(r->stream_pass, r->stream_position);
+    std::cerr << "resumed from checkpoint at epoch " << r->epoch << "\n";
+  }
+  std::cout << "peer " << peer << " run " << o.run_id << " model " << o.model
+            << (net.value()->collaboration() ? "" : " (training alone)") << std::endl;
+
+  Progress progress;
+  progress.every = std::chrono::duration_cast<Duration>(
+      std::chrono::duration<double>(std::max(0.1, o.progress_every)));
+  const auto t0 = Clock::now();
+  std::uint64_t last_eval_epoch = opt.local_epoch();
+  std::string stop_reason = "interrupted";
+  while (g_signals.load() == 0) {
+    progress.loss(task.forward_backward(o.batch_size));
+    auto rep = opt.step(o.batch_size);
+    if (!rep) {
+      std::cerr << "\nerror: " << rep.error().message() << "\n";
+      stop_reason = "error";
+      break;
+    }
+    auto st = opt.status();
+    progress.print(st, o, false);
+    if (rep.value().stepped && o.eval_every > 0 && rep.value().epoch >= last_eval_epoch + o.eval_every) {
+      last_eval_epoch = rep.value().epoch;
+      auto ev = optim::evaluate(task.model(), test_data);
+      std::cerr << (progress.tty ? "\n" : "")
+                << fmt::format("epoch {}: test accuracy {:.4f} loss {:.4f}\n", rep.value().epoch,
+                               ev.accuracy, ev.loss);
+    }
+    if (o.max_epochs > 0 && opt.local_epoch() >= o.max_epochs) {
+      stop_reason = "max-epochs";
+      break;
+    }
+    if (o.max_samples > 0 && st.samples_total >= o.max_samples) {
+      stop_reason = "max-samples";
+      break;
+    }
+    if (o.max_seconds > 0 && Clock::now() - t0 > std::chrono::duration<double>(o.max_seconds)) {
+      stop_reason = "max-seconds";
+      break;
+    }
+  }
+  if (progress.tty) std::cerr << "\n";
+  std::cerr << "leaving (" << stop_reason << ")..." << std::endl;
+  auto final_status = opt.status();
+  auto down = opt.shutdown(10s);
+  if (!down) std::cerr << "warning: shutdown: " << down.error().message() << "\n";
+  net.value()->stop();
+
+  auto ev = optim::evaluate(task.model(), test_data);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const std::string hash = parameter_hash(*task.model());
+  std::cout << fmt::format(
+                   "done: epoch {} test_accuracy {:.4f} samples {} bytes_sent {} "
+                   "rounds {}/{} state_downloads {} seconds {:.1f} param_hash {}",
+                   opt.local_epoch(), ev.accuracy, final_status.samples_total,
+                   final_status.bytes_sent, final_status.rounds_ok,
+                   final_status.rounds_ok + final_status.rounds_failed,
+                   final_status.state_downloads, secs, hash)
+            << std::endl;
+  if (!o.report.empty()) {
+    nlohmann::json j = {{"peer", peer},
+                        {"stop", stop_reason},
+                        {"epoch", opt.local_epoch()},
+                        {"test_accuracy", ev.accuracy},
+                        {"test_loss", ev.loss},
+                        {"samples", final_status.samples_total},
+                        {"bytes_sent", final_status.bytes_sent},
+                        {"bytes_received", final_status.bytes_received},
+                        {"rounds_ok", final_status.rounds_ok},
+                        {"rounds_failed", final_status.rounds_failed},
+                        {"state_downloads", final_status.state_downloads},
+                        {"seconds", secs},
+                        {"param_hash", hash}};
+    const std::string tmp = o.report + ".tmp";
+    std::ofstream(tmp) << j.dump() << "\n";
+    std::rename(tmp.c_str(), o.report.c_str());
+  }
+  return stop_reason == "error" ? 1 : 0;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app, Runner& run) {
+  auto o = std::make_shared<TrainOptions>();
+  auto* cmd = app.add_subcommand(
+      "train", "join or start a collaboration training the built-in Fashion-MNIST task");
+  add_train_flags(*cmd, *o);
+  cmd->callback([&run, o, cmd] {
+    if (!o->config.empty()) {
+      if (auto r = apply_train_config(*cmd, o->config); !r) {
+        std::cerr << "error: " << r.error().message() << "\n";
+        run = [] { return 2; };
+        return;
+      }
+    }
+    run = [o] { return train_main(*o); };
+  });
+}
+
+}  // namespace starling::cli

@@ -1,0 +1,148 @@
+// `starling train` flags, --config FILE, and their translation into optimizer options.
+#include "train_options.hpp"
+
+#include <cmath>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+
+namespace starling::cli {
+
+void add_train_flags(CLI::App& cmd, TrainOptions& o) {
+  o.identity = default_identity_path();
+  cmd.add_option("--identity,-i", o.identity, "identity file (created if missing)")
+      ->capture_default_str();
+  cmd.add_option("--initial-peers", o.initial_peers,
+                 "multiaddr of a peer or bootstrap node to join (repeatable)");
+  cmd.add_option("--listen,-l", o.listen, "multiaddr to listen on (repeatable)")
+      ->capture_default_str();
+  cmd.add_option("--directory", o.directory,
+                 "shared directory that stands in for the DHT (processes on one machine)");
+  cmd.add_option("--run-id", o.run_id, "name of the collaboration")->capture_default_str();
+  cmd.add_option("--target-batch-size", o.target_batch_size,
+                 "samples the collaboration accumulates per optimizer step")
+      ->capture_default_str();
+  cmd.add_option("--batch-size", o.batch_size, "samples per local forward/backward")
+      ->capture_default_str();
+  cmd.add_option("--threads", o.threads, "torch compute threads")->capture_default_str();
+  cmd.add_option("--max-bandwidth", o.max_bandwidth,
+                 "upload and download limit in bytes/s (k/M/G suffixes; 0: unlimited)")
+      ->capture_default_str();
+  cmd.add_option("--checkpoint-dir", o.checkpoint_dir, "save and resume checkpoints here");
+  cmd.add_option("--diloco-steps", o.diloco_steps,
+                 "DiLoCo: local steps between outer rounds (0: synchronous DeDLOC steps)")
+      ->capture_default_str();
+  cmd.add_option("--config", o.config, "JSON file of flags ({\"target-batch-size\": 2048, ...})");
+  cmd.add_option("--model", o.model, "built-in task model: mlp or cnn")->capture_default_str();
+  cmd.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str();
+  cmd.add_option("--data-dir", o.data_dir, "Fashion-MNIST directory (IDX, gzip)");
+  cmd.add_option("--model-seed", o.model_seed, "initial parameters (all peers must agree)")
+      ->capture_default_str();
+  cmd.add_option("--data-seed", o.data_seed, "data order (0: derived from the identity)");
+  cmd.add_option("--compression", o.compression, "gradient compression: none, float16, uint8")
+      ->capture_default_str();
+  cmd.add_flag("--delay-step", o.delay_step, "delayed parameter updates (accepted; not implemented yet)");
+  cmd.add_option("--max-epochs", o.max_epochs, "stop when the collaboration reaches this epoch");
+  cmd.add_option("--max-samples", o.max_samples, "stop after contributing this many samples");
+  cmd.add_option("--max-seconds", o.max_seconds, "stop after this many seconds");
+  cmd.add_option("--eval-every", o.eval_every, "evaluate on the test set every N epochs");
+  cmd.add_option("--progress-every", o.progress_every,
+                 "seconds between progress lines when stderr is not a terminal")
+      ->capture_default_str();
+  cmd.add_option("--report", o.report, "write a JSON summary to this file at the end");
+  cmd.add_option("--averaging-timeout", o.averaging_timeout, "seconds")->capture_default_str();
+  cmd.add_option("--matchmaking-time", o.matchmaking_time, "seconds")->capture_default_str();
+}
+
+result<void> apply_train_config(CLI::App& cmd, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return make_error(errc::not_found, fmt::format("--config {}: cannot open", path));
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    return make_error(errc::invalid_argument, fmt::format("--config {}: {}", path, e.what()));
+  }
+  if (!j.is_object())
+    return make_error(errc::invalid_argument,
+                      fmt::format("--config {}: expected a JSON object of flags", path));
+  for (auto& [key, value] : j.items()) {
+    if (key == "config")
+      return make_error(errc::invalid_argument, fmt::format("--config {}: nested config", path));
+    CLI::Option* opt = nullptr;
+    try {
+      opt = cmd.get_option("--" + key);
+    } catch (const CLI::OptionNotFound&) {
+      return make_error(errc::invalid_argument,
+                        fmt::format("--config {}: unknown flag '{}'", path, key));
+    }
+    if (opt->count() > 0) continue;  // the command line wins
+    std::vector<std::string> values;
+    auto text = [](const nlohmann::json& v) {
+      return v.is_string() ? v.get<std::string>() : v.dump();
+    };
+    if (value.is_array())
+      for (auto& v : value) values.push_back(text(v));
+    else
+      values.push_back(text(value));
+    try {
+      for (auto& v : values) opt->add_result(v);
+      opt->run_callback();
+    } catch (const CLI::Error& e) {
+      return make_error(errc::invalid_argument,
+                        fmt::format("--config {}: '{}': {}", path, key, e.what()));
+    }
+  }
+  return success();
+}
+
+result<std::uint64_t> parse_bandwidth(const std::string& s) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    return make_error(errc::invalid_argument, fmt::format("bandwidth '{}': not a number", s));
+  }
+  double mult = 1;
+  const std::string suffix = s.substr(used);
+  if (suffix == "k" || suffix == "K")
+    mult = 1e3;
+  else if (suffix == "M")
+    mult = 1e6;
+  else if (suffix == "G")
+    mult = 1e9;
+  else if (!suffix.empty())
+    return make_error(errc::invalid_argument, fmt::format("bandwidth '{}': bad suffix", s));
+  if (!std::isfinite(v) || v < 0 || v * mult > 1e15)
+    return make_error(errc::invalid_argument, fmt::format("bandwidth '{}': out of range", s));
+  return static_cast<std::uint64_t>(v * mult);
+}
+
+result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o) {
+  optim::OptimizerOptions oo;
+  oo.run_id = o.run_id;
+  oo.target_batch_size = o.target_batch_size;
+  oo.batch_size = o.batch_size;
+  oo.checkpoint_dir = o.checkpoint_dir;
+  oo.diloco_steps = o.diloco_steps;
+  oo.delay_optimizer_step = o.delay_step;
+  ST_TRY(oo.grad_compression, optim::parse_compression(o.compression));
+  ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));
+  oo.max_upload_bytes_per_second = oo.max_download_bytes_per_second = bw;
+  if (!(o.averaging_timeout > 0) || !(o.matchmaking_time > 0))
+    return make_error(errc::invalid_argument, "timeouts must be positive");
+  auto secs = [](double s) {
+    return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
+  };
+  oo.averaging_timeout = secs(o.averaging_timeout);
+  oo.matchmaking_time = secs(o.matchmaking_time);
+  if (o.threads < 1) return make_error(errc::invalid_argument, "--threads must be >= 1");
+  ST_TRY(optim::validate(oo));
+  return oo;
+}
+
+}  // namespace starling::cli

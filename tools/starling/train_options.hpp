@@ -1,0 +1,73 @@
+// `starling train`: its options (flags and --config FILE) and the pieces of the command that
+// do not need torch (option parsing, the networked collaboration). cmd_train.cpp is the only
+// CLI translation unit that includes torch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "starling/optim/collaboration.hpp"
+#include "starling/optim/optimizer_options.hpp"
+
+namespace starling::cli {
+
+struct TrainOptions {
+  std::string identity;                  // identity key file (created if missing)
+  std::vector<std::string> initial_peers;  // multiaddrs of peers (or a bootstrap node) to join
+  std::vector<std::string> listen{"/ip4/0.0.0.0/tcp/0"};
+  std::string directory;  // FileDirectory root shared by processes on one machine
+  std::string run_id = "fashion-mnist";
+  std::uint64_t target_batch_size = 1024;
+  std::size_t batch_size = 64;
+  int threads = 1;
+  std::string max_bandwidth = "0";  // bytes/s, with an optional k/M/G suffix; 0: unlimited
+  std::string checkpoint_dir;
+  std::uint32_t diloco_steps = 0;
+  std::string config;
+  // The built-in task.
+  std::string model = "mlp";
+  double lr = 1e-3;
+  std::string data_dir;
+  std::uint64_t model_seed = 0;  // peers must agree (same initial parameters)
+  std::uint64_t data_seed = 0;   // 0: derived from the identity (each peer its own stream)
+  std::string compression = "none";
+  bool delay_step = false;
+  // When to stop (0: never; Ctrl-C always works).
+  std::uint64_t max_epochs = 0;   // the collaboration reached this epoch
+  std::uint64_t max_samples = 0;  // this peer contributed this many samples
+  double max_seconds = 0;
+  std::uint64_t eval_every = 0;  // evaluate on the test set every N epochs (0: only at the end)
+  double progress_every = 2;     // seconds between progress lines when stderr is not a tty
+  std::string report;            // write a JSON summary here at the end
+  double averaging_timeout = 30;
+  double matchmaking_time = 2;
+};
+
+// Registers the flags on `cmd` (defaults from `o`).
+void add_train_flags(CLI::App& cmd, TrainOptions& o);
+// Applies --config FILE (a JSON object whose keys are long flag names without the dashes,
+// e.g. {"target-batch-size": 2048}) to the flags not given on the command line. Errors name
+// the file and the key.
+result<void> apply_train_config(CLI::App& cmd, const std::string& path);
+// "0", "12500000", "10M", "1.5k" (bytes/s; k = 1e3) -> bytes/s.
+result<std::uint64_t> parse_bandwidth(const std::string& s);
+// The optimizer options the flags describe (validated).
+result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o);
+
+// The networked side of a trainer: node, averaging, directory. Null collaboration when the
+// peer trains alone (no --initial-peers, no --directory).
+class TrainNetwork {
+ public:
+  virtual ~TrainNetwork() = default;
+  virtual std::shared_ptr<optim::Collaboration> collaboration() = 0;
+  virtual std::string peer_id() const = 0;
+  // Stops the node (bounded).
+  virtual void stop() = 0;
+};
+result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o);
+
+}  // namespace starling::cli
