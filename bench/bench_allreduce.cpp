@@ -40,17 +40,28 @@ Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--rank") a.rank = std::stoi(v);
-    else if (k == "--size") a.size = std::stoi(v);
-    else if (k == "--dir") a.dir = v;
-    else if (k == "--elems") a.elems = std::stoull(v);
-    else if (k == "--iters") a.iters = std::stoi(v);
-    else if (k == "--part-kb") a.part_kb = std::stoul(v);
-    else if (k == "--listen") a.listen = v;
-    else if (k == "--announce") a.announce = v;
-    else if (k == "--bandwidth") a.bandwidth = std::stoull(v);
-    else if (k == "--codec") a.codec = v;
-    else throw std::runtime_error("unknown option " + k);
+    if (k == "--rank")
+      a.rank = std::stoi(v);
+    else if (k == "--size")
+      a.size = std::stoi(v);
+    else if (k == "--dir")
+      a.dir = v;
+    else if (k == "--elems")
+      a.elems = std::stoull(v);
+    else if (k == "--iters")
+      a.iters = std::stoi(v);
+    else if (k == "--part-kb")
+      a.part_kb = std::stoul(v);
+    else if (k == "--listen")
+      a.listen = v;
+    else if (k == "--announce")
+      a.announce = v;
+    else if (k == "--bandwidth")
+      a.bandwidth = std::stoull(v);
+    else if (k == "--codec")
+      a.codec = v;
+    else
+      throw std::runtime_error("unknown option " + k);
   }
   if (a.rank < 0 || a.size < 1 || a.dir.empty())
     throw std::runtime_error("usage: bench_allreduce --rank R --size N --dir D [...]");
@@ -62,8 +73,9 @@ auto on(asio::io_context& io, F f) {
   using T = typename decltype(f())::value_type;
   auto p = std::make_shared<std::promise<T>>();
   auto fut = p->get_future();
-  asio::co_spawn(io, [p, f = std::move(f)]() mutable -> awaitable<void> { p->set_value(co_await f()); },
-                 asio::detached);
+  asio::co_spawn(
+      io, [p, f = std::move(f)]() mutable -> awaitable<void> { p->set_value(co_await f()); },
+      asio::detached);
   return fut.get();
 }
 
@@ -71,7 +83,8 @@ auto on(asio::io_context& io, F f) {
 std::vector<Bytes> gather(asio::io_context& io, Directory& dir, const std::string& tag,
                           const Bytes& me, const Bytes& value, int n) {
   const Bytes key = blake2b_256(as_bytes("bench-allreduce/" + tag));
-  auto put = on(io, [&]() { return dir.put(key, me, value, WallClock::now() + std::chrono::minutes(30)); });
+  auto put = on(
+      io, [&]() { return dir.put(key, me, value, WallClock::now() + std::chrono::minutes(30)); });
   if (!put) throw std::runtime_error(put.error().message());
   const auto until = Clock::now() + std::chrono::seconds(120);
   for (;;) {
@@ -109,7 +122,8 @@ int main(int argc, char** argv) try {
 
   auto dir = std::make_shared<FileDirectory>(a.dir);
   std::vector<float> x(a.elems);
-  for (std::uint64_t i = 0; i < a.elems; ++i) x[i] = static_cast<float>(a.rank + 1) + static_cast<float>(i % 7);
+  for (std::uint64_t i = 0; i < a.elems; ++i)
+    x[i] = static_cast<float>(a.rank + 1) + static_cast<float>(i % 7);
   Schema schema{{{"x", {static_cast<std::int64_t>(a.elems)}, DType::f32}}, a.codec};
   AveragerConfig cfg;
   cfg.key = {"bench", 16, 0};

@@ -54,7 +54,8 @@ struct Started {
 awaitable<result<Started>> start_one(std::uint64_t seed, std::vector<net::Multiaddr> seeds) {
   net::HostConfig hc;
   hc.max_connections = 4096;
-  auto host = net::Host::create(co_await asio::this_coro::executor, crypto::KeyPair::generate(), hc);
+  auto host =
+      net::Host::create(co_await asio::this_coro::executor, crypto::KeyPair::generate(), hc);
   ST_CO_TRY(co_await host->start());
   sdht::DhtNodeConfig cfg;
   cfg.seed = seed;
@@ -63,7 +64,8 @@ awaitable<result<Started>> start_one(std::uint64_t seed, std::vector<net::Multia
   co_return Started{host, node};
 }
 
-awaitable<result<void>> stop_one(std::shared_ptr<net::Host> host, std::shared_ptr<sdht::DhtNode> node) {
+awaitable<result<void>> stop_one(std::shared_ptr<net::Host> host,
+                                 std::shared_ptr<sdht::DhtNode> node) {
   co_await node->stop();
   co_await host->stop();
   co_return success();
@@ -88,9 +90,10 @@ void build(StarlingNet& n) {
       if (other) seeds.push_back(n.addrs[other]);
     }
     const std::uint64_t seed = n.p.seed * 1000 + i + 1;
-    auto s = must(block_on(n.threads[i]->executor(), [seed, seeds] { return start_one(seed, seeds); },
-                           120s),
-                  "start a node");
+    auto s =
+        must(block_on(
+                 n.threads[i]->executor(), [seed, seeds] { return start_one(seed, seeds); }, 120s),
+             "start a node");
     n.addrs.push_back(s.host->listen_addresses().at(0));
     n.hosts.push_back(s.host);
     n.nodes.push_back(s.node);
@@ -109,7 +112,9 @@ void stores(StarlingNet& n, bench::Series& out, bool again) {
     const auto t0 = steady_clock::now();
     auto r = block_on(
         n.threads[s]->executor(),
-        [node = n.nodes[s], key = StarlingNet::key(k), v = n.values[k]] { return node->store(key, v, kTtl); },
+        [node = n.nodes[s], key = StarlingNet::key(k), v = n.values[k]] {
+          return node->store(key, v, kTtl);
+        },
         60s);
     out.add(r && r.value().replicas > 0, bench::ms_since(t0));
   }
@@ -120,16 +125,16 @@ void gets(StarlingNet& n, bench::Series& out) {
     const std::size_t g = n.pick(n.storer[k]);
     const auto t0 = steady_clock::now();
     auto r = block_on(
-        n.threads[g]->executor(), [node = n.nodes[g], key = StarlingNet::key(k)] { return node->get(key); },
-        60s);
+        n.threads[g]->executor(),
+        [node = n.nodes[g], key = StarlingNet::key(k)] { return node->get(key); }, 60s);
     const bool ok = r && r.value() && r.value()->plain && r.value()->plain->value == n.values[k];
     out.add(ok, bench::ms_since(t0));
   }
 }
 
 void stop_node(StarlingNet& n, std::size_t i) {
-  (void)block_on(n.threads[i]->executor(), [h = n.hosts[i], d = n.nodes[i]] { return stop_one(h, d); },
-                 30s);
+  (void)block_on(
+      n.threads[i]->executor(), [h = n.hosts[i], d = n.nodes[i]] { return stop_one(h, d); }, 30s);
   (void)n.threads[i]->stop();
   n.alive[i] = false;
 }
@@ -166,9 +171,12 @@ int main(int argc, char** argv) {
   const std::string which = argv[1];
   const bench::Params p = bench::parse_params(argc, argv, 2);
   bench::Report r;
-  if (which == "starling") r = run_starling(p);
-  else if (which == "opendht") r = bench::run_opendht(p);
-  else return 2;
+  if (which == "starling")
+    r = run_starling(p);
+  else if (which == "opendht")
+    r = bench::run_opendht(p);
+  else
+    return 2;
   std::cout << r.json().dump() << std::endl;
   return 0;
 }

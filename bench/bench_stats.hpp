@@ -16,8 +16,8 @@ namespace bench {
 
 struct Params {
   std::size_t nodes = 64;
-  std::size_t ops = 100;      // keys stored, and gets before and after churn
-  double churn = 0.3;         // fraction of nodes stopped before the second round of gets
+  std::size_t ops = 100;  // keys stored, and gets before and after churn
+  double churn = 0.3;     // fraction of nodes stopped before the second round of gets
   std::uint64_t seed = 1;
 };
 
@@ -55,7 +55,11 @@ struct Series {
     double mean = 0;
     for (double v : s) mean += v;
     if (!s.empty()) mean /= static_cast<double>(s.size());
-    return {{"p50_ms", q(0.5)}, {"p99_ms", q(0.99)}, {"mean_ms", mean}, {"ok", ok}, {"total", total},
+    return {{"p50_ms", q(0.5)},
+            {"p99_ms", q(0.99)},
+            {"mean_ms", mean},
+            {"ok", ok},
+            {"total", total},
             {"success", total ? static_cast<double>(ok) / static_cast<double>(total) : 0.0}};
   }
 };
@@ -85,10 +89,14 @@ inline Params parse_params(int argc, char** argv, int first) {
   Params p;
   for (int i = first; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--nodes") p.nodes = std::strtoul(argv[i + 1], nullptr, 10);
-    else if (a == "--ops") p.ops = std::strtoul(argv[i + 1], nullptr, 10);
-    else if (a == "--churn") p.churn = std::strtod(argv[i + 1], nullptr);
-    else if (a == "--seed") p.seed = std::strtoull(argv[i + 1], nullptr, 10);
+    if (a == "--nodes")
+      p.nodes = std::strtoul(argv[i + 1], nullptr, 10);
+    else if (a == "--ops")
+      p.ops = std::strtoul(argv[i + 1], nullptr, 10);
+    else if (a == "--churn")
+      p.churn = std::strtod(argv[i + 1], nullptr);
+    else if (a == "--seed")
+      p.seed = std::strtoull(argv[i + 1], nullptr, 10);
   }
   if (p.nodes < 4) p.nodes = 4;
   return p;

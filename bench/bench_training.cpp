@@ -76,10 +76,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--seconds") seconds = std::stod(next());
-    else if (a == "--target") target = std::stoull(next());
-    else if (a == "--batch") batch = std::stoul(next());
-    else if (a == "--peers") peers_list = next();
+    if (a == "--seconds")
+      seconds = std::stod(next());
+    else if (a == "--target")
+      target = std::stoull(next());
+    else if (a == "--batch")
+      batch = std::stoul(next());
+    else if (a == "--peers")
+      peers_list = next();
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -117,8 +121,10 @@ int main(int argc, char** argv) {
                     {"ratio", ratio},
                     {"epochs", together.epochs}});
   }
-  nlohmann::json result = {{"bench", "training"}, {"transport", "in-process hub"},
-                           {"batch", batch},      {"target", target},
+  nlohmann::json result = {{"bench", "training"},
+                           {"transport", "in-process hub"},
+                           {"batch", batch},
+                           {"target", target},
                            {"rows", rows}};
   std::printf("RESULT %s\n", result.dump().c_str());
   return 0;

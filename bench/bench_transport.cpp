@@ -9,8 +9,8 @@
 //   bench_transport freeport                   print a free TCP port (for iperf3)
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <numeric>
@@ -31,7 +31,9 @@ namespace {
 constexpr const char* kSink = "/starling/bench/sink/1.0.0";
 constexpr const char* kReqResp = "/starling/bench/reqresp/1.0.0";
 
-double secs(Duration d) { return std::chrono::duration<double>(d).count(); }
+double secs(Duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 void install_sink(Host& host) {
   host.set_stream_handler(kSink, [](ByteStreamPtr s, PeerId) -> awaitable<void> {
@@ -62,15 +64,13 @@ void install_sink(Host& host) {
 int run_io(std::function<awaitable<int>(asio::any_io_executor)> f) {
   asio::io_context io;
   int code = 1;
-  asio::co_spawn(io, f(io.get_executor()), [&](std::exception_ptr e, int c) {
-    code = e ? 1 : c;
-  });
+  asio::co_spawn(io, f(io.get_executor()), [&](std::exception_ptr e, int c) { code = e ? 1 : c; });
   io.run();
   return code;
 }
 
 awaitable<result<std::pair<std::shared_ptr<Host>, PeerId>>> dial(asio::any_io_executor ex,
-                                                                  const std::string& addr) {
+                                                                 const std::string& addr) {
   HostConfig cfg;
   cfg.listen.clear();
   auto host = Host::create(ex, crypto::KeyPair::generate(), cfg);
@@ -124,8 +124,11 @@ awaitable<int> stream_main(asio::any_io_executor ex, std::string addr, std::uint
     });
   (void)co_await all_done.wait();
   auto dt = secs(Clock::now() - t0);
-  nlohmann::json j{{"streams", streams}, {"bytes", per * streams}, {"seconds", dt},
-                   {"gbit_s", per * streams * 8 / dt / 1e9}, {"failures", failures}};
+  nlohmann::json j{{"streams", streams},
+                   {"bytes", per * streams},
+                   {"seconds", dt},
+                   {"gbit_s", per * streams * 8 / dt / 1e9},
+                   {"failures", failures}};
   std::cout << j.dump() << std::endl;
   co_await host->stop();
   co_return failures ? 1 : 0;
@@ -155,9 +158,15 @@ awaitable<int> rpc_main(asio::any_io_executor ex, std::string addr, int calls, i
         Bytes req(64, 0x5a);
         for (int i = 0; i < per; ++i) {
           auto c0 = Clock::now();
-          if (!co_await write_length_prefixed(*s.value(), req)) { ++failures; break; }
+          if (!co_await write_length_prefixed(*s.value(), req)) {
+            ++failures;
+            break;
+          }
           auto resp = co_await r.read_length_prefixed(1 << 20);
-          if (!resp || resp.value() != req) { ++failures; break; }
+          if (!resp || resp.value() != req) {
+            ++failures;
+            break;
+          }
           lat.push_back(secs(Clock::now() - c0) * 1e6);
         }
         (void)co_await s.value()->close_write();
@@ -167,9 +176,15 @@ awaitable<int> rpc_main(asio::any_io_executor ex, std::string addr, int calls, i
   (void)co_await all_done.wait();
   auto dt = secs(Clock::now() - t0);
   std::sort(lat.begin(), lat.end());
-  auto pct = [&](double p) { return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, std::size_t(p * lat.size()))]; };
-  nlohmann::json j{{"calls", lat.size()}, {"concurrency", conc}, {"p50_us", pct(0.5)},
-                   {"p99_us", pct(0.99)}, {"calls_per_s", lat.size() / dt}, {"failures", failures}};
+  auto pct = [&](double p) {
+    return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, std::size_t(p * lat.size()))];
+  };
+  nlohmann::json j{{"calls", lat.size()},
+                   {"concurrency", conc},
+                   {"p50_us", pct(0.5)},
+                   {"p99_us", pct(0.99)},
+                   {"calls_per_s", lat.size() / dt},
+                   {"failures", failures}};
   std::cout << j.dump() << std::endl;
   co_await host->stop();
   co_return failures ? 1 : 0;
@@ -208,9 +223,15 @@ awaitable<int> unary_main(asio::any_io_executor ex, std::string addr, int calls,
   (void)co_await all_done.wait();
   auto dt = secs(Clock::now() - t0);
   std::sort(lat.begin(), lat.end());
-  auto pct = [&](double p) { return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, std::size_t(p * lat.size()))]; };
-  nlohmann::json j{{"calls", lat.size()}, {"concurrency", conc}, {"p50_us", pct(0.5)},
-                   {"p99_us", pct(0.99)}, {"calls_per_s", lat.size() / dt}, {"failures", failures}};
+  auto pct = [&](double p) {
+    return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, std::size_t(p * lat.size()))];
+  };
+  nlohmann::json j{{"calls", lat.size()},
+                   {"concurrency", conc},
+                   {"p50_us", pct(0.5)},
+                   {"p99_us", pct(0.99)},
+                   {"calls_per_s", lat.size() / dt},
+                   {"failures", failures}};
   std::cout << j.dump() << std::endl;
   co_await host->stop();
   co_return failures ? 1 : 0;
@@ -250,7 +271,8 @@ int cipher_main(std::uint64_t mib) {
       std::memcpy(nonce + 4, &i, sizeof i);
       std::uint8_t* p = buf.data();
       ok = ok && net::noise::aead_seal(key, nonce, nullptr, 0, p, 65519, p, p + 65519);
-      if (open_too) ok = ok && net::noise::aead_open(key, nonce, nullptr, 0, p, 65519, p + 65519, p);
+      if (open_too)
+        ok = ok && net::noise::aead_open(key, nonce, nullptr, 0, p, 65519, p + 65519, p);
     }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
@@ -288,15 +310,18 @@ int main(int argc, char** argv) {
   if (a.size() < 2) return 2;
   if (a[0] == "stream")
     return run_io([&](auto ex) {
-      return stream_main(ex, a[1], std::stoull(opt("--mib", "1024")), std::stoi(opt("--streams", "1")));
+      return stream_main(ex, a[1], std::stoull(opt("--mib", "1024")),
+                         std::stoi(opt("--streams", "1")));
     });
   if (a[0] == "unary")
     return run_io([&](auto ex) {
-      return unary_main(ex, a[1], std::stoi(opt("--calls", "20000")), std::stoi(opt("--concurrency", "1")));
+      return unary_main(ex, a[1], std::stoi(opt("--calls", "20000")),
+                        std::stoi(opt("--concurrency", "1")));
     });
   if (a[0] == "rpc")
     return run_io([&](auto ex) {
-      return rpc_main(ex, a[1], std::stoi(opt("--calls", "20000")), std::stoi(opt("--concurrency", "1")));
+      return rpc_main(ex, a[1], std::stoi(opt("--calls", "20000")),
+                      std::stoi(opt("--concurrency", "1")));
     });
   return 2;
 }

@@ -25,13 +25,20 @@ int main(int argc, char** argv) try {
   std::size_t elems = 16u << 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--rank") rank = std::stoi(v);
-    else if (k == "--size") size = std::stoi(v);
-    else if (k == "--dir") dir = v;
-    else if (k == "--elems") elems = std::stoull(v);
-    else if (k == "--iters") iters = std::stoi(v);
-    else if (k == "--host") host = v;
-    else throw std::runtime_error("unknown option " + k);
+    if (k == "--rank")
+      rank = std::stoi(v);
+    else if (k == "--size")
+      size = std::stoi(v);
+    else if (k == "--dir")
+      dir = v;
+    else if (k == "--elems")
+      elems = std::stoull(v);
+    else if (k == "--iters")
+      iters = std::stoi(v);
+    else if (k == "--host")
+      host = v;
+    else
+      throw std::runtime_error("unknown option " + k);
   }
   if (rank < 0 || size < 1 || dir.empty())
     throw std::runtime_error("usage: gloo_allreduce --rank R --size N --dir D [...]");
@@ -52,7 +59,8 @@ int main(int argc, char** argv) try {
   double max_err = 0;
   const double want0 = size * (size + 1) / 2.0;  // sum of rank+1 over ranks
   for (int it = -1; it < iters; ++it) {
-    for (std::size_t i = 0; i < elems; ++i) x[i] = static_cast<float>(rank + 1) + static_cast<float>(i % 7);
+    for (std::size_t i = 0; i < elems; ++i)
+      x[i] = static_cast<float>(rank + 1) + static_cast<float>(i % 7);
     barrier.run();
     const auto t0 = std::chrono::steady_clock::now();
     ring.run();

@@ -95,8 +95,8 @@ struct Session {
         core.get(key, {true}, now);
         break;
       case 2: {
-        std::vector<Record> recs{Record{SubKey::from_string("s"),
-                                        RecordBody{to_bytes("v"), 1, {}, {}}, Millis(60000)}};
+        std::vector<Record> recs{
+            Record{SubKey::from_string("s"), RecordBody{to_bytes("v"), 1, {}, {}}, Millis(60000)}};
         core.store(key, std::move(recs), {}, now);
         break;
       }

@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "starling/pb/identify.pb.h"
 #include "starling/crypto/keys.hpp"
 #include "starling/net/multiaddr.hpp"
 #include "starling/net/peer_id.hpp"
+#include "starling/pb/identify.pb.h"
 
 using namespace starling;
 

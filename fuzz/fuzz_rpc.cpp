@@ -118,7 +118,6 @@ awaitable<void> client_side(net::ByteStreamPtr stream, int mode) {
 
 }  // namespace
 
-
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static bool init = [] {
     set_log_level("off");

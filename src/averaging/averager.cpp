@@ -179,12 +179,12 @@ void Averager::start() {
         }
         co_await runner->serve_inbound(hello.from, s, reader);
       });
-  host_->set_stream_handler(
-      kStateProtocol, [weak](net::ByteStreamPtr s, net::PeerId remote) -> awaitable<void> {
-        auto self = weak.lock();
-        if (!self) co_return;
-        co_await self->serve_state(std::move(s), std::move(remote));
-      });
+  host_->set_stream_handler(kStateProtocol,
+                            [weak](net::ByteStreamPtr s, net::PeerId remote) -> awaitable<void> {
+                              auto self = weak.lock();
+                              if (!self) co_return;
+                              co_await self->serve_state(std::move(s), std::move(remote));
+                            });
 }
 
 awaitable<void> Averager::stop() {

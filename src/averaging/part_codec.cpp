@@ -57,8 +57,8 @@ result<Bytes> TensorCodecs::encode(std::uint64_t begin, std::span<const float> i
     return make_error(errc::invalid_argument, "part beyond the vector");
   Bytes out;
   std::vector<float> corrected, dec;
-  auto t = static_cast<std::size_t>(std::upper_bound(ends_.begin(), ends_.end(), begin) -
-                                    ends_.begin());
+  auto t =
+      static_cast<std::size_t>(std::upper_bound(ends_.begin(), ends_.end(), begin) - ends_.begin());
   for (std::uint64_t pos = begin; pos < end; ++t) {
     const std::uint64_t seg_end = std::min(end, ends_[t]);
     if (seg_end <= pos) continue;

@@ -253,8 +253,9 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
           }
           auto e = co_await pool_.run(task);
           if (!e) {
-            logger("averaging")->warn("all-reduce: cannot encode a part for member {}: {}", j,
-                                      e.error().message());
+            logger("averaging")
+                ->warn("all-reduce: cannot encode a part for member {}: {}", j,
+                       e.error().message());
             if (!ending_) stream_lost(j, e.error(), false);
             co_return;
           }
@@ -327,14 +328,12 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
         std::holds_alternative<PartMsg>(msg) || std::holds_alternative<ResultMsg>(msg);
     if (has_data) {
       const std::uint64_t len = f.value().payload_len;
-      const std::uint64_t max_len = compressed()
-                                        ? cfg_.codecs->max_payload(cfg_.round.part_elems)
-                                        : cfg_.round.part_elems * sizeof(float);
+      const std::uint64_t max_len = compressed() ? cfg_.codecs->max_payload(cfg_.round.part_elems)
+                                                 : cfg_.round.part_elems * sizeof(float);
       if (len > max_len || (!compressed() && len % sizeof(float) != 0)) {
-        stream_lost(j,
-                    make_error(errc::invalid_argument,
-                               "payload of " + std::to_string(len) + " bytes"),
-                    true);
+        stream_lost(
+            j, make_error(errc::invalid_argument, "payload of " + std::to_string(len) + " bytes"),
+            true);
         co_return;
       }
       Bytes raw;
@@ -342,9 +341,9 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
         raw.resize(len);
       else
         buf.resize(len / sizeof(float));
-      MutableBytesView dst = compressed()
-                                 ? MutableBytesView(raw)
-                                 : MutableBytesView(reinterpret_cast<std::uint8_t*>(buf.data()), len);
+      MutableBytesView dst =
+          compressed() ? MutableBytesView(raw)
+                       : MutableBytesView(reinterpret_cast<std::uint8_t*>(buf.data()), len);
       for (std::size_t off = 0; off < len; off += kReadChunk) {
         const std::size_t take = std::min<std::size_t>(kReadChunk, len - off);
         auto rd = co_await r->read_exact(dst.subspan(off, take));
@@ -417,8 +416,8 @@ awaitable<void> RoundRunner::finish_reduction() {
     }
     auto e = co_await pool_.run(task);
     if (!e) {
-      logger("averaging")->warn("all-reduce: cannot encode reduced part {}: {}", p,
-                                e.error().message());
+      logger("averaging")
+          ->warn("all-reduce: cannot encode reduced part {}: {}", p, e.error().message());
       co_return;  // the round ends by its deadline; members see this owner fail
     }
     encoded_results_[{core_.subround(), p}] = std::make_shared<const Bytes>(std::move(e).value());

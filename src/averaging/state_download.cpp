@@ -14,8 +14,8 @@ namespace {
 struct HashFloats {
   const std::vector<float>* v;
   Bytes operator()() const {
-    return blake2b_256(BytesView(reinterpret_cast<const std::uint8_t*>(v->data()),
-                                 v->size() * sizeof(float)));
+    return blake2b_256(
+        BytesView(reinterpret_cast<const std::uint8_t*>(v->data()), v->size() * sizeof(float)));
   }
 };
 
@@ -76,11 +76,11 @@ awaitable<void> StateDownload::ask_manifest(StateAnnouncement a) {
   if (!id) co_return;
   if (sink_ && !a.donor.addrs.empty()) sink_(id.value(), a.donor.addrs);
   const Duration left = std::min<Duration>(deadline_ - Clock::now(), 20s);
-  auto r = co_await with_timeout(open_donor(id.value(), a.donor.peer, left), left,
-                                 "state manifest");
+  auto r =
+      co_await with_timeout(open_donor(id.value(), a.donor.peer, left), left, "state manifest");
   if (!r) {
-    logger("averaging")->info("load_state: donor {}: {}", a.donor.peer.short_hex(),
-                              r.error().message());
+    logger("averaging")
+        ->info("load_state: donor {}: {}", a.donor.peer.short_hex(), r.error().message());
     co_return;
   }
   donors_.push_back(std::move(r).value());
@@ -117,8 +117,7 @@ result<void> StateDownload::choose_snapshot() {
   return success();
 }
 
-awaitable<result<void>> StateDownload::fetch(StateDonor& d,
-                                             const std::vector<std::uint32_t>& batch,
+awaitable<result<void>> StateDownload::fetch(StateDonor& d, const std::vector<std::uint32_t>& batch,
                                              std::size_t& done_in_batch) {
   StateRequest req;
   req.snapshot = manifest_.snapshot;
@@ -184,8 +183,8 @@ awaitable<void> StateDownload::worker(std::shared_ptr<StateDonor> d) {
     std::size_t done_in_batch = 0;
     auto r = co_await fetch(*d, batch, done_in_batch);
     if (!r) {
-      logger("averaging")->warn("load_state: dropping donor {}: {}", d->peer.short_hex(),
-                                r.error().message());
+      logger("averaging")
+          ->warn("load_state: dropping donor {}: {}", d->peer.short_hex(), r.error().message());
       for (std::size_t i = batch.size(); i-- > done_in_batch;) {
         queue_.push_front(batch[i]);
         ++retried_;

@@ -45,7 +45,7 @@ class StateDownload : public std::enable_shared_from_this<StateDownload> {
  private:
   awaitable<void> ask_manifest(StateAnnouncement a);
   awaitable<result<std::shared_ptr<StateDonor>>> open_donor(net::PeerId id, PeerKey peer,
-                                                           Duration left);
+                                                            Duration left);
   awaitable<void> worker(std::shared_ptr<StateDonor> d);
   awaitable<result<void>> fetch(StateDonor& d, const std::vector<std::uint32_t>& batch,
                                 std::size_t& done_in_batch);

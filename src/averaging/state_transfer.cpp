@@ -2,9 +2,9 @@
 // newcomer's parallel, verified, resumable download.
 
 #include "averager_impl.hpp"
-#include "state_download.hpp"
 #include "starling/core/log.hpp"
 #include "starling/core/thread_pool.hpp"
+#include "state_download.hpp"
 
 namespace starling::averaging {
 namespace {
@@ -35,7 +35,6 @@ struct HashParts {
   }
 };
 
-
 }  // namespace
 
 Bytes Averager::state_key() const {
@@ -62,7 +61,8 @@ awaitable<result<void>> Averager::share_state(std::uint64_t epoch, Bytes metadat
   m.part_hashes = std::move(hashes).value();
   m.snapshot = snapshot_id(m);
   impl_->snapshot = snap;
-  StateAnnouncement a{self_info(0), epoch, schema_hash_, WallClock::now() + std::chrono::duration_cast<WallClock::duration>(ttl)};
+  StateAnnouncement a{self_info(0), epoch, schema_hash_,
+                      WallClock::now() + std::chrono::duration_cast<WallClock::duration>(ttl)};
   co_return co_await directory_->put(state_key(), a.donor.peer.bytes(),
                                      wire::encode_announcement(a), a.expires);
 }
@@ -71,13 +71,13 @@ awaitable<void> Averager::serve_state(net::ByteStreamPtr s, net::PeerId remote) 
   auto self = shared_from_this();
   net::BufferedReader r(*s);
   for (;;) {
-    auto frame = co_await with_timeout(r.read_length_prefixed(wire::kMaxFrame), kStateIdle,
-                                       "state request");
+    auto frame =
+        co_await with_timeout(r.read_length_prefixed(wire::kMaxFrame), kStateIdle, "state request");
     if (!frame) break;
     auto req = wire::decode_state_request(frame.value());
     if (!req) {
-      logger("averaging")->warn("state stream from {}: {}", remote.short_string(),
-                                req.error().message());
+      logger("averaging")
+          ->warn("state stream from {}: {}", remote.short_string(), req.error().message());
       break;
     }
     auto snap = impl_->snapshot;  // keeps this snapshot alive while serving it
@@ -103,7 +103,8 @@ awaitable<void> Averager::serve_state(net::ByteStreamPtr s, net::PeerId remote) 
           break;
         }
         const std::size_t b = std::size_t{p} * pe;
-        auto data = std::span<const float>(snap->data).subspan(b, std::min(pe, snap->data.size() - b));
+        auto data =
+            std::span<const float>(snap->data).subspan(b, std::min(pe, snap->data.size() - b));
         StateFrame f;
         f.part = p;
         f.payload_len = data.size_bytes();

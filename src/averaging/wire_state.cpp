@@ -41,13 +41,20 @@ namespace {
 
 namespace pb = starling::pb::averaging;
 
-Error bad(std::string what) { return Error(errc::invalid_argument, "averaging wire: " + what); }
-Bytes b_of(const std::string& s) { return Bytes(s.begin(), s.end()); }
-std::string s_of(const Bytes& b) { return std::string(b.begin(), b.end()); }
+Error bad(std::string what) {
+  return Error(errc::invalid_argument, "averaging wire: " + what);
+}
+Bytes b_of(const std::string& s) {
+  return Bytes(s.begin(), s.end());
+}
+std::string s_of(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
 
 template <class Msg>
 result<Msg> parse(BytesView b, const char* what) {
-  if (b.size() > kMaxFrame) return make_error(errc::too_large, std::string("averaging wire: ") + what);
+  if (b.size() > kMaxFrame)
+    return make_error(errc::too_large, std::string("averaging wire: ") + what);
   Msg m;
   if (!m.ParseFromArray(b.data(), static_cast<int>(b.size())))
     return bad(std::string("unparsable ") + what);
@@ -81,7 +88,8 @@ result<StateAnnouncement> decode_announcement(BytesView b) {
   if (!m.has_donor() || m.donor().peer().empty() || m.donor().peer().size() > kMaxPeerIdLen)
     return bad("announcement donor");
   a.donor.peer = PeerKey(b_of(m.donor().peer()));
-  if (static_cast<std::size_t>(m.donor().addrs_size()) > kMaxAddrs) return bad("too many addresses");
+  if (static_cast<std::size_t>(m.donor().addrs_size()) > kMaxAddrs)
+    return bad("too many addresses");
   for (const auto& x : m.donor().addrs()) {
     if (x.size() > kMaxAddrLen) return bad("address too long");
     a.donor.addrs.push_back(x);

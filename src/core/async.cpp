@@ -44,8 +44,12 @@ void AsyncEvent::set() {
   set_ = true;
   timer_.cancel();
 }
-void AsyncEvent::reset() { set_ = false; }
-void AsyncEvent::pulse() { timer_.cancel(); }
+void AsyncEvent::reset() {
+  set_ = false;
+}
+void AsyncEvent::pulse() {
+  timer_.cancel();
+}
 
 struct TaskScope::State {
   explicit State(asio::any_io_executor e) : ex(e), drained(e) {}
@@ -68,8 +72,12 @@ TaskScope::~TaskScope() {
   state_->cancel_all();
 }
 
-std::size_t TaskScope::active() const noexcept { return state_->tasks.size(); }
-bool TaskScope::closed() const noexcept { return state_->closed; }
+std::size_t TaskScope::active() const noexcept {
+  return state_->tasks.size();
+}
+bool TaskScope::closed() const noexcept {
+  return state_->closed;
+}
 
 void TaskScope::spawn(awaitable<void> task) {
   auto& st = *state_;

@@ -50,7 +50,8 @@ std::size_t uvarint_size(std::uint64_t v) {
 result<std::optional<UvarintDecode>> decode_uvarint(BytesView in) {
   std::uint64_t v = 0;
   for (std::size_t i = 0; i < in.size(); ++i) {
-    if (i >= kMaxUvarintLen) return make_error(errc::invalid_argument, "varint longer than 9 bytes");
+    if (i >= kMaxUvarintLen)
+      return make_error(errc::invalid_argument, "varint longer than 9 bytes");
     std::uint8_t b = in[i];
     v |= static_cast<std::uint64_t>(b & 0x7f) << (7 * i);
     if (!(b & 0x80)) {
@@ -58,7 +59,8 @@ result<std::optional<UvarintDecode>> decode_uvarint(BytesView in) {
       return std::optional<UvarintDecode>(UvarintDecode{v, i + 1});
     }
   }
-  if (in.size() >= kMaxUvarintLen) return make_error(errc::invalid_argument, "varint longer than 9 bytes");
+  if (in.size() >= kMaxUvarintLen)
+    return make_error(errc::invalid_argument, "varint longer than 9 bytes");
   return std::optional<UvarintDecode>{};
 }
 

@@ -23,21 +23,36 @@ class CoreCategory final : public std::error_category {
   const char* name() const noexcept override { return "starling"; }
   std::string message(int v) const override {
     switch (static_cast<errc>(v)) {
-      case errc::ok: return "ok";
-      case errc::invalid_argument: return "invalid argument";
-      case errc::timeout: return "timed out";
-      case errc::cancelled: return "cancelled";
-      case errc::closed: return "closed by peer";
-      case errc::reset: return "reset";
-      case errc::too_large: return "too large";
-      case errc::protocol_violation: return "protocol violation";
-      case errc::not_found: return "not found";
-      case errc::unavailable: return "unavailable";
-      case errc::io: return "I/O error";
-      case errc::permission: return "bad permissions";
-      case errc::unsupported: return "unsupported";
-      case errc::already_exists: return "already exists";
-      case errc::internal: return "internal error";
+      case errc::ok:
+        return "ok";
+      case errc::invalid_argument:
+        return "invalid argument";
+      case errc::timeout:
+        return "timed out";
+      case errc::cancelled:
+        return "cancelled";
+      case errc::closed:
+        return "closed by peer";
+      case errc::reset:
+        return "reset";
+      case errc::too_large:
+        return "too large";
+      case errc::protocol_violation:
+        return "protocol violation";
+      case errc::not_found:
+        return "not found";
+      case errc::unavailable:
+        return "unavailable";
+      case errc::io:
+        return "I/O error";
+      case errc::permission:
+        return "bad permissions";
+      case errc::unsupported:
+        return "unsupported";
+      case errc::already_exists:
+        return "already exists";
+      case errc::internal:
+        return "internal error";
     }
     return "unknown starling error";
   }

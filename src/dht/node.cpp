@@ -101,14 +101,16 @@ awaitable<void> DhtNode::stop() {
     w->done.set();
   }
   auto closed = co_await scope_.close(cfg_.stop_timeout);
-  if (!closed) dht_log().warn("dht node {} stop: {}", peer().short_string(), closed.error().message());
+  if (!closed)
+    dht_log().warn("dht node {} stop: {}", peer().short_string(), closed.error().message());
 }
 
 void DhtNode::pump() {
   if (stopping_) return;
   while (auto out = core_.poll_request()) {
     auto self = shared_from_this();
-    scope_.spawn([self, o = std::move(*out)]() mutable { return self->send_request(std::move(o)); });
+    scope_.spawn(
+        [self, o = std::move(*out)]() mutable { return self->send_request(std::move(o)); });
   }
   while (auto r = core_.poll_result()) {
     auto it = waiters_.find(static_cast<std::uint64_t>(r->id));
@@ -140,24 +142,25 @@ awaitable<OpResult> DhtNode::wait_op(OpId id, std::shared_ptr<Waiter> w) {
   const TimePoint t0 = Clock::now();
   pump();
   // The core finishes every operation by its deadline; this bound is only a safety net.
-  auto waited = co_await with_timeout(w->done.wait(), cfg_.dht.operation_timeout + 5s,
-                                      "dht operation");
+  auto waited =
+      co_await with_timeout(w->done.wait(), cfg_.dht.operation_timeout + 5s, "dht operation");
   if (w->result) {
     if (dht_log().should_log(spdlog::level::debug)) {
       const auto& st = w->result->stats;
-      dht_log().debug("dht op {} done in {} us: {} requests, {} answers, {} failures, {} hops, {}",
-                      static_cast<std::uint64_t>(id),
-                      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count(),
-                      st.requests, st.responses, st.failures, st.hops,
-                      w->result->status ? "ok" : w->result->status.error().message());
+      dht_log().debug(
+          "dht op {} done in {} us: {} requests, {} answers, {} failures, {} hops, {}",
+          static_cast<std::uint64_t>(id),
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count(),
+          st.requests, st.responses, st.failures, st.hops,
+          w->result->status ? "ok" : w->result->status.error().message());
     }
     co_return std::move(*w->result);
   }
   waiters_.erase(static_cast<std::uint64_t>(id));
   OpResult r;
   r.id = id;
-  r.status = waited ? make_error(errc::internal, "dht operation ended without a result")
-                    : waited.error();
+  r.status =
+      waited ? make_error(errc::internal, "dht operation ended without a result") : waited.error();
   co_return r;
 }
 

@@ -7,7 +7,8 @@
 
 namespace starling::dht {
 
-awaitable<result<std::vector<Contact>>> DhtNode::seeds_of(const std::vector<net::Multiaddr>& addrs) {
+awaitable<result<std::vector<Contact>>> DhtNode::seeds_of(
+    const std::vector<net::Multiaddr>& addrs) {
   std::vector<Contact> seeds;
   std::string why;
   for (const auto& a : addrs) {
@@ -27,7 +28,8 @@ awaitable<result<std::vector<Contact>>> DhtNode::seeds_of(const std::vector<net:
     seeds.push_back(Contact::of(*id, std::move(bin)));
   }
   if (seeds.empty())
-    co_return make_error(errc::unavailable, "no usable initial peer" + (why.empty() ? "" : " (" + why + ")"));
+    co_return make_error(errc::unavailable,
+                         "no usable initial peer" + (why.empty() ? "" : " (" + why + ")"));
   co_return seeds;
 }
 
@@ -105,7 +107,8 @@ awaitable<result<Stored>> DhtNode::store(RecordKey key, SubKey subkey, Bytes val
 awaitable<result<Stored>> DhtNode::store_signed(RecordKey key, std::optional<SubKey> subkey,
                                                 Bytes value, Millis ttl) {
   const std::uint64_t version = core_.version_clock().next(WallClock::now());
-  Record rec = make_signed_record(host_->key(), key, std::move(subkey), std::move(value), ttl, version);
+  Record rec =
+      make_signed_record(host_->key(), key, std::move(subkey), std::move(value), ttl, version);
   std::vector<Record> recs{std::move(rec)};
   co_return co_await store_records(std::move(key), std::move(recs));
 }
@@ -124,8 +127,10 @@ awaitable<result<std::optional<Found>>> DhtNode::get(RecordKey key, bool latest)
   f.hops = r.stats.hops;
   for (auto& rec : r.value.to_records(Clock::now())) {
     Value v{std::move(rec.body.value), rec.ttl, rec.body.version, !rec.body.signature.empty()};
-    if (rec.subkey) f.dictionary.emplace(std::move(*rec.subkey), std::move(v));
-    else f.plain = std::move(v);
+    if (rec.subkey)
+      f.dictionary.emplace(std::move(*rec.subkey), std::move(v));
+    else
+      f.plain = std::move(v);
   }
   if (!f.dictionary.empty()) f.plain.reset();  // a non-empty dictionary is the value
   if (!f.plain && f.dictionary.empty()) co_return std::optional<Found>{};  // expired meanwhile
@@ -140,7 +145,9 @@ awaitable<result<std::vector<Contact>>> DhtNode::find_node(DhtId target) {
   co_return std::move(r.closest);
 }
 
-std::string DhtNode::owner_marker() const { return dht::owner_marker(peer()); }
+std::string DhtNode::owner_marker() const {
+  return dht::owner_marker(peer());
+}
 RecordKey DhtNode::owned_key(std::string_view name) const {
   return RecordKey::from_string(std::string(name) + owner_marker());
 }
@@ -152,11 +159,12 @@ SubKey DhtNode::owned_subkey(std::string_view name) const {
 
 result<void> BlockingDhtNode::bootstrap(std::vector<net::Multiaddr> initial_peers) {
   const auto& c = node_->config();
-  const Duration bound = (c.dht.operation_timeout + c.dial_timeout * static_cast<long>(initial_peers.size()) + 10s) *
-                         static_cast<long>(std::max<std::size_t>(c.bootstrap_attempts, 1));
+  const Duration bound =
+      (c.dht.operation_timeout + c.dial_timeout * static_cast<long>(initial_peers.size()) + 10s) *
+      static_cast<long>(std::max<std::size_t>(c.bootstrap_attempts, 1));
   return block_on(
-      node_->executor(),
-      [n = node_, p = std::move(initial_peers)]() { return n->bootstrap(p); }, bound);
+      node_->executor(), [n = node_, p = std::move(initial_peers)]() { return n->bootstrap(p); },
+      bound);
 }
 
 result<Stored> BlockingDhtNode::store(RecordKey key, Bytes value, Millis ttl) {

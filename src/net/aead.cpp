@@ -22,16 +22,19 @@ EVP_CIPHER_CTX* context(bool encrypt) {
   if (!c) {
     CtxPtr fresh(EVP_CIPHER_CTX_new());
     if (!fresh) return nullptr;
-    int ok = encrypt
-                 ? EVP_EncryptInit_ex(fresh.get(), EVP_chacha20_poly1305(), nullptr, nullptr, nullptr)
-                 : EVP_DecryptInit_ex(fresh.get(), EVP_chacha20_poly1305(), nullptr, nullptr, nullptr);
+    int ok =
+        encrypt
+            ? EVP_EncryptInit_ex(fresh.get(), EVP_chacha20_poly1305(), nullptr, nullptr, nullptr)
+            : EVP_DecryptInit_ex(fresh.get(), EVP_chacha20_poly1305(), nullptr, nullptr, nullptr);
     if (ok != 1) return nullptr;
     c = std::move(fresh);
   }
   return c.get();
 }
 
-bool fits_int(std::size_t n) { return n <= static_cast<std::size_t>(INT_MAX); }
+bool fits_int(std::size_t n) {
+  return n <= static_cast<std::size_t>(INT_MAX);
+}
 
 }  // namespace
 

@@ -1,7 +1,7 @@
 #include "starling/net/echo.hpp"
 
-#include <asio/experimental/awaitable_operators.hpp>
 #include <google/protobuf/wrappers.pb.h>
+#include <asio/experimental/awaitable_operators.hpp>
 
 namespace starling::net {
 

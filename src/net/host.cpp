@@ -9,8 +9,7 @@
 
 namespace starling::net {
 
-std::shared_ptr<Host> Host::create(asio::any_io_executor ex, crypto::KeyPair key,
-                                   HostConfig cfg) {
+std::shared_ptr<Host> Host::create(asio::any_io_executor ex, crypto::KeyPair key, HostConfig cfg) {
   return std::shared_ptr<Host>(new Host(std::move(ex), std::move(key), std::move(cfg)));
 }
 
@@ -51,9 +50,8 @@ awaitable<result<void>> Host::start() {
   }
   set_stream_handler(kIdentifyProtocol, [w = weak_from_this()](ByteStreamPtr s, PeerId p) {
     auto self = w.lock();
-    return self ? self->serve_identify(std::move(s), std::move(p)) : []() -> awaitable<void> {
-      co_return;
-    }();
+    return self ? self->serve_identify(std::move(s), std::move(p))
+                : []() -> awaitable<void> { co_return; }();
   });
   set_stream_handler(kIdentifyPushProtocol, [w = weak_from_this()](ByteStreamPtr s, PeerId p) {
     auto self = w.lock();
@@ -94,8 +92,9 @@ awaitable<void> Host::accept_loop(std::shared_ptr<asio::ip::tcp::acceptor> acc) 
     for (auto& [p, v] : conns_) total += v.size();
     if (total >= cfg_.max_connections || pending_inbound_ >= cfg_.max_pending_inbound) {
       ++stats_.rejected_connections;
-      logger("net")->warn("rejecting inbound connection: limit reached ({} connections, {} pending)",
-                          total, pending_inbound_);
+      logger("net")->warn(
+          "rejecting inbound connection: limit reached ({} connections, {} pending)", total,
+          pending_inbound_);
       std::error_code ignore;
       sock.close(ignore);
       continue;
@@ -114,9 +113,9 @@ awaitable<void> Host::handle_inbound(std::shared_ptr<TcpStream> tcp) {
   } dec{pending_inbound_};
   auto remote = endpoint_addr(tcp->remote_endpoint());
   auto upgrade = [&]() -> awaitable<result<std::shared_ptr<Connection>>> {
-    ST_CO_TRY(auto sec, co_await multistream_handle(
-                            tcp, [](std::string_view p) { return p == kNoiseProtocol; },
-                            cfg_.dial_timeout));
+    ST_CO_TRY(auto sec,
+              co_await multistream_handle(
+                  tcp, [](std::string_view p) { return p == kNoiseProtocol; }, cfg_.dial_timeout));
     ST_CO_TRY(auto chan, co_await noise_secure_inbound(sec.stream, key_, cfg_.dial_timeout));
     ST_CO_TRY(auto mux, co_await multistream_handle(
                             chan.stream, [](std::string_view p) { return p == kYamuxProtocol; },
@@ -124,8 +123,8 @@ awaitable<void> Host::handle_inbound(std::shared_ptr<TcpStream> tcp) {
     auto session = YamuxSession::create(mux.stream, /*is_client=*/false, cfg_.yamux);
     co_return add_connection(session, chan.remote_peer, remote, /*outbound=*/false);
   };
-  auto r = co_await with_timeout(upgrade(), cfg_.dial_timeout, "inbound upgrade from " +
-                                                                   remote.to_string());
+  auto r = co_await with_timeout(upgrade(), cfg_.dial_timeout,
+                                 "inbound upgrade from " + remote.to_string());
   if (!r) {
     ++stats_.failed_handshakes;
     logger("net")->info("inbound connection from {} failed: {}", remote.to_string(),
@@ -165,7 +164,9 @@ awaitable<void> Host::stop() {
 void Host::set_stream_handler(std::string protocol, StreamHandler handler) {
   handlers_[std::move(protocol)] = std::move(handler);
 }
-void Host::remove_stream_handler(const std::string& protocol) { handlers_.erase(protocol); }
+void Host::remove_stream_handler(const std::string& protocol) {
+  handlers_.erase(protocol);
+}
 std::vector<std::string> Host::protocols() const {
   std::vector<std::string> out;
   for (auto& [p, h] : handlers_) out.push_back(p);

@@ -32,13 +32,16 @@ std::shared_ptr<Host::Connection> Host::best_connection(const PeerId& peer) cons
   return nullptr;
 }
 
-bool Host::is_connected(const PeerId& peer) const { return best_connection(peer) != nullptr; }
+bool Host::is_connected(const PeerId& peer) const {
+  return best_connection(peer) != nullptr;
+}
 
 std::vector<ConnectionInfo> Host::connections() const {
   std::vector<ConnectionInfo> out;
   for (auto& [p, v] : conns_)
     for (auto& c : v)
-      if (!c->closed) out.push_back({c->peer, c->remote_addr, c->outbound, c->session->stream_count()});
+      if (!c->closed)
+        out.push_back({c->peer, c->remote_addr, c->outbound, c->session->stream_count()});
   return out;
 }
 
@@ -99,17 +102,18 @@ void Host::disconnect(const PeerId& peer) {
   for (auto& c : it->second) scope_.spawn(c->session->close());
 }
 
-awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(
-    Multiaddr addr, std::optional<PeerId> expected, TimePoint deadline) {
+awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(Multiaddr addr,
+                                                                     std::optional<PeerId> expected,
+                                                                     TimePoint deadline) {
   auto self = shared_from_this();
-  auto what = "dial " + (expected ? expected->to_string() + " at " : std::string()) +
-              addr.to_string();
+  auto what =
+      "dial " + (expected ? expected->to_string() + " at " : std::string()) + addr.to_string();
   auto op = [&]() -> awaitable<result<std::shared_ptr<Connection>>> {
     asio::ip::tcp::endpoint ep;
     if (auto dns = addr.dns_tcp()) {
       asio::ip::tcp::resolver resolver(ex_);
-      auto [ec, results] = co_await resolver.async_resolve(dns->first, std::to_string(dns->second),
-                                                           use_nothrow);
+      auto [ec, results] =
+          co_await resolver.async_resolve(dns->first, std::to_string(dns->second), use_nothrow);
       if (ec || results.empty()) co_return from_asio(ec, "resolve " + dns->first);
       ep = *results.begin();
     } else {

@@ -3,8 +3,8 @@
 
 #include "host_internal.hpp"
 #include "identify.pb.h"
-#include "starling/net/multistream.hpp"
 #include "starling/core/log.hpp"
+#include "starling/net/multistream.hpp"
 
 namespace starling::net {
 
@@ -38,9 +38,8 @@ void Host::apply_identify(const PeerId& peer, BytesView data) {
     return;
   }
   if (msg.has_publickey()) {
-    auto pk = crypto::PublicKey::from_protobuf(
-        BytesView(reinterpret_cast<const std::uint8_t*>(msg.publickey().data()),
-                  msg.publickey().size()));
+    auto pk = crypto::PublicKey::from_protobuf(BytesView(
+        reinterpret_cast<const std::uint8_t*>(msg.publickey().data()), msg.publickey().size()));
     if (!pk || PeerId::from_public_key(pk.value()) != peer) {
       logger("net")->warn("identify from {}: public key does not match the peer id",
                           peer.short_string());
@@ -101,8 +100,7 @@ awaitable<void> Host::identify_peer(std::shared_ptr<Connection> conn) {
     logger("net")->warn("identify from {}: bad length prefix", conn->peer.short_string());
     co_return;
   }
-  apply_identify(conn->peer,
-                 BytesView(r.value()).subspan(d.value()->length, d.value()->value));
+  apply_identify(conn->peer, BytesView(r.value()).subspan(d.value()->length, d.value()->value));
 }
 
 awaitable<void> Host::serve_identify(ByteStreamPtr stream, PeerId remote) {

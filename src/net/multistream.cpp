@@ -75,7 +75,8 @@ awaitable<result<Negotiated>> select_impl(ByteStreamPtr stream, std::vector<std:
   ST_CO_TRY(co_await stream->write(first));
   ST_CO_TRY(auto header, co_await reader.next());
   if (header != kMultistreamHeader)
-    co_return make_error(errc::protocol_violation, "unexpected multistream header '" + header + "'");
+    co_return make_error(errc::protocol_violation,
+                         "unexpected multistream header '" + header + "'");
   for (std::size_t i = 0; i < protos.size(); ++i) {
     if (i > 0) {
       ST_CO_TRY(co_await stream->write(multistream_encode(protos[i])));
@@ -98,7 +99,8 @@ awaitable<result<Negotiated>> handle_impl(ByteStreamPtr stream,
   MessageReader reader(*stream);
   ST_CO_TRY(auto header, co_await reader.next());
   if (header != kMultistreamHeader)
-    co_return make_error(errc::protocol_violation, "unexpected multistream header '" + header + "'");
+    co_return make_error(errc::protocol_violation,
+                         "unexpected multistream header '" + header + "'");
   ST_CO_TRY(co_await stream->write(multistream_encode(kMultistreamHeader)));
   for (int i = 0; i < kMaxProposals; ++i) {
     ST_CO_TRY(auto proposal, co_await reader.next());
@@ -124,8 +126,9 @@ awaitable<result<Negotiated>> multistream_select(ByteStreamPtr stream,
   co_return r;
 }
 
-awaitable<result<Negotiated>> multistream_handle(
-    ByteStreamPtr stream, std::function<bool(std::string_view)> supported, Duration timeout) {
+awaitable<result<Negotiated>> multistream_handle(ByteStreamPtr stream,
+                                                 std::function<bool(std::string_view)> supported,
+                                                 Duration timeout) {
   auto desc = stream->describe();
   auto r = co_await with_timeout(handle_impl(stream, std::move(supported)), timeout,
                                  "multistream-select on " + desc);

@@ -31,7 +31,8 @@ TcpStream::~TcpStream() {
 }
 
 awaitable<result<std::size_t>> TcpStream::read_some(MutableBytesView buf) {
-  auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buf.data(), buf.size()), use_nothrow);
+  auto [ec, n] =
+      co_await socket_.async_read_some(asio::buffer(buf.data(), buf.size()), use_nothrow);
   if (ec) co_return from_asio(ec, describe_ + " read");
   co_return n;
 }

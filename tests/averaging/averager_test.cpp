@@ -11,9 +11,9 @@
 
 using namespace starling;
 using namespace starling::averaging;
+using starling::averaging::test::base_config;
 using starling::averaging::test::Cluster;
 using starling::averaging::test::NodeOptions;
-using starling::averaging::test::base_config;
 
 namespace {
 

@@ -59,7 +59,8 @@ Replay replay(test::Cluster& c, const GroupInfo& g, const Schema& schema) {
   r.bound.assign(N, 0);
   r.exact.assign(N, 0);
   for (std::uint64_t i = 0; i < N; ++i)
-    for (std::size_t j = 0; j < n; ++j) r.exact[i] += g.members[j].weight / wsum * c.node(j).initial_flat[i];
+    for (std::size_t j = 0; j < n; ++j)
+      r.exact[i] += g.members[j].weight / wsum * c.node(j).initial_flat[i];
   for (const auto& part : plan.parts) {
     std::uint64_t a = part.begin;
     for (std::size_t t = 0; t < ends.size() && a < part.end; ++t) {
@@ -70,7 +71,8 @@ Replay replay(test::Cluster& c, const GroupInfo& g, const Schema& schema) {
       std::vector<float> mean(len, 0.0f);
       std::vector<double> pbound(len, 0.0);
       for (std::size_t j = 0; j < n; ++j) {
-        std::vector<float> x(c.node(j).initial_flat.begin() + a, c.node(j).initial_flat.begin() + b);
+        std::vector<float> x(c.node(j).initial_flat.begin() + a,
+                             c.node(j).initial_flat.begin() + b);
         std::vector<float> y = x;
         if (j != part.owner) {
           auto enc = encode(spec, x).value();
@@ -100,8 +102,8 @@ Replay replay(test::Cluster& c, const GroupInfo& g, const Schema& schema) {
 
 TEST(AveragerCompression, EveryCodecMatchesTheReplayWithinItsBound) {
   ts::QuietLog quiet;
-  const std::vector<std::string> codecs{"none",       "float16",    "bfloat16", "uniform8",
-                                        "quantile8",  "blockwise8", "blockwise4", "auto"};
+  const std::vector<std::string> codecs{"none",      "float16",    "bfloat16",   "uniform8",
+                                        "quantile8", "blockwise8", "blockwise4", "auto"};
   const std::vector<double> w{1, 2, 3, 4};
   for (const auto& name : codecs) {
     SCOPED_TRACE(name);

@@ -191,8 +191,8 @@ inline int check_bound(const CodecSpec& spec, const std::vector<float>& x,
     auto lims = element_bounds(spec, x, enc);
     for (std::size_t i = 0; i < x.size(); ++i) {
       // Decoded to its bin's code, within the neighbouring gaps.
-      double c = payload_f32(enc, info.params_offset + (i / bs) * 256 * 4 +
-                                      4 * enc[info.payload_offset + i]);
+      double c = payload_f32(
+          enc, info.params_offset + (i / bs) * 256 * 4 + 4 * enc[info.payload_offset + i]);
       double err = std::fabs(static_cast<double>(y[i]) - x[i]);
       if (static_cast<double>(y[i]) != c || err > lims[i]) report(i, err, lims[i]);
     }

@@ -28,9 +28,8 @@ void copy_tensors(Cluster& c, std::size_t from, std::size_t to) {
 }
 
 result<void> share(Cluster& c, std::size_t i, std::uint64_t epoch, std::string meta) {
-  return c.node(i).run([a = c.node(i).avg, epoch, meta]() {
-    return a->share_state(epoch, to_bytes(meta), 60s);
-  });
+  return c.node(i).run(
+      [a = c.node(i).avg, epoch, meta]() { return a->share_state(epoch, to_bytes(meta), 60s); });
 }
 
 }  // namespace
@@ -87,7 +86,8 @@ TEST(StateTransfer, DonorLostMidDownload) {
     LoadStateOptions o;
     o.parts_per_request = 2;
     o.stall_timeout = 2s;
-    auto fut = test::spawn_future(c.node(3).io, [a = c.node(3).avg, o]() { return a->load_state(o); });
+    auto fut =
+        test::spawn_future(c.node(3).io, [a = c.node(3).avg, o]() { return a->load_state(o); });
     std::this_thread::sleep_for(300ms);
     if (stall)
       c.stall(1, 6s);

@@ -48,13 +48,16 @@ TEST(Error, ContextAndCode) {
 TEST(Async, WithTimeoutCancelsSlowOperation) {
   asio::io_context io;
   result<int> out = 0;
-  asio::co_spawn(io, [&]() -> awaitable<void> {
-      auto slow = []() -> awaitable<result<int>> {
-        ST_CO_TRY(co_await sleep_for(10s));
-        co_return 1;
-      };
-      out = co_await with_timeout(slow(), 20ms, "slow op");
-    }, asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> awaitable<void> {
+        auto slow = []() -> awaitable<result<int>> {
+          ST_CO_TRY(co_await sleep_for(10s));
+          co_return 1;
+        };
+        out = co_await with_timeout(slow(), 20ms, "slow op");
+      },
+      asio::detached);
   auto t0 = Clock::now();
   io.run();
   EXPECT_LT(Clock::now() - t0, 2s);
@@ -72,8 +75,8 @@ TEST(Async, TaskScopeCloseIsBounded) {
       ++finished;
     });
   result<void> closed = make_error(errc::internal);
-  asio::co_spawn(io, [&]() -> awaitable<void> { closed = co_await scope.close(2s); },
-                 asio::detached);
+  asio::co_spawn(
+      io, [&]() -> awaitable<void> { closed = co_await scope.close(2s); }, asio::detached);
   auto t0 = Clock::now();
   io.run();
   EXPECT_TRUE(closed) << closed.error().message();
@@ -87,13 +90,19 @@ TEST(Async, EventWakesWaiters) {
   AsyncEvent ev(io.get_executor());
   int woke = 0;
   for (int i = 0; i < 3; ++i)
-    asio::co_spawn(io, [&]() -> awaitable<void> {
-        if (co_await ev.wait()) ++woke;
-      }, asio::detached);
-  asio::co_spawn(io, [&]() -> awaitable<void> {
-      (void)co_await sleep_for(5ms);
-      ev.set();
-    }, asio::detached);
+    asio::co_spawn(
+        io,
+        [&]() -> awaitable<void> {
+          if (co_await ev.wait()) ++woke;
+        },
+        asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> awaitable<void> {
+        (void)co_await sleep_for(5ms);
+        ev.set();
+      },
+      asio::detached);
   io.run();
   EXPECT_EQ(woke, 3);
 }

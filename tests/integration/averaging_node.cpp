@@ -39,14 +39,22 @@ Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--index") a.index = std::stoi(v);
-    else if (k == "--peers") a.peers = std::stoi(v);
-    else if (k == "--dir") a.dir = v;
-    else if (k == "--elems") a.elems = std::stoull(v);
-    else if (k == "--steps") a.steps = std::stoi(v);
-    else if (k == "--codec") a.codec = v;
-    else if (k == "--die-at") a.die_at = v;
-    else throw std::runtime_error("unknown option " + k);
+    if (k == "--index")
+      a.index = std::stoi(v);
+    else if (k == "--peers")
+      a.peers = std::stoi(v);
+    else if (k == "--dir")
+      a.dir = v;
+    else if (k == "--elems")
+      a.elems = std::stoull(v);
+    else if (k == "--steps")
+      a.steps = std::stoi(v);
+    else if (k == "--codec")
+      a.codec = v;
+    else if (k == "--die-at")
+      a.die_at = v;
+    else
+      throw std::runtime_error("unknown option " + k);
   }
   if (a.index < 0 || a.peers < 2 || a.dir.empty())
     throw std::runtime_error("usage: averaging_node --index I --peers N --dir D [...]");
@@ -68,7 +76,8 @@ int main(int argc, char** argv) try {
   net::HostConfig hc;
   hc.listen = {"/ip4/127.0.0.1/tcp/0"};
   auto host = net::Host::create(io.get_executor(), crypto::KeyPair::generate(), hc);
-  auto st = block_on(io.get_executor(), [host]() { return host->start(); }, 30s);
+  auto st = block_on(
+      io.get_executor(), [host]() { return host->start(); }, 30s);
   if (!st) throw std::runtime_error(st.error().message());
   std::vector<std::string> addrs;
   for (const auto& m : host->listen_addresses()) addrs.push_back(m.to_string());
@@ -101,8 +110,8 @@ int main(int argc, char** argv) try {
       if (auto m = net::Multiaddr::parse(s)) ms.push_back(m.value());
     host->add_addresses(peer, ms);
   };
-  auto avg = Averager::create(host, std::make_shared<FileDirectory>(a.dir), schema, {{"x", x}},
-                              cfg, sink);
+  auto avg =
+      Averager::create(host, std::make_shared<FileDirectory>(a.dir), schema, {{"x", x}}, cfg, sink);
   if (!avg) throw std::runtime_error(avg.error().message());
   for (; step_no < a.steps; ++step_no) {
     StepOptions so;
@@ -117,8 +126,8 @@ int main(int argc, char** argv) try {
       const auto& res = r.value();
       out["group"] = res.group.members.size();
       out["subrounds"] = res.subrounds;
-      Bytes h = blake2b_256(BytesView(reinterpret_cast<const std::uint8_t*>(x.data()),
-                                      x.size() * sizeof(float)));
+      Bytes h = blake2b_256(
+          BytesView(reinterpret_cast<const std::uint8_t*>(x.data()), x.size() * sizeof(float)));
       out["hash"] = to_hex(h);
       if (step_no == 0 && res.group.members.size() == static_cast<std::size_t>(a.peers)) {
         double wsum = 0, worst = 0;

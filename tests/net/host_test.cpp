@@ -1,8 +1,8 @@
 // Multi-node tests of the Host over real loopback sockets (port 0), in one process.
 #include <gtest/gtest.h>
 
-#include <asio/experimental/awaitable_operators.hpp>
 #include <sodium.h>
+#include <asio/experimental/awaitable_operators.hpp>
 
 #include "starling/core/log.hpp"
 #include "starling/net/echo.hpp"
@@ -39,9 +39,9 @@ TEST(Host, ConnectIdentifyPingEcho) {
     auto info = co_await a->wait_identified(b->local_peer(), 5s);
     CO_ASSERT_OK(info);
     EXPECT_EQ(info.value().agent_version, "starling/0.1.0");
-    EXPECT_NE(std::find(info.value().protocols.begin(), info.value().protocols.end(),
-                        kEchoProtocol),
-              info.value().protocols.end());
+    EXPECT_NE(
+        std::find(info.value().protocols.begin(), info.value().protocols.end(), kEchoProtocol),
+        info.value().protocols.end());
     auto back_info = co_await b->wait_identified(a->local_peer(), 5s);
     CO_ASSERT_OK(back_info);
     auto rtts = co_await ping(*a, b->local_peer(), 3, 5s);

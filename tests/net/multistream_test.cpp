@@ -44,7 +44,8 @@ awaitable<result<Negotiated>> dial(ByteStreamPtr s) {
   co_return r;
 }
 awaitable<result<Negotiated>> listen(ByteStreamPtr s) {
-  co_return co_await multistream_handle(s, [](std::string_view p) { return p == "/x/1.0.0"; }, 5s);
+  co_return co_await multistream_handle(
+      s, [](std::string_view p) { return p == "/x/1.0.0"; }, 5s);
 }
 }  // namespace
 
@@ -72,7 +73,8 @@ TEST(Multistream, NoCommonProtocolIsUnsupported) {
     using namespace asio::experimental::awaitable_operators;
     std::vector<std::string> nope{"/nope/1"};
     auto [d, l] = co_await (multistream_select(a, nope, 5s) &&
-                            multistream_handle(b, [](std::string_view) { return false; }, 2s));
+                            multistream_handle(
+                                b, [](std::string_view) { return false; }, 2s));
     CO_ASSERT_FALSE(d);
     EXPECT_EQ(d.error(), errc::unsupported);
     EXPECT_FALSE(l);
@@ -87,7 +89,8 @@ TEST(Multistream, GarbageAndSilenceFailWithinDeadline) {
     Bytes junk = multistream_encode("/not-multistream");
     auto w = co_await a->write(junk);
     CO_ASSERT_OK(w);
-    auto r = co_await multistream_handle(b, [](std::string_view) { return true; }, 5s);
+    auto r = co_await multistream_handle(
+        b, [](std::string_view) { return true; }, 5s);
     CO_ASSERT_FALSE(r);
     EXPECT_EQ(r.error(), errc::protocol_violation);
   });
@@ -95,7 +98,8 @@ TEST(Multistream, GarbageAndSilenceFailWithinDeadline) {
   auto [c, d] = test::tcp_pair(io2);
   test::run_with_deadline(io2, [c = c, d = d]() -> awaitable<void> {
     auto t0 = Clock::now();
-    auto r = co_await multistream_handle(d, [](std::string_view) { return true; }, 100ms);
+    auto r = co_await multistream_handle(
+        d, [](std::string_view) { return true; }, 100ms);
     CO_ASSERT_FALSE(r);
     EXPECT_EQ(r.error(), errc::timeout);
     EXPECT_LT(Clock::now() - t0, 2s);

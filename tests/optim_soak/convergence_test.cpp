@@ -16,7 +16,7 @@ using starling::test::fast_options;
 namespace {
 
 const FashionSetup* setup() {
-  static const FashionSetup* s = [] () -> const FashionSetup* {
+  static const FashionSetup* s = []() -> const FashionSetup* {
     auto train = load_fashion_mnist(kFashionMnistDefaultDir, Split::train);
     auto test = load_fashion_mnist(kFashionMnistDefaultDir, Split::test);
     if (!train || !test) return nullptr;
@@ -51,8 +51,7 @@ TEST(Convergence, FourPeersMatchOneProcessAlone) {
   auto hub = std::make_shared<test::Hub>(2s);
   std::vector<std::unique_ptr<FashionPeer>> peers;
   test::ParameterLog log;
-  for (int i = 0; i < 4; ++i)
-    peers.push_back(std::make_unique<FashionPeer>(*s, hub, o, 0, 10 + i));
+  for (int i = 0; i < 4; ++i) peers.push_back(std::make_unique<FashionPeer>(*s, hub, o, 0, 10 + i));
   for (auto& p : peers) p->start(kEpochs, &log);
   for (auto& p : peers) p->join();
   std::uint64_t samples = 0;
@@ -152,14 +151,16 @@ TEST(Convergence, DilocoH20CloseToSynchronousWithTenTimesFewerBytes) {
   auto diloco_o = fast_options(kPeers * s->batch, s->batch);
   diloco_o.diloco_steps = kH;
   const auto diloco = collaborate(diloco_o, kRounds);
-  std::printf("synchronous: %.4f, %llu bytes, %llu samples; DiLoCo H=20: %.4f, %llu bytes, "
-              "%llu samples (%llu planned); bytes ratio %.1f\n",
-              sync.accuracy, static_cast<unsigned long long>(sync.bytes),
-              static_cast<unsigned long long>(sync.samples), diloco.accuracy,
-              static_cast<unsigned long long>(diloco.bytes),
-              static_cast<unsigned long long>(diloco.samples),
-              static_cast<unsigned long long>(kRounds * per_round),
-              static_cast<double>(sync.bytes) / static_cast<double>(std::max<std::uint64_t>(1, diloco.bytes)));
+  std::printf(
+      "synchronous: %.4f, %llu bytes, %llu samples; DiLoCo H=20: %.4f, %llu bytes, "
+      "%llu samples (%llu planned); bytes ratio %.1f\n",
+      sync.accuracy, static_cast<unsigned long long>(sync.bytes),
+      static_cast<unsigned long long>(sync.samples), diloco.accuracy,
+      static_cast<unsigned long long>(diloco.bytes),
+      static_cast<unsigned long long>(diloco.samples),
+      static_cast<unsigned long long>(kRounds * per_round),
+      static_cast<double>(sync.bytes) /
+          static_cast<double>(std::max<std::uint64_t>(1, diloco.bytes)));
   EXPECT_GT(sync.accuracy, 0.7);
   EXPECT_NEAR(diloco.accuracy, sync.accuracy, 0.02);
   EXPECT_GT(diloco.bytes, 0u);

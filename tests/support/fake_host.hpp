@@ -149,4 +149,3 @@ inline awaitable<result<net::ByteStreamPtr>> FakeHost::open_stream(const net::Pe
 }
 
 }  // namespace starling::test
-

@@ -43,15 +43,15 @@ void run_with_deadline(asio::io_context& io, Task&& task, Duration deadline = 30
 }  // namespace starling::test
 
 // gtest's ASSERT_* use `return`, which coroutines cannot: use these inside coroutines.
-#define CO_ASSERT_TRUE(cond)                          \
-  if (!(cond)) {                                      \
+#define CO_ASSERT_TRUE(cond)                             \
+  if (!(cond)) {                                         \
     ADD_FAILURE() << "CO_ASSERT_TRUE(" #cond ") failed"; \
-    co_return;                                        \
+    co_return;                                           \
   }
 #define CO_ASSERT_FALSE(cond) CO_ASSERT_TRUE(!(cond))
 // For results: fails with the error message.
-#define CO_ASSERT_OK(res)                                                      \
-  if (!(res)) {                                                                \
-    ADD_FAILURE() << #res " failed: " << (res).error().message();              \
-    co_return;                                                                 \
+#define CO_ASSERT_OK(res)                                         \
+  if (!(res)) {                                                   \
+    ADD_FAILURE() << #res " failed: " << (res).error().message(); \
+    co_return;                                                    \
   }

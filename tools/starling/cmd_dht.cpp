@@ -32,7 +32,8 @@ Duration seconds(double s) {
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
 }
 
-result<std::vector<net::Multiaddr>> parse_addrs(const std::vector<std::string>& in, const char* what) {
+result<std::vector<net::Multiaddr>> parse_addrs(const std::vector<std::string>& in,
+                                                const char* what) {
   std::vector<net::Multiaddr> out;
   for (const auto& s : in) {
     auto a = net::Multiaddr::parse(s);
@@ -52,8 +53,8 @@ void write_addr_file(const std::string& path, const std::string& text) {
 }
 
 // Starts a host and a DHT node configured from `o`; prints errors itself.
-awaitable<result<std::shared_ptr<dht::DhtNode>>> start_node(const DhtOptions& o, crypto::KeyPair key,
-                                                            bool client) {
+awaitable<result<std::shared_ptr<dht::DhtNode>>> start_node(const DhtOptions& o,
+                                                            crypto::KeyPair key, bool client) {
   ST_CO_TRY(auto announce, parse_addrs(o.announce, "--announce"));
   ST_CO_TRY(auto peers, parse_addrs(o.initial_peers, "--initial-peers"));
   net::HostConfig hc;
@@ -79,7 +80,8 @@ awaitable<void> shutdown(std::shared_ptr<dht::DhtNode> node) {
 }
 
 awaitable<int> serve_main(std::shared_ptr<DhtOptions> o) {
-  auto key = load_identity_or_exit(o->identity.empty() ? default_identity_path() : o->identity, true);
+  auto key =
+      load_identity_or_exit(o->identity.empty() ? default_identity_path() : o->identity, true);
   auto started = co_await start_node(*o, key, o->client);
   if (!started) {
     std::cerr << "error: " << started.error().message() << "\n";
@@ -104,7 +106,9 @@ awaitable<int> serve_main(std::shared_ptr<DhtOptions> o) {
   co_return 0;
 }
 
-std::string show(const Bytes& b) { return dht::printable(b, 256); }
+std::string show(const Bytes& b) {
+  return dht::printable(b, 256);
+}
 
 awaitable<result<std::string>> put_op(std::shared_ptr<DhtOptions> o, crypto::KeyPair key) {
   ST_CO_TRY(auto node, co_await start_node(*o, key, true));
@@ -128,7 +132,8 @@ awaitable<result<std::string>> put_op(std::shared_ptr<DhtOptions> o, crypto::Key
 }
 
 awaitable<int> put_main(std::shared_ptr<DhtOptions> o) {
-  auto key = o->identity.empty() ? crypto::KeyPair::generate() : load_identity_or_exit(o->identity, true);
+  auto key =
+      o->identity.empty() ? crypto::KeyPair::generate() : load_identity_or_exit(o->identity, true);
   auto r = co_await with_timeout(put_op(o, key), seconds(o->timeout_s), "dht put");
   if (!r) {
     std::cerr << "error: " << r.error().message() << "\n";
@@ -144,7 +149,7 @@ std::string describe_value(const dht::Value& v) {
 }
 
 awaitable<result<std::optional<dht::Found>>> get_op(std::shared_ptr<DhtOptions> o,
-                                                   crypto::KeyPair key) {
+                                                    crypto::KeyPair key) {
   ST_CO_TRY(auto node, co_await start_node(*o, key, true));
   auto r = co_await node->get(dht::RecordKey::from_string(o->key), o->latest);
   co_await shutdown(node);
@@ -152,7 +157,8 @@ awaitable<result<std::optional<dht::Found>>> get_op(std::shared_ptr<DhtOptions> 
 }
 
 awaitable<int> get_main(std::shared_ptr<DhtOptions> o) {
-  auto key = o->identity.empty() ? crypto::KeyPair::generate() : load_identity_or_exit(o->identity, true);
+  auto key =
+      o->identity.empty() ? crypto::KeyPair::generate() : load_identity_or_exit(o->identity, true);
   auto r = co_await with_timeout(get_op(o, key), seconds(o->timeout_s), "dht get");
   if (!r) {
     std::cerr << "error: " << r.error().message() << "\n";
@@ -175,7 +181,8 @@ awaitable<int> get_main(std::shared_ptr<DhtOptions> o) {
 }
 
 void add_common(CLI::App* cmd, DhtOptions& o) {
-  cmd->add_option("--initial-peers,-p", o.initial_peers, "multiaddr of a DHT node to join through (repeatable)");
+  cmd->add_option("--initial-peers,-p", o.initial_peers,
+                  "multiaddr of a DHT node to join through (repeatable)");
   cmd->add_option("--timeout", o.timeout_s, "overall time limit, seconds")->capture_default_str();
 }
 }  // namespace
@@ -184,11 +191,15 @@ void add_dht_command(CLI::App& app, Runner& run) {
   auto o = std::make_shared<DhtOptions>();
   auto* cmd = app.add_subcommand("dht", "run a DHT / bootstrap node (put, get: inspect the DHT)");
   cmd->require_subcommand(0, 1);
-  cmd->add_option("--identity,-i", o->identity, "identity file (created if missing; default "
-                                                "~/.starling/identity.key)");
-  cmd->add_option("--listen,-l", o->listen, "multiaddr to listen on (repeatable)")->capture_default_str();
-  cmd->add_option("--announce,-a", o->announce, "multiaddr to announce to peers (repeatable; default: the listen addresses)");
-  cmd->add_option("--initial-peers,-p", o->initial_peers, "multiaddr of a DHT node to join through (repeatable)");
+  cmd->add_option("--identity,-i", o->identity,
+                  "identity file (created if missing; default "
+                  "~/.starling/identity.key)");
+  cmd->add_option("--listen,-l", o->listen, "multiaddr to listen on (repeatable)")
+      ->capture_default_str();
+  cmd->add_option("--announce,-a", o->announce,
+                  "multiaddr to announce to peers (repeatable; default: the listen addresses)");
+  cmd->add_option("--initial-peers,-p", o->initial_peers,
+                  "multiaddr of a DHT node to join through (repeatable)");
   cmd->add_flag("--client", o->client, "client mode: no listening, never in routing tables");
   cmd->add_option("--addr-file", o->addr_file, "write the DHT multiaddrs to this file");
 
@@ -197,12 +208,15 @@ void add_dht_command(CLI::App& app, Runner& run) {
   put->add_option("value", o->value, "value")->required();
   put->add_option("--subkey,-s", o->subkey, "dictionary sub-key");
   put->add_option("--ttl", o->ttl_s, "time to live, seconds")->capture_default_str();
-  put->add_flag("--sign", o->sign, "sign with --identity (the key or sub-key must contain [owner:<peer id>])");
+  put->add_flag("--sign", o->sign,
+                "sign with --identity (the key or sub-key must contain [owner:<peer id>])");
   put->add_option("--identity,-i", o->identity, "identity file (default: a fresh key)");
   add_common(put, *o);
-  auto* get = cmd->add_subcommand("get", "print the value(s) under a key, with sub-keys and remaining ttl");
+  auto* get =
+      cmd->add_subcommand("get", "print the value(s) under a key, with sub-keys and remaining ttl");
   get->add_option("key", o->key, "key")->required();
-  get->add_flag("--latest", o->latest, "ask every closest node and merge (not just the first answers)");
+  get->add_flag("--latest", o->latest,
+                "ask every closest node and merge (not just the first answers)");
   add_common(get, *o);
 
   put->callback([&run, o] { run = [o] { return run_main([o] { return put_main(o); }); }; });

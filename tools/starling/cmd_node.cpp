@@ -29,8 +29,10 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   net::install_echo(*host);
   net::RpcServer rpc(*host);
   net::install_rpc_echo(rpc);
-  host->on_peer_connected([](const net::PeerId& p) { std::cout << "connected " << p.to_string() << std::endl; });
-  host->on_peer_disconnected([](const net::PeerId& p) { std::cout << "disconnected " << p.to_string() << std::endl; });
+  host->on_peer_connected(
+      [](const net::PeerId& p) { std::cout << "connected " << p.to_string() << std::endl; });
+  host->on_peer_disconnected(
+      [](const net::PeerId& p) { std::cout << "disconnected " << p.to_string() << std::endl; });
   std::cout << "peer id " << host->local_peer().to_string() << "\n";
   std::string all;
   for (auto& a : host->listen_addresses()) {
@@ -54,8 +56,10 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
       continue;
     }
     auto r = co_await host->connect(ma.value());
-    if (r) std::cout << "dialled " << r.value().to_string() << std::endl;
-    else std::cerr << "error: " << r.error().message() << std::endl;
+    if (r)
+      std::cout << "dialled " << r.value().to_string() << std::endl;
+    else
+      std::cerr << "error: " << r.error().message() << std::endl;
   }
   // Serve until cancelled (Ctrl-C).
   (void)co_await sleep_for(std::chrono::hours(24 * 365));
@@ -68,9 +72,12 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
 
 void add_node_command(CLI::App& app, Runner& run) {
   auto o = std::make_shared<NodeOptions>();
-  auto* cmd = app.add_subcommand("node", "run a node: print its multiaddrs, serve ping/identify/echo");
-  cmd->add_option("--identity,-i", o->identity, "identity file (created if missing)")->capture_default_str();
-  cmd->add_option("--listen,-l", o->listen, "multiaddr to listen on (repeatable)")->capture_default_str();
+  auto* cmd =
+      app.add_subcommand("node", "run a node: print its multiaddrs, serve ping/identify/echo");
+  cmd->add_option("--identity,-i", o->identity, "identity file (created if missing)")
+      ->capture_default_str();
+  cmd->add_option("--listen,-l", o->listen, "multiaddr to listen on (repeatable)")
+      ->capture_default_str();
   cmd->add_option("--connect,-c", o->connect, "multiaddr to dial at start (repeatable)");
   cmd->add_option("--addr-file", o->addr_file, "write the listen multiaddrs to this file");
   cmd->callback([&run, o] { run = [o] { return run_main([o] { return node_main(o); }); }; });

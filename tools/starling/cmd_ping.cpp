@@ -23,7 +23,8 @@ struct DialOptions {
 };
 
 awaitable<result<std::pair<std::shared_ptr<net::Host>, net::PeerId>>> dial(const DialOptions& o) {
-  auto key = o.identity.empty() ? crypto::KeyPair::generate() : load_identity_or_exit(o.identity, true);
+  auto key =
+      o.identity.empty() ? crypto::KeyPair::generate() : load_identity_or_exit(o.identity, true);
   net::HostConfig cfg;
   cfg.listen.clear();
   auto host = net::Host::create(co_await asio::this_coro::executor, key, cfg);
@@ -50,7 +51,9 @@ awaitable<int> ping_main(std::shared_ptr<DialOptions> o) {
   auto [host, peer] = d.value();
   auto timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->timeout_s));
   auto info = co_await host->wait_identified(peer, timeout);
-  if (info) std::cout << "identify: agent " << info.value().agent_version << ", " << info.value().protocols.size() << " protocols\n";
+  if (info)
+    std::cout << "identify: agent " << info.value().agent_version << ", "
+              << info.value().protocols.size() << " protocols\n";
   auto rtts = co_await net::ping(*host, peer, o->count, timeout);
   int code = 0;
   if (!rtts) {
@@ -66,7 +69,7 @@ awaitable<int> ping_main(std::shared_ptr<DialOptions> o) {
 }
 
 awaitable<result<double>> echo_random(net::Host& host, const net::PeerId& peer, std::size_t n,
-                                       Duration timeout) {
+                                      Duration timeout) {
   Bytes data(n);
   randombytes_buf(data.data(), data.size());
   auto t0 = Clock::now();
@@ -98,8 +101,9 @@ awaitable<int> echo_main(std::shared_ptr<DialOptions> o) {
       r = co_await net::echo(*host, peer, as_bytes(o->text), timeout);
     }
     if (r && o->rpc)
-      std::cout << fmt::format("rpc {} answered in {:.3f} ms\n", net::kRpcEchoProtocol,
-                               std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      std::cout << fmt::format(
+          "rpc {} answered in {:.3f} ms\n", net::kRpcEchoProtocol,
+          std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     if (!r) {
       std::cerr << "error: " << r.error().message() << "\n";
       code = 1;
@@ -135,7 +139,9 @@ awaitable<int> echo_main(std::shared_ptr<DialOptions> o) {
 }
 
 void add_dial_options(CLI::App* cmd, DialOptions& o) {
-  cmd->add_option("addr", o.addr, "multiaddr of the node, e.g. /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW...")->required();
+  cmd->add_option("addr", o.addr,
+                  "multiaddr of the node, e.g. /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW...")
+      ->required();
   cmd->add_option("--identity,-i", o.identity, "identity file (default: a fresh ephemeral key)");
   cmd->add_option("--timeout", o.timeout_s, "seconds")->capture_default_str();
 }
@@ -151,12 +157,14 @@ void add_ping_command(CLI::App& app, Runner& run) {
 
 void add_echo_command(CLI::App& app, Runner& run) {
   auto o = std::make_shared<DialOptions>();
-  auto* cmd = app.add_subcommand("echo", "dial a node and echo a message through /starling/echo/1.0.0");
+  auto* cmd =
+      app.add_subcommand("echo", "dial a node and echo a message through /starling/echo/1.0.0");
   add_dial_options(cmd, *o);
   cmd->add_option("--text", o->text, "message")->capture_default_str();
   cmd->add_flag("--rpc", o->rpc, "call the typed RPC echo (/starling/rpc/echo/1.0.0)");
   cmd->add_option("--bytes", o->bytes, "echo this many random bytes per stream and verify them");
-  cmd->add_option("--streams", o->streams, "concurrent streams (with --bytes)")->capture_default_str();
+  cmd->add_option("--streams", o->streams, "concurrent streams (with --bytes)")
+      ->capture_default_str();
   cmd->callback([&run, o] { run = [o] { return run_main([o] { return echo_main(o); }); }; });
 }
 

@@ -32,7 +32,7 @@ extern "C" void on_train_signal(int) {
 }
 
 void install_signal_handlers() {
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_train_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
@@ -77,17 +77,18 @@ struct Progress {
     const auto& v = s.collaboration;
     std::optional<double> eta;
     if (o.max_epochs > v.global_epoch && v.samples_per_second > 0) {
-      const double left = static_cast<double>(o.max_epochs - v.global_epoch) *
-                              static_cast<double>(v.target) -
-                          static_cast<double>(v.samples_accumulated);
+      const double left =
+          static_cast<double>(o.max_epochs - v.global_epoch) * static_cast<double>(v.target) -
+          static_cast<double>(v.samples_accumulated);
       eta = std::max(0.0, left) / v.samples_per_second;
     } else if (v.eta) {
       eta = std::chrono::duration<double>(*v.eta).count();
     }
     auto line = fmt::format(
-        "epoch {} | {:.0f} samples/s ({} peers) | {}/{} samples | loss {:.4f} | {} {} | sent {:.1f} MB",
-        s.local_epoch, v.samples_per_second, v.num_peers, v.samples_accumulated, v.target,
-        loss_ema, o.max_epochs > 0 ? "ETA" : "next step", format_eta(eta),
+        "epoch {} | {:.0f} samples/s ({} peers) | {}/{} samples | loss {:.4f} | {} {} | sent "
+        "{:.1f} MB",
+        s.local_epoch, v.samples_per_second, v.num_peers, v.samples_accumulated, v.target, loss_ema,
+        o.max_epochs > 0 ? "ETA" : "next step", format_eta(eta),
         static_cast<double>(s.bytes_sent) / 1e6);
     if (tty)
       std::cerr << "\r" << line << "\x1b[K" << std::flush;
@@ -156,7 +157,8 @@ int train_main(const TrainOptions& o) {
     }
     auto st = opt.status();
     progress.print(st, o, false);
-    if (rep.value().stepped && o.eval_every > 0 && rep.value().epoch >= last_eval_epoch + o.eval_every) {
+    if (rep.value().stepped && o.eval_every > 0 &&
+        rep.value().epoch >= last_eval_epoch + o.eval_every) {
       last_eval_epoch = rep.value().epoch;
       auto ev = optim::evaluate(task.model(), test_data);
       std::cerr << (progress.tty ? "\n" : "")

@@ -31,7 +31,8 @@ int run_main(std::function<awaitable<int>()> main) {
   int code = 1;
   asio::cancellation_signal cancel;
   bool done = false;
-  asio::co_spawn(io, main(), asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int c) {
+  asio::co_spawn(io, main(),
+                 asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int c) {
                    done = true;
                    code = c;
                    if (e) {

@@ -16,7 +16,7 @@
 namespace starling::cli {
 
 struct TrainOptions {
-  std::string identity;                  // identity key file (created if missing)
+  std::string identity;                    // identity key file (created if missing)
   std::vector<std::string> initial_peers;  // multiaddrs of peers (or a bootstrap node) to join
   std::vector<std::string> listen{"/ip4/0.0.0.0/tcp/0"};
   std::string directory;  // FileDirectory root shared by processes on one machine

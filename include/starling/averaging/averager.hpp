@@ -43,7 +43,7 @@ struct AveragerConfig {
   // Error feedback for lossy codecs: what compression lost in one step is added to this
   // peer's values in the next step it sends them, so the error does not accumulate.
   bool error_feedback = false;
-  std::uint64_t seed = 0;            // for group ids and initial Moshpit digits (0: random)
+  std::uint64_t seed = 0;  // for group ids and initial Moshpit digits (0: random)
   // Test hook: called on the I/O thread when this peer's step enters a phase
   // ("matchmaking:<state>", "reduce-scatter", "report", "all-gather", "fin", "done").
   std::function<void(const std::string& phase)> on_phase;

@@ -51,17 +51,17 @@ struct StateFrame {
 
 struct LoadStateOptions {
   Duration timeout = 300s;
-  std::size_t max_donors = 4;       // download from at most this many donors at once
+  std::size_t max_donors = 4;  // download from at most this many donors at once
   std::size_t parts_per_request = 4;
-  Duration stall_timeout = 20s;     // a donor silent this long while owing parts is dropped
+  Duration stall_timeout = 20s;  // a donor silent this long while owing parts is dropped
 };
 
 struct StateInfo {
   std::uint64_t epoch = 0;
   Bytes metadata;
-  std::size_t donors = 0;          // donors that served at least one part
+  std::size_t donors = 0;  // donors that served at least one part
   std::size_t parts = 0;
-  std::size_t parts_retried = 0;   // parts fetched again after a donor failed or lied
+  std::size_t parts_retried = 0;  // parts fetched again after a donor failed or lied
   std::uint64_t bytes = 0;
   Duration time{};
 };

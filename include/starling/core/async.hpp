@@ -12,12 +12,12 @@
 #include <memory>
 #include <string>
 
-#include <asio/experimental/as_tuple.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
@@ -89,8 +89,7 @@ class TaskScope {
   // safe here; never write spawn([&]() -> awaitable<void> {...}()) — the invoked lambda's
   // captures die with the temporary closure while the coroutine still runs.
   template <class F>
-    requires std::is_invocable_r_v<awaitable<void>, F&>
-  void spawn(F fn) {
+  requires std::is_invocable_r_v<awaitable<void>, F&> void spawn(F fn) {
     spawn([](F f) -> awaitable<void> { co_await f(); }(std::move(fn)));
   }
   std::size_t active() const noexcept;

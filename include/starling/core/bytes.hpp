@@ -23,7 +23,9 @@ inline BytesView as_bytes(std::string_view s) {
 inline std::string_view as_string(BytesView b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }
-inline Bytes to_bytes(std::string_view s) { return Bytes(s.begin(), s.end()); }
+inline Bytes to_bytes(std::string_view s) {
+  return Bytes(s.begin(), s.end());
+}
 
 std::string to_hex(BytesView b);
 result<Bytes> from_hex(std::string_view s);

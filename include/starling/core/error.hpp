@@ -39,7 +39,9 @@ class Error {
 };
 
 // ADL hooks so Boost.Outcome treats Error like an error_code.
-inline std::error_code make_error_code(const Error& e) noexcept { return e.code(); }
+inline std::error_code make_error_code(const Error& e) noexcept {
+  return e.code();
+}
 [[noreturn]] void outcome_throw_as_system_error_with_payload(const Error& e);
 
 // Generic errors shared by every module.
@@ -53,9 +55,9 @@ enum class errc {
   too_large,             // a message or value exceeds its limit
   protocol_violation,    // the peer broke the protocol
   not_found,
-  unavailable,           // no peer / resource could serve the request
-  io,                    // an OS-level I/O error (see context)
-  permission,            // a file has the wrong permissions
+  unavailable,  // no peer / resource could serve the request
+  io,           // an OS-level I/O error (see context)
+  permission,   // a file has the wrong permissions
   unsupported,
   already_exists,
   internal,

@@ -14,8 +14,9 @@ namespace outcome = boost::outcome_v2;
 
 // value() on an error result throws std::system_error (a broken invariant, not control flow).
 template <class T>
-using result = outcome::basic_result<
-    T, Error, outcome::policy::error_code_throw_as_system_error<T, Error, void>>;
+using result =
+    outcome::basic_result<T, Error,
+                          outcome::policy::error_code_throw_as_system_error<T, Error, void>>;
 
 using outcome::failure;
 using outcome::success;
@@ -35,13 +36,13 @@ inline Error make_error(E code, std::string context = {}) {
 #define ST_CAT_(a, b) ST_CAT2_(a, b)
 #define ST_TMP_ ST_CAT_(st_try_tmp_, __LINE__)
 #define ST_PICK_(_1, _2, NAME, ...) NAME
-#define ST_TRYV_(ret, expr)                                  \
-  do {                                                       \
-    auto&& st_try_v_ = (expr);                               \
+#define ST_TRYV_(ret, expr)                                \
+  do {                                                     \
+    auto&& st_try_v_ = (expr);                             \
     if (!st_try_v_) ret std::move(st_try_v_).as_failure(); \
   } while (0)
-#define ST_TRYD_(ret, decl, expr)                          \
-  auto&& ST_TMP_ = (expr);                                 \
+#define ST_TRYD_(ret, decl, expr)                    \
+  auto&& ST_TMP_ = (expr);                           \
   if (!ST_TMP_) ret std::move(ST_TMP_).as_failure(); \
   decl = std::move(ST_TMP_).value()
 #define ST_TRY1_(expr) ST_TRYV_(return, expr)

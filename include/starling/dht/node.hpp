@@ -122,9 +122,9 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   awaitable<result<std::vector<Contact>>> find_node(DhtId target);
 
   // --- owned records ------------------------------------------------------------------------
-  std::string owner_marker() const;                    // "[owner:<this peer id>]"
-  RecordKey owned_key(std::string_view name) const;    // name + owner_marker()
-  SubKey owned_subkey(std::string_view name) const;    // name + owner_marker()
+  std::string owner_marker() const;                  // "[owner:<this peer id>]"
+  RecordKey owned_key(std::string_view name) const;  // name + owner_marker()
+  SubKey owned_subkey(std::string_view name) const;  // name + owner_marker()
 
   // --- state (on the executor) --------------------------------------------------------------
   const net::PeerId& peer() const noexcept { return host_->local_peer(); }

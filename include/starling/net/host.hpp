@@ -35,7 +35,7 @@ struct HostConfig {
   Duration idle_timeout = 120s;      // a connection with no streams for this long is closed
   std::size_t max_connections = 1024;
   std::size_t max_pending_inbound = 64;  // inbound connections still handshaking
-  Duration shutdown_timeout = 5s;    // bound for stop()
+  Duration shutdown_timeout = 5s;        // bound for stop()
   std::string agent_version = "starling/0.1.0";
   YamuxConfig yamux;
 };

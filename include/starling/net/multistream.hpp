@@ -36,8 +36,9 @@ awaitable<result<Negotiated>> multistream_select(ByteStreamPtr stream,
                                                  Duration timeout);
 
 // Listener side: answers proposals; `supported` decides which protocol ids are accepted.
-awaitable<result<Negotiated>> multistream_handle(
-    ByteStreamPtr stream, std::function<bool(std::string_view)> supported, Duration timeout);
+awaitable<result<Negotiated>> multistream_handle(ByteStreamPtr stream,
+                                                 std::function<bool(std::string_view)> supported,
+                                                 Duration timeout);
 
 // Pure codec (fuzzable): encodes one message; decodes one message at the start of `in`.
 Bytes multistream_encode(std::string_view msg);
