@@ -179,7 +179,16 @@ INSTANTIATE_TEST_SUITE_P(Phases, AveragerFault,
                          ::testing::Values(Fault{"reduce-scatter", false},
                                            Fault{"all-gather", false}, Fault{"fin", false},
                                            Fault{"reduce-scatter", true},
-                                           Fault{"all-gather", true}));
+                                           Fault{"all-gather", true}),
+                         // A stable name (the default prints the parameter's raw bytes, a
+                         // pointer, so ctest's discovered names went stale on rebuilds).
+                         [](const ::testing::TestParamInfo<Fault>& i) {
+                           std::string n = std::string(i.param.stall ? "stall_" : "kill_") +
+                                           i.param.phase;
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
 
 TEST(AveragerFaultMatchmaking, PeerLostWhileForming) {
   const std::size_t n = 5;
