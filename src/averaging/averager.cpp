@@ -55,6 +55,10 @@ result<std::shared_ptr<Averager>> Averager::create(std::shared_ptr<net::StreamHo
                                            std::move(add_addresses)));
   a->key_ = std::move(key).value();
   a->impl_->codecs = std::move(codecs);
+  const auto& prefix = a->cfg_.key.prefix;
+  a->impl_->join_protocol = averaging_protocol(kJoinProtocol, prefix);
+  a->impl_->allreduce_protocol = averaging_protocol(kAllReduceProtocol, prefix);
+  a->impl_->state_protocol = averaging_protocol(kStateProtocol, prefix);
   return a;
 }
 
@@ -111,7 +115,7 @@ void Averager::start() {
   impl_->started = true;
   std::weak_ptr<Averager> weak = weak_from_this();
   host_->set_stream_handler(
-      kJoinProtocol, [weak](net::ByteStreamPtr s, net::PeerId remote) -> awaitable<void> {
+      impl_->join_protocol, [weak](net::ByteStreamPtr s, net::PeerId remote) -> awaitable<void> {
         auto reader = std::make_shared<net::BufferedReader>(*s);
         auto first = co_await with_timeout(reader->read_length_prefixed(wire::kMaxFrame),
                                            kHelloTimeout, "join request");
@@ -140,7 +144,7 @@ void Averager::start() {
         co_await session->serve_join(remote, s, reader, std::get<JoinRequest>(f.value()));
       });
   host_->set_stream_handler(
-      kAllReduceProtocol, [weak](net::ByteStreamPtr s, net::PeerId remote) -> awaitable<void> {
+      impl_->allreduce_protocol, [weak](net::ByteStreamPtr s, net::PeerId remote) -> awaitable<void> {
         auto reader = std::make_shared<net::BufferedReader>(*s);
         auto first = co_await with_timeout(reader->read_length_prefixed(wire::kMaxFrame),
                                            kHelloTimeout, "all-reduce hello");
@@ -179,7 +183,7 @@ void Averager::start() {
         }
         co_await runner->serve_inbound(hello.from, s, reader);
       });
-  host_->set_stream_handler(kStateProtocol,
+  host_->set_stream_handler(impl_->state_protocol,
                             [weak](net::ByteStreamPtr s, net::PeerId remote) -> awaitable<void> {
                               auto self = weak.lock();
                               if (!self) co_return;
@@ -189,9 +193,10 @@ void Averager::start() {
 
 awaitable<void> Averager::stop() {
   impl_->stopped = true;
-  host_->remove_stream_handler(kJoinProtocol);
-  host_->remove_stream_handler(kAllReduceProtocol);
-  host_->remove_stream_handler(kStateProtocol);
+  host_->remove_stream_handler(impl_->join_protocol);
+  host_->remove_stream_handler(impl_->allreduce_protocol);
+  host_->remove_stream_handler(impl_->state_protocol);
+  impl_->blob_source = nullptr;
   impl_->round_registered.set();
   co_return;
 }
@@ -202,6 +207,7 @@ awaitable<result<StepResult>> Averager::step(StepOptions opts) {
   if (impl_->stepping) co_return make_error(errc::already_exists, "averager: a step is running");
   if (!std::isfinite(opts.weight) || opts.weight < 0)
     co_return make_error(errc::invalid_argument, "averager: weight must be finite and >= 0");
+  ST_CO_TRY(GroupKey::valid_round(opts.round));
   impl_->stepping = true;
   struct Reset {
     Impl* i;
@@ -226,11 +232,13 @@ awaitable<result<StepResult>> Averager::step(StepOptions opts) {
     const Duration mm =
         opts.matchmaking_timeout.value_or(std::min<Duration>(opts.timeout / 2, 30s));
     const auto wnow = WallClock::now();
-    MatchmakingCore core(cfg_.matchmaking, self_info(opts.weight), schema_hash_, key_, wnow,
+    MatchmakingCore core(cfg_.matchmaking, self_info(opts.weight), schema_hash_,
+                         key_.with_round(opts.round), wnow,
                          wnow + std::chrono::duration_cast<WallClock::duration>(mm),
                          cfg_.seed ^ static_cast<std::uint64_t>(t0.time_since_epoch().count()));
     auto session = std::make_shared<detail::MatchSession>(
-        *host_, *directory_, std::move(core), add_addresses_, cfg_.open_timeout, cfg_.on_phase);
+        *host_, *directory_, std::move(core), add_addresses_, cfg_.open_timeout,
+        impl_->join_protocol, cfg_.on_phase);
     impl_->match = session;
     auto g = co_await session->run();
     impl_->match.reset();
@@ -257,6 +265,7 @@ awaitable<result<StepResult>> Averager::step(StepOptions opts) {
   rcfg.round = cfg_.round;
   rcfg.keepalive_interval = cfg_.keepalive_interval;
   rcfg.open_timeout = cfg_.open_timeout;
+  rcfg.protocol = impl_->allreduce_protocol;
   rcfg.on_phase = cfg_.on_phase;
   rcfg.codecs = &impl_->codecs;
   // Error feedback: this step starts from the residual of earlier steps and commits the new

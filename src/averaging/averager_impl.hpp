@@ -16,7 +16,7 @@ namespace starling::averaging {
 // A state snapshot this peer serves to newcomers (state_transfer.cpp).
 struct StateSnapshot {
   StateManifest manifest;
-  std::vector<float> data;
+  Bytes data;
 };
 
 struct Averager::Impl {
@@ -24,7 +24,11 @@ struct Averager::Impl {
   std::map<Bytes, std::shared_ptr<detail::RoundRunner>> rounds;  // by group id
   AsyncEvent round_registered;
   std::shared_ptr<detail::MatchSession> match;
-  std::shared_ptr<const StateSnapshot> snapshot;
+  // The snapshot served now and the one before it (downloads of it in progress finish).
+  std::shared_ptr<const StateSnapshot> snapshot, previous;
+  Averager::BlobSource blob_source;
+  std::uint64_t state_bytes_served = 0;
+  std::string join_protocol, allreduce_protocol, state_protocol;  // per-averager ids
   bool started = false, stopped = false, stepping = false;
   detail::TensorCodecs codecs;  // per-tensor codecs from the schema
   // Error feedback (or empty): what earlier steps' encodings of this peer's values, and of the

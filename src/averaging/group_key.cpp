@@ -6,8 +6,13 @@ namespace starling::averaging {
 namespace {
 
 result<void> check(const GroupKeyConfig& cfg) {
-  if (cfg.prefix.empty() || cfg.prefix.find('/') != std::string::npos)
-    return make_error(errc::invalid_argument, "group key: prefix must be non-empty without '/'");
+  if (cfg.prefix.empty() || cfg.prefix.size() > 64 ||
+      cfg.prefix.find_first_of("/[]") != std::string::npos)
+    return make_error(errc::invalid_argument,
+                      "group key: prefix must be 1..64 characters without '/', '[' or ']'");
+  for (unsigned char c : cfg.prefix)
+    if (c <= 0x20 || c >= 0x7f)
+      return make_error(errc::invalid_argument, "group key: prefix must be printable ASCII");
   if (cfg.grid < 2 || cfg.grid > 65536)
     return make_error(errc::invalid_argument, "group key: grid must be in 2..65536");
   if (cfg.dims > 16) return make_error(errc::invalid_argument, "group key: at most 16 dims");
@@ -38,8 +43,24 @@ result<GroupKey> GroupKey::from_digits(const GroupKeyConfig& cfg,
   return k;
 }
 
+result<void> GroupKey::valid_round(const std::string& round) {
+  if (round.size() > 128 || round.find_first_of("[]") != std::string::npos)
+    return make_error(errc::invalid_argument, "group key: a round is at most 128 characters without '[' or ']'");
+  for (unsigned char c : round)
+    if (c < 0x20 || c >= 0x7f)
+      return make_error(errc::invalid_argument, "group key: a round must be printable ASCII");
+  return success();
+}
+
+GroupKey GroupKey::with_round(std::string round) const {
+  GroupKey k = *this;
+  k.round_ = std::move(round);
+  return k;
+}
+
 std::string GroupKey::to_string() const {
   std::string s = cfg_.prefix;
+  if (!round_.empty()) s += "[" + round_ + "]";
   for (std::size_t i = 0; i < digits_.size(); ++i) {
     s += i == 0 ? "/" : ".";
     s += std::to_string(digits_[i]);

@@ -6,12 +6,14 @@ namespace starling::averaging::detail {
 
 MatchSession::MatchSession(net::StreamHost& host, Directory& dir, MatchmakingCore core,
                            Averager::AddressSink sink, Duration open_timeout,
+                           std::string join_protocol,
                            std::function<void(const std::string&)> on_phase)
     : host_(host),
       dir_(dir),
       core_(std::move(core)),
       sink_(std::move(sink)),
       open_timeout_(open_timeout),
+      join_protocol_(std::move(join_protocol)),
       ex_(host.get_executor()),
       scope_(ex_),
       changed_(ex_),
@@ -170,7 +172,7 @@ awaitable<void> MatchSession::follow(PeerKey leader, JoinRequest req) {
     pump();
     co_return;
   }
-  auto s = co_await host_.open_stream(id.value(), kJoinProtocol, open_timeout_);
+  auto s = co_await host_.open_stream(id.value(), join_protocol_, open_timeout_);
   if (!s) {
     logger("averaging")
         ->debug("matchmaking: join stream to {}: {}", leader.short_hex(), s.error().message());

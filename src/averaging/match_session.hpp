@@ -21,7 +21,7 @@ namespace starling::averaging::detail {
 class MatchSession : public std::enable_shared_from_this<MatchSession> {
  public:
   MatchSession(net::StreamHost& host, Directory& dir, MatchmakingCore core,
-               Averager::AddressSink sink, Duration open_timeout,
+               Averager::AddressSink sink, Duration open_timeout, std::string join_protocol,
                std::function<void(const std::string&)> on_phase = {});
   ~MatchSession();
 
@@ -57,6 +57,7 @@ class MatchSession : public std::enable_shared_from_this<MatchSession> {
   MatchmakingCore core_;
   Averager::AddressSink sink_;
   Duration open_timeout_;
+  std::string join_protocol_;
   asio::any_io_executor ex_;
   TaskScope scope_;
   AsyncEvent changed_;

@@ -170,7 +170,7 @@ bool RoundRunner::drained() const {
 }
 
 awaitable<void> RoundRunner::connect(std::uint32_t j) {
-  auto s = co_await host_.open_stream(peers_[j], kAllReduceProtocol, cfg_.open_timeout);
+  auto s = co_await host_.open_stream(peers_[j], cfg_.protocol, cfg_.open_timeout);
   if (!s) {
     stream_lost(j, s.error(), false);
     co_return;

@@ -11,24 +11,19 @@
 namespace starling::averaging::detail {
 namespace {
 
-struct HashFloats {
-  const std::vector<float>* v;
-  Bytes operator()() const {
-    return blake2b_256(
-        BytesView(reinterpret_cast<const std::uint8_t*>(v->data()), v->size() * sizeof(float)));
-  }
+struct HashPart {
+  const Bytes* v;
+  Bytes operator()() const { return blake2b_256(*v); }
 };
 
 }  // namespace
 
 StateDownload::StateDownload(net::StreamHost& host, ThreadPool& pool, AddressSink sink,
-                             Bytes schema_hash, std::uint64_t elements, LoadStateOptions opts,
-                             TimePoint deadline)
+                             Target target, LoadStateOptions opts, TimePoint deadline)
     : host_(host),
       pool_(pool),
       sink_(std::move(sink)),
-      schema_hash_(std::move(schema_hash)),
-      elements_(elements),
+      target_(std::move(target)),
       opts_(opts),
       deadline_(deadline),
       changed_(host.get_executor()) {}
@@ -36,7 +31,7 @@ StateDownload::StateDownload(net::StreamHost& host, ThreadPool& pool, AddressSin
 awaitable<result<std::shared_ptr<StateDonor>>> StateDownload::open_donor(net::PeerId id,
                                                                          PeerKey peer,
                                                                          Duration left) {
-  ST_CO_TRY(auto s, co_await host_.open_stream(id, kStateProtocol, left));
+  ST_CO_TRY(auto s, co_await host_.open_stream(id, target_.protocol, left));
   auto d = std::make_shared<StateDonor>();
   d->peer = std::move(peer);
   d->stream = s;
@@ -89,15 +84,23 @@ awaitable<void> StateDownload::ask_manifest(StateAnnouncement a) {
 result<void> StateDownload::choose_snapshot() {
   std::map<Bytes, std::vector<std::shared_ptr<StateDonor>>> by_snap;
   for (auto& d : donors_) {
-    if (d->manifest.schema_hash != schema_hash_ || d->manifest.elements != elements_ ||
-        !validate_manifest(d->manifest)) {
+    const auto& m = d->manifest;
+    const bool size_ok = target_.size ? m.size == *target_.size : m.size <= target_.max_bytes;
+    if (m.schema_hash != target_.kind || !size_ok || !validate_manifest(m)) {
+      if (m.size > target_.max_bytes) too_large_ = true;
+      logger("averaging")
+          ->info("load_state: donor {}: unusable manifest ({} bytes)", d->peer.short_hex(), m.size);
       d->stream->reset();
       continue;
     }
     by_snap[d->manifest.snapshot].push_back(d);
   }
-  if (by_snap.empty())
+  if (by_snap.empty()) {
+    if (too_large_)
+      return make_error(errc::too_large, "load_state: the donors' state is above the limit of " +
+                                             std::to_string(target_.max_bytes) + " bytes");
     return make_error(errc::unavailable, "load_state: no donor answered with a usable manifest");
+  }
   auto best = by_snap.begin();
   for (auto it = by_snap.begin(); it != by_snap.end(); ++it) {
     const auto& m = it->second.front()->manifest;
@@ -124,19 +127,19 @@ awaitable<result<void>> StateDownload::fetch(StateDonor& d, const std::vector<st
   req.parts = batch;
   const Bytes frame = net::length_prefixed(wire::encode_state_request(req));
   ST_CO_TRY(co_await d.stream->write(frame));
-  const std::size_t pe = manifest_.part_elems;
+  const std::size_t ps = manifest_.part_size;
   for (auto p : batch) {
     ST_CO_TRY(auto fb, co_await with_timeout(d.reader->read_length_prefixed(wire::kMaxFrame),
                                              opts_.stall_timeout, "state part header"));
     ST_CO_TRY(auto f, wire::decode_state_frame(fb));
-    const std::size_t b = std::size_t{p} * pe;
-    const std::size_t len = std::min(pe, buf_.size() - b);
-    if (!f.part || *f.part != p || f.payload_len != len * sizeof(float))
+    const std::size_t b = std::size_t{p} * ps;
+    const std::size_t len = std::min<std::size_t>(ps, buf_.size() - b);
+    if (!f.part || *f.part != p || f.payload_len != len)
       co_return make_error(errc::protocol_violation, "donor sent the wrong part: " + f.error);
-    std::vector<float> tmp(len);
-    MutableBytesView dst(reinterpret_cast<std::uint8_t*>(tmp.data()), len * sizeof(float));
+    Bytes tmp(len);
+    MutableBytesView dst(tmp.data(), tmp.size());
     ST_CO_TRY(co_await with_timeout(d.reader->read_exact(dst), opts_.stall_timeout, "state part"));
-    HashFloats task{&tmp};
+    HashPart task{&tmp};
     ST_CO_TRY(auto h, co_await pool_.run(task));
     if (h != manifest_.part_hashes[p])
       co_return make_error(errc::protocol_violation,
@@ -146,7 +149,7 @@ awaitable<result<void>> StateDownload::fetch(StateDonor& d, const std::vector<st
       have_[p] = true;
       ++have_count_;
     }
-    bytes_ += len * sizeof(float);
+    bytes_ += len;
     ++done_in_batch;
     --in_flight_;
     d.served = true;
@@ -217,7 +220,7 @@ awaitable<result<StateInfo>> StateDownload::run(std::vector<StateAnnouncement> c
   ST_CO_TRY(choose_snapshot());
   // 3. Parts in parallel from every chosen donor.
   const std::size_t nparts = manifest_.part_hashes.size();
-  buf_.assign(manifest_.elements, 0.0f);
+  buf_.assign(manifest_.size, 0);
   for (std::uint32_t p = 0; p < nparts; ++p) queue_.push_back(p);
   have_.assign(nparts, false);
   {

@@ -10,6 +10,8 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "starling/averaging/state_transfer.hpp"
@@ -35,12 +37,20 @@ class StateDownload : public std::enable_shared_from_this<StateDownload> {
  public:
   using AddressSink =
       std::function<void(const net::PeerId&, const std::vector<std::string>& addrs)>;
-  StateDownload(net::StreamHost& host, ThreadPool& pool, AddressSink sink, Bytes schema_hash,
-                std::uint64_t elements, LoadStateOptions opts, TimePoint deadline);
+  // What to download: the kind (schema hash or blob_kind()), the exact size if known, the
+  // largest size accepted, and the donors' state protocol id.
+  struct Target {
+    Bytes kind;
+    std::optional<std::uint64_t> size;
+    std::uint64_t max_bytes = 0;
+    std::string protocol;
+  };
+  StateDownload(net::StreamHost& host, ThreadPool& pool, AddressSink sink, Target target,
+                LoadStateOptions opts, TimePoint deadline);
 
-  // Runs the whole download; on success `data()` holds the state (elements floats).
+  // Runs the whole download; on success `data()` holds the state.
   awaitable<result<StateInfo>> run(std::vector<StateAnnouncement> candidates);
-  std::vector<float>& data() { return buf_; }
+  Bytes& data() { return buf_; }
 
  private:
   awaitable<void> ask_manifest(StateAnnouncement a);
@@ -54,14 +64,14 @@ class StateDownload : public std::enable_shared_from_this<StateDownload> {
   net::StreamHost& host_;
   ThreadPool& pool_;
   AddressSink sink_;
-  Bytes schema_hash_;
-  std::uint64_t elements_;
+  Target target_;
   LoadStateOptions opts_;
   TimePoint deadline_;
   std::vector<std::shared_ptr<StateDonor>> donors_;  // answered with a manifest
   std::vector<std::shared_ptr<StateDonor>> use_;     // holding the chosen snapshot
   StateManifest manifest_;
-  std::vector<float> buf_;
+  Bytes buf_;
+  bool too_large_ = false;
   std::deque<std::uint32_t> queue_;
   std::vector<bool> have_;
   std::size_t have_count_ = 0, in_flight_ = 0, retried_ = 0, pending_ = 0, workers_ = 0;

@@ -1,5 +1,7 @@
-// State transfer (state_transfer.hpp): the donor's snapshot, announcement and server, and the
-// newcomer's parallel, verified, resumable download.
+// State transfer (state_transfer.hpp): the donor's snapshot, announcement and server (tensor
+// snapshots and byte blobs), and the newcomer's side (StateDownload does the transfer).
+
+#include <cstring>
 
 #include "averager_impl.hpp"
 #include "starling/core/log.hpp"
@@ -9,16 +11,13 @@
 namespace starling::averaging {
 namespace {
 
-constexpr Duration kStateIdle = 60s;  // a state stream with no request for this long is closed
-
-BytesView float_bytes(std::span<const float> f) {
-  return {reinterpret_cast<const std::uint8_t*>(f.data()), f.size_bytes()};
-}
+constexpr Duration kStateIdle = 60s;     // a state stream with no request for this long is closed
+constexpr Duration kSourceWait = 30s;    // a blob source must answer within this
 
 awaitable<result<void>> write_frame(net::ByteStream& s, const StateFrame& f,
-                                    std::span<const float> payload = {}) {
+                                    BytesView payload = {}) {
   ST_CO_TRY(co_await s.write(net::length_prefixed(wire::encode_state_frame(f))));
-  if (!payload.empty()) ST_CO_TRY(co_await s.write(float_bytes(payload)));
+  if (!payload.empty()) ST_CO_TRY(co_await s.write(payload));
   co_return success();
 }
 
@@ -27,44 +26,111 @@ struct HashParts {
   const StateSnapshot* snap;
   std::vector<Bytes> operator()() const {
     std::vector<Bytes> hs;
-    const std::size_t pe = snap->manifest.part_elems;
-    std::span<const float> all(snap->data);
-    for (std::size_t b = 0; b < all.size(); b += pe)
-      hs.push_back(blake2b_256(float_bytes(all.subspan(b, std::min(pe, all.size() - b)))));
+    const std::size_t ps = snap->manifest.part_size;
+    BytesView all(snap->data);
+    for (std::size_t b = 0; b < all.size(); b += ps)
+      hs.push_back(blake2b_256(all.subspan(b, std::min(ps, all.size() - b))));
     return hs;
   }
 };
 
+struct GatherBytes {
+  const std::vector<TensorView>* views;
+  std::uint64_t numel;
+  Bytes operator()() const {
+    std::vector<float> flat(numel);
+    gather_flat(*views, 0, flat);
+    Bytes out(flat.size() * sizeof(float));
+    if (!flat.empty()) std::memcpy(out.data(), flat.data(), out.size());
+    return out;
+  }
+};
+
+awaitable<result<BlobSnapshot>> call_source(Averager::BlobSource source) {
+  co_return co_await source();
+}
+
 }  // namespace
+
+std::string averaging_protocol(const char* base, const std::string& prefix) {
+  return std::string(base) + "/" + prefix;
+}
+
+std::uint64_t Averager::state_bytes_served() const noexcept {
+  return impl_->state_bytes_served;
+}
 
 Bytes Averager::state_key() const {
   return blake2b_256(as_bytes("starling/averaging/state/" + cfg_.key.prefix));
 }
 
-awaitable<result<void>> Averager::share_state(std::uint64_t epoch, Bytes metadata, Duration ttl) {
+awaitable<result<void>> Averager::install_snapshot(std::uint64_t epoch, Bytes data, Bytes metadata,
+                                                   const Bytes& kind, std::size_t part_size) {
   auto self = shared_from_this();
   if (metadata.size() > wire::kMaxMetadata)
     co_return make_error(errc::too_large, "share_state: metadata above 64 KiB");
   auto snap = std::make_shared<StateSnapshot>();
-  snap->data.resize(schema_.numel());
-  gather_flat(tensors_, 0, snap->data);
+  snap->data = std::move(data);
   auto& m = snap->manifest;
   m.epoch = epoch;
   m.metadata = std::move(metadata);
-  m.schema_hash = schema_hash_;
-  m.elements = snap->data.size();
-  m.part_elems = static_cast<std::uint32_t>(cfg_.round.part_elems);
+  m.schema_hash = kind;
+  m.size = snap->data.size();
+  m.part_size = static_cast<std::uint32_t>(part_size);
   // Hash the parts on the worker pool, not on the I/O thread.
   HashParts task{snap.get()};
   auto hashes = co_await pool_->run(task);
   if (!hashes) co_return hashes.error();
   m.part_hashes = std::move(hashes).value();
   m.snapshot = snapshot_id(m);
+  if (impl_->snapshot && impl_->snapshot->manifest.snapshot != m.snapshot)
+    impl_->previous = impl_->snapshot;
   impl_->snapshot = snap;
-  StateAnnouncement a{self_info(0), epoch, schema_hash_,
-                      WallClock::now() + std::chrono::duration_cast<WallClock::duration>(ttl)};
+  co_return success();
+}
+
+awaitable<result<void>> Averager::announce(std::uint64_t epoch, const Bytes& kind, Duration ttl) {
+  auto self = shared_from_this();
+  StateAnnouncement a;
+  a.donor = self_info(0);
+  a.epoch = epoch;
+  a.schema_hash = kind;
+  a.expires = WallClock::now() + std::chrono::duration_cast<WallClock::duration>(ttl);
   co_return co_await directory_->put(state_key(), a.donor.peer.bytes(),
                                      wire::encode_announcement(a), a.expires);
+}
+
+awaitable<result<void>> Averager::share_state(std::uint64_t epoch, Bytes metadata, Duration ttl) {
+  auto self = shared_from_this();
+  GatherBytes gather;
+  gather.views = &tensors_;
+  gather.numel = schema_.numel();
+  ST_CO_TRY(auto data, co_await pool_->run(gather));
+  ST_CO_TRY(co_await install_snapshot(epoch, std::move(data), std::move(metadata), schema_hash_,
+                                      cfg_.round.part_elems * sizeof(float)));
+  co_return co_await announce(epoch, schema_hash_, ttl);
+}
+
+awaitable<result<void>> Averager::share_blob(BlobSnapshot blob, Duration ttl) {
+  auto self = shared_from_this();
+  const std::uint64_t epoch = blob.epoch;
+  ST_CO_TRY(co_await install_snapshot(epoch, std::move(blob.data), std::move(blob.metadata),
+                                      blob_kind(), cfg_.blob_part_bytes));
+  co_return co_await announce(epoch, blob_kind(), ttl);
+}
+
+void Averager::set_blob_source(BlobSource source) {
+  impl_->blob_source = std::move(source);
+  if (!impl_->blob_source && impl_->snapshot &&
+      impl_->snapshot->manifest.schema_hash == blob_kind()) {
+    impl_->snapshot.reset();
+    impl_->previous.reset();
+  }
+  if (!impl_->started) start();
+}
+
+awaitable<result<void>> Averager::announce_blob(std::uint64_t epoch, Duration ttl) {
+  co_return co_await announce(epoch, blob_kind(), ttl);
 }
 
 awaitable<void> Averager::serve_state(net::ByteStreamPtr s, net::PeerId remote) {
@@ -80,7 +146,24 @@ awaitable<void> Averager::serve_state(net::ByteStreamPtr s, net::PeerId remote) 
           ->warn("state stream from {}: {}", remote.short_string(), req.error().message());
       break;
     }
+    if (req.value().manifest && impl_->blob_source) {
+      // A lazy donor: ask for the current state; an unchanged epoch and size reuses the snapshot.
+      auto got = co_await with_timeout(call_source(impl_->blob_source), kSourceWait, "blob source");
+      auto cur = impl_->snapshot;
+      if (!got) {
+        logger("averaging")->info("state source: {}", got.error().message());
+      } else if (!cur || cur->manifest.schema_hash != blob_kind() ||
+                 cur->manifest.epoch != got.value().epoch ||
+                 cur->manifest.size != got.value().data.size()) {
+        auto& b = got.value();
+        auto ins = co_await install_snapshot(b.epoch, std::move(b.data), std::move(b.metadata),
+                                             blob_kind(), cfg_.blob_part_bytes);
+        if (!ins) logger("averaging")->warn("state snapshot: {}", ins.error().message());
+      }
+    }
     auto snap = impl_->snapshot;  // keeps this snapshot alive while serving it
+    if (!req.value().manifest && snap && snap->manifest.snapshot != req.value().snapshot)
+      snap = impl_->previous;
     result<void> w = success();
     if (req.value().manifest) {
       StateFrame f;
@@ -94,7 +177,7 @@ awaitable<void> Averager::serve_state(net::ByteStreamPtr s, net::PeerId remote) 
       f.error = "unknown snapshot";
       w = co_await write_frame(*s, f);
     } else {
-      const std::size_t pe = snap->manifest.part_elems;
+      const std::size_t ps = snap->manifest.part_size;
       for (auto p : req.value().parts) {
         if (p >= snap->manifest.part_hashes.size()) {
           StateFrame f;
@@ -102,14 +185,14 @@ awaitable<void> Averager::serve_state(net::ByteStreamPtr s, net::PeerId remote) 
           w = co_await write_frame(*s, f);
           break;
         }
-        const std::size_t b = std::size_t{p} * pe;
-        auto data =
-            std::span<const float>(snap->data).subspan(b, std::min(pe, snap->data.size() - b));
+        const std::size_t b = std::size_t{p} * ps;
+        auto data = BytesView(snap->data).subspan(b, std::min(ps, snap->data.size() - b));
         StateFrame f;
         f.part = p;
-        f.payload_len = data.size_bytes();
+        f.payload_len = data.size();
         w = co_await write_frame(*s, f, data);
         if (!w) break;
+        impl_->state_bytes_served += data.size();
       }
     }
     if (!w) break;
@@ -117,41 +200,75 @@ awaitable<void> Averager::serve_state(net::ByteStreamPtr s, net::PeerId remote) 
   s->reset();
 }
 
-awaitable<result<StateInfo>> Averager::load_state(LoadStateOptions opts) {
+awaitable<result<std::vector<StateAnnouncement>>> Averager::announcements(const Bytes& kind) {
   auto self = shared_from_this();
-  if (!impl_->started) start();
-  const TimePoint t0 = Clock::now();
-  const TimePoint deadline = t0 + opts.timeout;
-  opts.max_donors = std::max<std::size_t>(1, opts.max_donors);
-  opts.parts_per_request = std::clamp<std::size_t>(opts.parts_per_request, 1, 64);
   const PeerKey me(host_->local_peer().bytes());
-
-  // 1. Who announces a state with our schema.
   auto got = co_await directory_->get(state_key());
   if (!got) co_return got.error().with_context("load_state: reading announcements");
   std::vector<StateAnnouncement> anns;
   for (const auto& v : got.value()) {
     auto a = wire::decode_announcement(v);
-    if (!a || a.value().schema_hash != schema_hash_ || a.value().donor.peer == me ||
+    if (!a || a.value().schema_hash != kind || a.value().donor.peer == me ||
         a.value().expires <= WallClock::now())
       continue;
     anns.push_back(std::move(a).value());
   }
   if (anns.empty())
     co_return make_error(errc::not_found, "load_state: nobody announces a state for " +
-                                              cfg_.key.prefix + " with this schema");
+                                              cfg_.key.prefix + " of this kind");
   std::sort(anns.begin(), anns.end(),
             [](const auto& x, const auto& y) { return x.epoch > y.epoch; });
+  co_return anns;
+}
+
+awaitable<result<StateInfo>> Averager::load_state(LoadStateOptions opts) {
+  auto self = shared_from_this();
+  const std::uint64_t bytes = schema_.numel() * sizeof(float);
+  opts.max_bytes = bytes;
+  const Bytes kind = schema_hash_;
+  auto blob = co_await load_kind(kind, bytes, opts);
+  if (!blob) co_return blob.error();
+  std::vector<float> flat(schema_.numel());
+  if (bytes > 0) std::memcpy(flat.data(), blob.value().data.data(), bytes);
+  scatter_flat(tensors_, 0, flat);
+  co_return std::move(blob.value().info);
+}
+
+awaitable<result<BlobState>> Averager::load_blob(LoadStateOptions opts) {
+  auto self = shared_from_this();
+  const Bytes kind = blob_kind();
+  const std::uint64_t any_size = 0;
+  co_return co_await load_kind(kind, any_size, opts);
+}
+
+awaitable<result<BlobState>> Averager::load_kind(Bytes kind, std::uint64_t size,
+                                                 LoadStateOptions opts) {
+  auto self = shared_from_this();
+  if (!impl_->started) start();
+  const TimePoint t0 = Clock::now();
+  const TimePoint deadline = t0 + opts.timeout;
+  opts.max_donors = std::max<std::size_t>(1, opts.max_donors);
+  opts.parts_per_request = std::clamp<std::size_t>(opts.parts_per_request, 1, 64);
+
+  // 1. Who announces a state of this kind.
+  ST_CO_TRY(auto anns, co_await announcements(kind));
   if (anns.size() > 2 * opts.max_donors) anns.resize(2 * opts.max_donors);
 
   // 2-4. Manifests, the best snapshot, parts from several donors (state_download.cpp).
-  auto dl = std::make_shared<detail::StateDownload>(*host_, *pool_, add_addresses_, schema_hash_,
-                                                    schema_.numel(), opts, deadline);
+  // Member by member: GCC 12 miscompiles braced initialisers in coroutines.
+  detail::StateDownload::Target target;
+  target.kind = kind;
+  if (size > 0) target.size = size;
+  target.max_bytes = opts.max_bytes;
+  target.protocol = impl_->state_protocol;
+  auto dl = std::make_shared<detail::StateDownload>(*host_, *pool_, add_addresses_,
+                                                    std::move(target), opts, deadline);
   auto info = co_await dl->run(std::move(anns));
   if (!info) co_return info.error();
-  scatter_flat(tensors_, 0, dl->data());
-  StateInfo out = std::move(info).value();
-  out.time = Clock::now() - t0;
+  BlobState out;
+  out.info = std::move(info).value();
+  out.data = std::move(dl->data());
+  out.info.time = Clock::now() - t0;
   co_return out;
 }
 

@@ -6,8 +6,13 @@
 
 namespace starling::averaging {
 
+const Bytes& blob_kind() {
+  static const Bytes kind = blake2b_256(as_bytes(std::string("starling/averaging/blob")));
+  return kind;
+}
+
 Bytes snapshot_id(const StateManifest& m) {
-  Bytes enc = to_bytes("starling-averaging-snapshot-v1");
+  Bytes enc = to_bytes("starling-averaging-snapshot-v2");
   auto put = [&](std::uint64_t v) {
     for (int i = 0; i < 8; ++i) enc.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
   };
@@ -15,16 +20,18 @@ Bytes snapshot_id(const StateManifest& m) {
   put(m.metadata.size());
   enc.insert(enc.end(), m.metadata.begin(), m.metadata.end());
   enc.insert(enc.end(), m.schema_hash.begin(), m.schema_hash.end());
-  put(m.elements);
-  put(m.part_elems);
+  put(m.size);
+  put(m.part_size);
   put(m.part_hashes.size());
   for (const auto& h : m.part_hashes) enc.insert(enc.end(), h.begin(), h.end());
   return blake2b_256(enc);
 }
 
 result<void> validate_manifest(const StateManifest& m) {
-  if (m.part_elems == 0) return make_error(errc::invalid_argument, "manifest: part size 0");
-  const std::uint64_t parts = (m.elements + m.part_elems - 1) / m.part_elems;
+  if (m.part_size == 0 || m.part_size > wire::kMaxStatePartBytes)
+    return make_error(errc::invalid_argument, "manifest: part size must be 1 byte .. 64 MiB");
+  if (m.size > wire::kMaxStateBytes) return make_error(errc::invalid_argument, "manifest: size above 1 TiB");
+  const std::uint64_t parts = (m.size + m.part_size - 1) / m.part_size;
   if (parts != m.part_hashes.size())
     return make_error(errc::invalid_argument, "manifest: " + std::to_string(m.part_hashes.size()) +
                                                   " part hashes for " + std::to_string(parts) +
@@ -133,8 +140,8 @@ Bytes encode_state_frame(const StateFrame& f) {
     x->set_epoch(s.epoch);
     x->set_metadata(s_of(s.metadata));
     x->set_schema_hash(s_of(s.schema_hash));
-    x->set_elements(s.elements);
-    x->set_part_elems(s.part_elems);
+    x->set_size(s.size);
+    x->set_part_size(s.part_size);
     for (const auto& h : s.part_hashes) x->add_part_hashes(s_of(h));
   }
   if (f.part) {
@@ -169,9 +176,8 @@ result<StateFrame> decode_state_frame(BytesView b) {
   s.metadata = b_of(x.metadata());
   if (x.schema_hash().size() != 32) return bad("manifest schema hash length");
   s.schema_hash = b_of(x.schema_hash());
-  s.elements = x.elements();
-  if (s.elements > (std::uint64_t{1} << 40)) return bad("manifest element count");
-  s.part_elems = x.part_elems();
+  s.size = x.size();
+  s.part_size = x.part_size();
   if (static_cast<std::size_t>(x.part_hashes_size()) > kMaxStateParts) return bad("too many parts");
   for (const auto& h : x.part_hashes()) s.part_hashes.push_back(b_of(h));
   auto v = validate_manifest(s);

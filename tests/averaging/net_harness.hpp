@@ -149,6 +149,7 @@ class Cluster {
   Node& node(std::size_t i) { return *nodes_[i]; }
   std::size_t size() const { return nodes_.size(); }
   const Schema& schema() const { return schema_; }
+  std::shared_ptr<MemoryDirectory> directory() const { return dir_; }
 
   // A group with every node in the order given, as matchmaking would build it.
   GroupInfo group(const std::vector<double>& weights) {

@@ -39,8 +39,8 @@ TEST(StateTransfer, ManifestCodecAndIds) {
   m.epoch = 7;
   m.metadata = to_bytes("meta");
   m.schema_hash = Bytes(32, 3);
-  m.elements = 10;
-  m.part_elems = 4;
+  m.size = 10;
+  m.part_size = 4;
   m.part_hashes = {Bytes(32, 1), Bytes(32, 2), Bytes(32, 3)};
   m.snapshot = snapshot_id(m);
   EXPECT_TRUE(validate_manifest(m));
@@ -48,7 +48,7 @@ TEST(StateTransfer, ManifestCodecAndIds) {
   ASSERT_TRUE(f) << f.error().message();
   EXPECT_EQ(f.value().manifest->snapshot, m.snapshot);
   auto bad = m;
-  bad.part_hashes.pop_back();  // 10 elements in parts of 4 need 3 hashes
+  bad.part_hashes.pop_back();  // 10 bytes in parts of 4 need 3 hashes
   EXPECT_FALSE(validate_manifest(bad));
   bad = m;
   bad.epoch = 8;  // the id no longer matches the contents

@@ -140,6 +140,7 @@ int train_main(const TrainOptions& o) {
   }
   std::cout << "peer " << peer << " run " << o.run_id << " model " << o.model
             << (net.value()->collaboration() ? "" : " (training alone)") << std::endl;
+  for (const auto& a : net.value()->addresses()) std::cout << "listening on " << a << std::endl;
 
   Progress progress;
   progress.every = std::chrono::duration_cast<Duration>(
@@ -184,6 +185,11 @@ int train_main(const TrainOptions& o) {
   auto down = opt.shutdown(10s);
   if (!down) std::cerr << "warning: shutdown: " << down.error().message() << "\n";
   net.value()->stop();
+  // Networked: count everything the collaboration moved (rounds and state served).
+  if (auto [tx, rx] = net.value()->traffic(); tx > 0 || rx > 0) {
+    final_status.bytes_sent = tx;
+    final_status.bytes_received = rx;
+  }
 
   auto ev = optim::evaluate(task.model(), test_data);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -1,8 +1,11 @@
-// The networked side of `starling train`: identity, node, directory and the collaboration.
+// The networked side of `starling train`: identity, io thread, Host, DHT node and the
+// NetCollaboration (collab/training_node.hpp).
 #include <iostream>
 
 #include "cli.hpp"
+#include "starling/collab/training_node.hpp"
 #include "starling/crypto/keys.hpp"
+#include "starling/net/multiaddr.hpp"
 #include "starling/net/peer_id.hpp"
 #include "train_options.hpp"
 
@@ -21,14 +24,53 @@ class AloneNetwork final : public TrainNetwork {
   std::string peer_;
 };
 
+class DhtNetwork final : public TrainNetwork {
+ public:
+  explicit DhtNetwork(std::unique_ptr<collab::TrainingNode> node) : node_(std::move(node)) {}
+  std::shared_ptr<optim::Collaboration> collaboration() override {
+    return node_->collaboration();
+  }
+  std::string peer_id() const override { return node_->peer().to_string(); }
+  void stop() override {
+    if (auto r = node_->stop(15s); !r)
+      std::cerr << "warning: leaving the network: " << r.error().message() << "\n";
+  }
+  std::pair<std::uint64_t, std::uint64_t> traffic() override { return node_->traffic(); }
+  std::vector<std::string> addresses() const override {
+    std::vector<std::string> out;
+    for (const auto& a : node_->listen_addresses()) out.push_back(a.to_string());
+    return out;
+  }
+
+ private:
+  std::unique_ptr<collab::TrainingNode> node_;
+};
+
 }  // namespace
 
 result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o) {
   auto key = load_identity_or_exit(o.identity, true);
   const auto peer = net::PeerId::from_public_key(key.public_key()).to_string();
-  if (o.directory.empty() && o.initial_peers.empty())
+  if (!o.directory.empty())
+    return make_error(errc::unsupported,
+                      "--directory is not supported by the networked trainer; start a bootstrap "
+                      "node (starling dht) and pass --initial-peers");
+  if (o.initial_peers.empty())
     return std::unique_ptr<TrainNetwork>(std::make_unique<AloneNetwork>(peer));
-  return make_error(errc::unavailable, "networked training is not built yet");
+  collab::TrainingNodeConfig cfg;
+  cfg.listen = o.listen;
+  for (const auto& s : o.initial_peers) {
+    auto m = net::Multiaddr::parse(s);
+    if (!m) return m.error().with_context("--initial-peers " + s);
+    cfg.initial_peers.push_back(std::move(m).value());
+  }
+  cfg.collab.run_id = o.run_id;
+  ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));
+  if (bw > 0) cfg.collab.bandwidth = bw;
+  // Listening on 0.0.0.0: announce the loopback address too, so peers on this machine can dial.
+  auto node = collab::TrainingNode::start(std::move(key), cfg);
+  if (!node) return node.error().with_context("starting the node");
+  return std::unique_ptr<TrainNetwork>(std::make_unique<DhtNetwork>(std::move(node).value()));
 }
 
 }  // namespace starling::cli

@@ -67,6 +67,11 @@ class TrainNetwork {
   virtual std::string peer_id() const = 0;
   // Stops the node (bounded).
   virtual void stop() = 0;
+  // Bytes sent and received by the collaboration (rounds and state transfer); after stop()
+  // the totals at the time it stopped.
+  virtual std::pair<std::uint64_t, std::uint64_t> traffic() { return {0, 0}; }
+  // Listen addresses (with /p2p/<id>) others can bootstrap through.
+  virtual std::vector<std::string> addresses() const { return {}; }
 };
 result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o);
 

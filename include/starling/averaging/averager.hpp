@@ -44,6 +44,8 @@ struct AveragerConfig {
   // peer's values in the next step it sends them, so the error does not accumulate.
   bool error_feedback = false;
   std::uint64_t seed = 0;  // for group ids and initial Moshpit digits (0: random)
+  // Part size of blob snapshots (share_blob / blob sources); tensor snapshots use round.part_elems.
+  std::size_t blob_part_bytes = 256 * 1024;
   // Test hook: called on the I/O thread when this peer's step enters a phase
   // ("matchmaking:<state>", "reduce-scatter", "report", "all-gather", "fin", "done").
   std::function<void(const std::string& phase)> on_phase;
@@ -51,6 +53,10 @@ struct AveragerConfig {
 
 struct StepOptions {
   double weight = 1.0;     // this peer's contribution weight (e.g. samples)
+  // The round's name (e.g. "grads/12"): only peers stepping with the same round (and group key)
+  // are matched, so peers at different epochs never average together. Empty: the averager's
+  // key alone. Printable ASCII without '[' or ']', at most 128 characters.
+  std::string round;
   Duration timeout = 60s;  // the whole step (matchmaking + all-reduce) ends by then
   // Matchmaking must form a group within this (default: half the timeout, at most 30 s).
   std::optional<Duration> matchmaking_timeout;
@@ -74,6 +80,22 @@ struct StepResult {
   Duration matchmaking_time{}, allreduce_time{}, total_time{};
   Duration codec_time{};  // worker-thread time spent encoding and decoding (compressed schemas)
 };
+
+// A state blob as a donor serves it: the epoch (newer wins) and the bytes.
+struct BlobSnapshot {
+  std::uint64_t epoch = 0;
+  Bytes data;
+  Bytes metadata;  // <= 64 KiB
+};
+
+struct BlobState {
+  StateInfo info;
+  Bytes data;
+};
+
+// Protocol ids are per averager: the base id followed by "/" and the key prefix, so several
+// averagers (gradients and state, or several runs) share one host.
+std::string averaging_protocol(const char* base, const std::string& prefix);
 
 class Averager : public std::enable_shared_from_this<Averager> {
  public:
@@ -99,6 +121,10 @@ class Averager : public std::enable_shared_from_this<Averager> {
   // On error the tensors are unchanged.
   awaitable<result<StepResult>> step(StepOptions opts);
 
+  // --- state transfer ---------------------------------------------------------------------
+  // One averager serves one snapshot at a time (the newest share_*() call or source answer),
+  // plus the previous one while downloads of it finish.
+  //
   // Donor side of state transfer: snapshots the tensors now, with `epoch` and `metadata`
   // (<= 64 KiB), serves that snapshot to newcomers until the next call, and announces it in the
   // directory for `ttl`.
@@ -109,12 +135,29 @@ class Averager : public std::enable_shared_from_this<Averager> {
   // failed), timeout. On error the tensors are unchanged.
   awaitable<result<StateInfo>> load_state(LoadStateOptions opts = {});
 
+  // Blobs: arbitrary bytes (a model and its optimizer state) up to LoadStateOptions::max_bytes,
+  // in parts of cfg.blob_part_bytes, each hashed, fetched from several donors and resumed from
+  // another donor when one fails. share_blob() snapshots `blob` and announces it for `ttl`.
+  awaitable<result<void>> share_blob(BlobSnapshot blob, Duration ttl = 300s);
+  // Lazy donor: on every manifest request the averager asks `source` (bounded) for the current
+  // state and serves it; the same epoch and size as the current snapshot reuses it. Call
+  // announce_blob() (periodically, before ttl ends) to be found. nullptr stops serving.
+  using BlobSource = std::function<awaitable<result<BlobSnapshot>>()>;
+  void set_blob_source(BlobSource source);
+  awaitable<result<void>> announce_blob(std::uint64_t epoch, Duration ttl = 300s);
+  // Newcomer side: the blob with the highest epoch held by the most donors. Errors as
+  // load_state(); errc::too_large when the donors' blob exceeds opts.max_bytes.
+  awaitable<result<BlobState>> load_blob(LoadStateOptions opts = {});
+
   // Blocking forms, for threads that do not run the host's executor (a training loop). Each
   // waits at most the operation's own timeout plus a margin; called on the executor's thread
   // they refuse with errc::internal instead of deadlocking.
   result<StepResult> step_blocking(StepOptions opts);
   result<void> share_state_blocking(std::uint64_t epoch, Bytes metadata, Duration ttl = 300s);
   result<StateInfo> load_state_blocking(LoadStateOptions opts = {});
+
+  // Bytes of state parts this averager served to newcomers (executor thread).
+  std::uint64_t state_bytes_served() const noexcept;
 
   const Schema& schema() const noexcept { return schema_; }
   const Bytes& schema_hash() const noexcept { return schema_hash_; }
@@ -129,6 +172,12 @@ class Averager : public std::enable_shared_from_this<Averager> {
            Schema schema, std::vector<TensorView> tensors, AveragerConfig cfg, AddressSink sink);
   awaitable<void> serve_state(net::ByteStreamPtr s, net::PeerId remote);
   Bytes state_key() const;
+  awaitable<result<void>> announce(std::uint64_t epoch, const Bytes& kind, Duration ttl);
+  awaitable<result<std::vector<StateAnnouncement>>> announcements(const Bytes& kind);
+  // size: the exact size expected (0: any size up to opts.max_bytes).
+  awaitable<result<BlobState>> load_kind(Bytes kind, std::uint64_t size, LoadStateOptions opts);
+  awaitable<result<void>> install_snapshot(std::uint64_t epoch, Bytes data, Bytes metadata,
+                                           const Bytes& kind, std::size_t part_size);
 
   std::shared_ptr<net::StreamHost> host_;
   std::shared_ptr<Directory> directory_;

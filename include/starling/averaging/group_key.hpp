@@ -29,11 +29,17 @@ struct GroupKeyConfig {
 class GroupKey {
  public:
   GroupKey() = default;
-  // Validates the config (non-empty prefix without '/', grid in 2..65536, dims <= 16).
+  // Validates the config (non-empty prefix of at most 64 printable characters without '/',
+  // '[' or ']' (it also names the averager's protocols), grid in 2..65536, dims <= 16).
   static result<GroupKey> initial(const GroupKeyConfig& cfg, std::uint64_t seed);
   static result<GroupKey> from_digits(const GroupKeyConfig& cfg, std::vector<std::uint32_t> digits);
 
-  // "prefix" or "prefix/3.0.12" (dims digits).
+  // The same key for one named round (e.g. "grads/12"): peers average together only if their
+  // rounds match, so peers at different epochs never mix. Validated by valid_round().
+  GroupKey with_round(std::string round) const;
+  static result<void> valid_round(const std::string& round);
+
+  // "prefix", "prefix/3.0.12" (dims digits), "prefix[round]/3.0.12" with a round.
   std::string to_string() const;
   // The DHT key the group's matchmaking dictionary lives under: BLAKE2b of
   // "starling/averaging/match/" + to_string().
@@ -43,12 +49,14 @@ class GroupKey {
 
   const std::vector<std::uint32_t>& digits() const noexcept { return digits_; }
   const GroupKeyConfig& config() const noexcept { return cfg_; }
+  const std::string& round() const noexcept { return round_; }
   friend bool operator==(const GroupKey& a, const GroupKey& b) {
-    return a.cfg_.prefix == b.cfg_.prefix && a.digits_ == b.digits_;
+    return a.cfg_.prefix == b.cfg_.prefix && a.round_ == b.round_ && a.digits_ == b.digits_;
   }
 
  private:
   GroupKeyConfig cfg_;
+  std::string round_;
   std::vector<std::uint32_t> digits_;
 };
 

@@ -1,5 +1,5 @@
 // State transfer: a newcomer downloads the current tensors plus a small metadata blob (e.g. the
-// optimizer epoch) from peers that announce a state snapshot in the directory. The newcomer
+// optimizer epoch), or an arbitrary byte blob (a model and its optimizer state), from peers that announce a state snapshot in the directory. The newcomer
 // asks several donors for their manifest (snapshot id, epoch, metadata, BLAKE2b-256 of every
 // part), picks the snapshot with the highest epoch held by the most donors, and downloads its
 // parts in parallel from every donor holding it, verifying each part against the manifest; a
@@ -25,13 +25,16 @@ struct StateAnnouncement {
   WallTime expires;
 };
 
+// The kind of a blob snapshot (in place of a schema hash): BLAKE2b("starling/averaging/blob").
+const Bytes& blob_kind();
+
 struct StateManifest {
-  Bytes snapshot;  // BLAKE2b-256 over epoch, metadata, element count, part size, part hashes
+  Bytes snapshot;  // BLAKE2b-256 over epoch, metadata, kind, size, part size, part hashes
   std::uint64_t epoch = 0;
   Bytes metadata;
-  Bytes schema_hash;
-  std::uint64_t elements = 0;
-  std::uint32_t part_elems = 0;
+  Bytes schema_hash;            // the tensors' schema hash, or blob_kind()
+  std::uint64_t size = 0;       // bytes (float32 tensors: 4 per element)
+  std::uint32_t part_size = 0;  // bytes per part (the last may be shorter); <= 64 MiB
   std::vector<Bytes> part_hashes;
 };
 
@@ -54,6 +57,7 @@ struct LoadStateOptions {
   std::size_t max_donors = 4;  // download from at most this many donors at once
   std::size_t parts_per_request = 4;
   Duration stall_timeout = 20s;  // a donor silent this long while owing parts is dropped
+  std::uint64_t max_bytes = std::uint64_t{1} << 30;  // blobs larger than this are refused
 };
 
 struct StateInfo {

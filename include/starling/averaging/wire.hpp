@@ -64,6 +64,8 @@ result<RoundFrame> decode_round(BytesView b, std::size_t members);
 // --- state transfer ---
 inline constexpr std::size_t kMaxStateParts = 1 << 22;
 inline constexpr std::size_t kMaxMetadata = 1 << 16;
+inline constexpr std::size_t kMaxStatePartBytes = std::size_t{64} << 20;
+inline constexpr std::uint64_t kMaxStateBytes = std::uint64_t{1} << 40;
 Bytes encode_announcement(const StateAnnouncement& a);
 result<StateAnnouncement> decode_announcement(BytesView b);
 Bytes encode_state_request(const StateRequest& r);

@@ -1,0 +1,87 @@
+// NetCollaboration: the networked optim::Collaboration (collaboration.hpp) on one libp2p Host,
+// a Kademlia DhtNode and two Averagers (gradients and state). No torch.
+//
+// - Progress records: a DHT dictionary under BLAKE2b("starling/collab/progress/" + run_id);
+//   each peer writes one sub-key it owns ("progress" + its owner marker, signed by the DHT
+//   layer, so nobody else can overwrite or forge it). fetch_progress() returns each owner's
+//   value with the remaining TTL the DHT reports.
+// - average(): Averager::step on the gradient averager ("<run_id>.grads"), with the round key
+//   (e.g. "grads/12") as the step's round, so peers at different epochs never average
+//   together; spans are copied into the averager's own buffers and back on success.
+// - download_state()/serve_state(): blob state transfer on the state averager
+//   ("<run_id>.state"): donors serve the provider's bytes lazily and re-announce themselves
+//   every state_ttl / 3; a newcomer downloads from several donors in parallel.
+//
+// Threading rule: every method runs on the host's executor (executor()); stop() is bounded.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "starling/averaging/averager.hpp"
+#include "starling/dht/node.hpp"
+#include "starling/net/host.hpp"
+#include "starling/optim/collaboration.hpp"
+
+namespace starling::collab {
+
+struct NetCollaborationConfig {
+  std::string run_id;              // 1..48 printable characters without '/', '[' or ']'
+  std::vector<std::string> addrs;  // addresses group members dial (empty: the host's)
+  bool client_mode = false;
+  std::uint64_t bandwidth = 12'500'000;  // declared bytes/s (splits all-reduce shares)
+  averaging::MatchmakingConfig matchmaking = default_matchmaking();
+  Duration stall_timeout = 10s;   // a group member silent this long is dropped from the round
+  Duration open_timeout = 10s;    // opening a stream to a group member
+  Duration state_ttl = 60s;       // state announcements (renewed every state_ttl / 3)
+  std::uint64_t max_state_bytes = std::uint64_t{1} << 30;
+  std::size_t reduce_threads = 1;
+  bool error_feedback = true;     // for lossy gradient compression
+
+  static averaging::MatchmakingConfig default_matchmaking();
+};
+
+class NetCollaboration final : public optim::Collaboration,
+                               public std::enable_shared_from_this<NetCollaboration> {
+ public:
+  // The host must be started and the DHT node started (bootstrapped or alone).
+  static result<std::shared_ptr<NetCollaboration>> create(std::shared_ptr<net::Host> host,
+                                                          std::shared_ptr<dht::DhtNode> node,
+                                                          NetCollaborationConfig cfg);
+  ~NetCollaboration() override;
+
+  // Stops serving state and the averagers; bounded (a few seconds). Call on executor().
+  awaitable<void> stop();
+
+  asio::any_io_executor executor() override;
+  const net::PeerId& self() const override;
+  awaitable<result<void>> publish_progress(Bytes value, Duration ttl) override;
+  awaitable<result<std::vector<optim::ProgressEntry>>> fetch_progress() override;
+  awaitable<result<optim::RoundResult>> average(std::span<optim::NamedSpan> tensors,
+                                                optim::RoundOptions options) override;
+  awaitable<result<State>> download_state(TimePoint deadline) override;
+  void serve_state(std::function<awaitable<result<State>>()> provider) override;
+  std::uint64_t bytes_sent() const override;
+  std::uint64_t bytes_received() const override;
+
+  // Counters (executor thread): completed rounds, state downloads.
+  std::uint64_t rounds() const noexcept { return rounds_; }
+  std::uint64_t state_downloads() const noexcept { return downloads_; }
+
+  struct Impl;
+
+ private:
+  NetCollaboration(std::shared_ptr<net::Host> host, std::shared_ptr<dht::DhtNode> node,
+                   NetCollaborationConfig cfg);
+  result<void> ensure_grads(std::span<optim::NamedSpan> tensors, optim::Compression c);
+  static awaitable<void> announce_loop(std::weak_ptr<NetCollaboration> weak);
+
+  std::shared_ptr<net::Host> host_;
+  std::shared_ptr<dht::DhtNode> node_;
+  NetCollaborationConfig cfg_;
+  std::unique_ptr<Impl> impl_;
+  std::uint64_t rounds_ = 0, downloads_ = 0;
+};
+
+}  // namespace starling::collab

@@ -1,0 +1,55 @@
+// TrainingNode: everything a networked trainer runs besides the model: an io thread, a libp2p
+// Host, a Kademlia DhtNode (bootstrapped through initial peers, or the first node) and a
+// NetCollaboration. Used by `starling train` and the collaboration tests.
+//
+// Threading rule: start() and stop() are called from a thread that is not the node's io
+// thread (a main or training thread); the collaboration runs on the io thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "starling/collab/net_collaboration.hpp"
+#include "starling/core/blocking.hpp"
+#include "starling/crypto/keys.hpp"
+
+namespace starling::collab {
+
+struct TrainingNodeConfig {
+  std::vector<std::string> listen = {"/ip4/127.0.0.1/tcp/0"};
+  std::vector<net::Multiaddr> initial_peers;  // empty: the first node of a network
+  dht::DhtNodeConfig dht = default_dht();
+  NetCollaborationConfig collab;
+  Duration start_timeout = 60s;  // host start + DHT bootstrap
+
+  static dht::DhtNodeConfig default_dht();
+};
+
+class TrainingNode {
+ public:
+  static result<std::unique_ptr<TrainingNode>> start(crypto::KeyPair key, TrainingNodeConfig cfg);
+  ~TrainingNode();  // stop()
+
+  std::shared_ptr<NetCollaboration> collaboration() const { return collab_; }
+  const net::PeerId& peer() const { return host_->local_peer(); }
+  std::vector<net::Multiaddr> listen_addresses() const;  // with /p2p/<id>
+  asio::any_io_executor executor() { return io_->executor(); }
+
+  // Leaves: stops the collaboration, the DHT node and the host, then the io thread. Bounded
+  // by `bound` (each part has its own bound inside). Idempotent.
+  result<void> stop(Duration bound = 15s);
+  // Bytes sent / received by the collaboration (rounds + state), read on the io thread.
+  std::pair<std::uint64_t, std::uint64_t> traffic();
+
+ private:
+  TrainingNode() = default;
+  std::unique_ptr<IoThread> io_;
+  std::shared_ptr<net::Host> host_;
+  std::shared_ptr<dht::DhtNode> node_;
+  std::shared_ptr<NetCollaboration> collab_;
+  bool stopped_ = false;
+  std::pair<std::uint64_t, std::uint64_t> final_traffic_{0, 0};
+};
+
+}  // namespace starling::collab

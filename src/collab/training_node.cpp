@@ -1,0 +1,89 @@
+// TrainingNode (training_node.hpp): io thread + Host + DhtNode + NetCollaboration.
+#include "starling/collab/training_node.hpp"
+
+#include "starling/core/log.hpp"
+
+namespace starling::collab {
+
+dht::DhtNodeConfig TrainingNodeConfig::default_dht() {
+  dht::DhtNodeConfig c;
+  c.dht.request_timeout = 5s;
+  c.dht.slow_request = 1s;
+  c.dht.operation_timeout = 20s;
+  c.bootstrap_attempts = 6;
+  c.bootstrap_backoff = 300ms;
+  c.stop_timeout = 3s;
+  return c;
+}
+
+result<std::unique_ptr<TrainingNode>> TrainingNode::start(crypto::KeyPair key,
+                                                          TrainingNodeConfig cfg) {
+  std::unique_ptr<TrainingNode> t(new TrainingNode());
+  t->io_ = std::make_unique<IoThread>("starling-train-io");
+  net::HostConfig hc;
+  hc.listen = cfg.listen;
+  hc.shutdown_timeout = 3s;
+  if (cfg.dht.dht.client_mode || cfg.collab.client_mode) hc.listen.clear();
+  t->host_ = net::Host::create(t->io_->executor(), std::move(key), hc);
+  auto host = t->host_;
+  if (auto r = block_on(
+          t->io_->executor(), [host] { return host->start(); }, cfg.start_timeout);
+      !r)
+    return r.error().with_context("starting the host");
+  t->node_ = dht::DhtNode::create(t->host_, cfg.dht);
+  auto node = t->node_;
+  auto peers = cfg.initial_peers;
+  if (auto r = block_on(
+          t->io_->executor(), [node, peers] { return node->start(peers); }, cfg.start_timeout);
+      !r)
+    return r.error().with_context("joining the DHT");
+  ST_TRY(auto c, NetCollaboration::create(t->host_, t->node_, cfg.collab));
+  t->collab_ = std::move(c);
+  return t;
+}
+
+TrainingNode::~TrainingNode() {
+  (void)stop();
+}
+
+std::vector<net::Multiaddr> TrainingNode::listen_addresses() const {
+  std::vector<net::Multiaddr> out;
+  for (const auto& a : host_->listen_addresses()) out.push_back(a.with_peer_id(host_->local_peer()));
+  return out;
+}
+
+std::pair<std::uint64_t, std::uint64_t> TrainingNode::traffic() {
+  if (stopped_ || !collab_) return final_traffic_;
+  auto c = collab_;
+  auto r = block_on(
+      io_->executor(),
+      [c]() -> awaitable<result<std::pair<std::uint64_t, std::uint64_t>>> {
+        co_return std::make_pair(c->bytes_sent(), c->bytes_received());
+      },
+      5s);
+  return r ? r.value() : std::pair<std::uint64_t, std::uint64_t>{0, 0};
+}
+
+result<void> TrainingNode::stop(Duration bound) {
+  if (stopped_) return success();
+  stopped_ = true;
+  auto c = collab_;
+  auto node = node_;
+  auto host = host_;
+  auto* traffic = &final_traffic_;
+  auto r = block_on(
+      io_->executor(),
+      [c, node, host, traffic]() -> awaitable<result<void>> {
+        if (c) *traffic = {c->bytes_sent(), c->bytes_received()};
+        if (c) co_await c->stop();
+        if (node) co_await node->stop();
+        if (host) co_await host->stop();
+        co_return success();
+      },
+      bound);
+  if (!r) logger("collab")->warn("leaving: {}", r.error().message());
+  auto s = io_->stop(2s);
+  return r ? s : r;
+}
+
+}  // namespace starling::collab
