@@ -29,14 +29,20 @@ void MatchSession::tell_addresses(const MemberInfo& m) {
 
 awaitable<void> MatchSession::publish() {
   const auto& e = core_.entry();
+  const auto t0 = Clock::now();
   auto r = co_await dir_.put(core_.key().dht_key(), e.info.peer.bytes(), wire::encode_entry(e),
                              e.deadline);
+  logger("averaging")->debug("matchmaking: publish took {} ms",
+                             std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
   if (!r)
     logger("averaging")->info("matchmaking: publishing entry failed: {}", r.error().message());
 }
 
 awaitable<void> MatchSession::refresh() {
+  const auto t0 = Clock::now();
   auto got = co_await dir_.get(core_.key().dht_key());
+  logger("averaging")->debug("matchmaking: refresh took {} ms",
+                             std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
   std::vector<MatchEntry> entries;
   if (got) {
     for (const auto& v : got.value()) {
@@ -59,6 +65,10 @@ awaitable<result<GroupInfo>> MatchSession::run() {
   co_await publish();
   (void)core_.take_republish();
   for (;;) {
+    // Reset before looking at the state: a message handled while refresh() or publish() is
+    // suspended sets the event, and the wait below must not miss it (a lost wakeup here
+    // held a finished leader back until the 10 s cap).
+    changed_.reset();
     const auto st = core_.state();
     if (st == S::done || st == S::failed) break;
     const auto now = WallClock::now();
@@ -66,7 +76,6 @@ awaitable<result<GroupInfo>> MatchSession::run() {
     if (core_.take_republish()) co_await publish();
     const auto wake = core_.next_wakeup(WallClock::now());
     const auto wait = std::max<Duration>(wake - WallClock::now(), Duration(1ms));
-    changed_.reset();
     (void)co_await with_timeout(changed_.wait(), std::min<Duration>(wait, 10s), "matchmaking");
     core_.tick(WallClock::now());
     pump();

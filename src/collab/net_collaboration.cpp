@@ -208,6 +208,9 @@ result<void> NetCollaboration::ensure_grads(std::span<optim::NamedSpan> tensors,
   ac.open_timeout = cfg_.open_timeout;
   ac.reduce_threads = cfg_.reduce_threads;
   ac.error_feedback = cfg_.error_feedback && c != optim::Compression::none;
+  ac.on_phase = [me = host_->local_peer().short_string()](const std::string& ph) {
+    log()->debug("{}: {}", me, ph);
+  };
   std::weak_ptr<net::Host> wh = host_;
   auto sink = [wh](const net::PeerId& peer, const std::vector<std::string>& addrs) {
     auto h = wh.lock();
@@ -242,6 +245,10 @@ awaitable<result<optim::RoundResult>> NetCollaboration::average(
   auto r = co_await avg->step(so);
   if (!r) co_return r.error();
   const auto& res = r.value();
+  log()->info("round {}: {} peers, matchmaking {:.2f} s, all-reduce {:.2f} s, {} bytes sent",
+              options.key, res.group.members.size(),
+              std::chrono::duration<double>(res.matchmaking_time).count(),
+              std::chrono::duration<double>(res.allreduce_time).count(), res.bytes_sent);
   impl_->sent += res.bytes_sent;
   impl_->received += res.bytes_received;
   if (avg != impl_->grads || impl_->stopped)

@@ -62,6 +62,7 @@ struct Peer {
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> epoch{0};
   std::atomic<int> downloads{0}, failures{0}, rounds{0};
+  std::atomic<std::int64_t> averaging_ms{0};
 
   Peer(int seed, const std::vector<net::Multiaddr>& bootstrap) : model(make_linear(seed)) {
     collab::TrainingNodeConfig cfg;
@@ -91,6 +92,9 @@ struct Peer {
         }
         if (rep.value().action == Action::download_state && !rep.value().round_error) ++downloads;
         if (rep.value().stepped && rep.value().group_size > 1) ++rounds;
+        averaging_ms += std::chrono::duration_cast<std::chrono::milliseconds>(
+                            rep.value().averaging_time)
+                            .count();
         if (rep.value().stepped || rep.value().action == Action::download_state) {
           std::lock_guard lk(mu);
           rec[opt->local_epoch()].push_back(flat_params(*model));
@@ -182,8 +186,11 @@ TEST(NetCollaboration, PeersStepTogetherJoinerCatchesUpLeaverDoesNotStall) {
   const double before = torch::mse_loss(initial->forward(x), y).item<double>();
   const double after = torch::mse_loss(peers[2]->model->forward(x), y).item<double>();
   EXPECT_LT(after, 0.5 * before) << before << " -> " << after;
-  std::printf("epochs %llu, collaborative steps %d, peer 2 sent %llu bytes, loss %.3f -> %.3f\n",
-              static_cast<unsigned long long>(peers[2]->epoch.load()), rounds,
+  std::printf(
+      "epochs %llu, collaborative steps %d, peer 2: %.1f s averaging, sent %llu bytes, loss %.3f "
+      "-> %.3f\n",
+      static_cast<unsigned long long>(peers[2]->epoch.load()), rounds,
+      static_cast<double>(peers[2]->averaging_ms.load()) / 1000,
               static_cast<unsigned long long>(sent), before, after);
   // Every peer leaves within its bound.
   for (auto& p : peers) {
