@@ -39,7 +39,7 @@ start_trainer() {
   pids+=("${tpid[$i]}")
   echo "   trainer $i started (pid ${tpid[$i]})"
 }
-epoch_of() { grep -ao 'epoch [0-9]*' "$dir/t$1.log" 2>/dev/null | tail -1 | awk '{print $2+0}'; }
+epoch_of() { { grep -ao 'epoch [0-9]*' "$dir/t$1.log" 2>/dev/null || true; } | tail -1 | awk '{print $2+0}'; }
 for i in 1 2 3 4; do start_trainer "$i"; done
 
 while :; do
