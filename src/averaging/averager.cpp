@@ -232,7 +232,9 @@ awaitable<result<StepResult>> Averager::step(StepOptions opts) {
     const Duration mm =
         opts.matchmaking_timeout.value_or(std::min<Duration>(opts.timeout / 2, 30s));
     const auto wnow = WallClock::now();
-    MatchmakingCore core(cfg_.matchmaking, self_info(opts.weight), schema_hash_,
+    MatchmakingConfig mcfg = cfg_.matchmaking;
+    if (opts.min_group_size) mcfg.min_group_size = std::max<std::size_t>(1, *opts.min_group_size);
+    MatchmakingCore core(mcfg, self_info(opts.weight), schema_hash_,
                          key_.with_round(opts.round), wnow,
                          wnow + std::chrono::duration_cast<WallClock::duration>(mm),
                          cfg_.seed ^ static_cast<std::uint64_t>(t0.time_since_epoch().count()));

@@ -244,6 +244,10 @@ awaitable<result<optim::RoundResult>> NetCollaboration::average(
   so.round = options.key;
   so.timeout = std::max<Duration>(options.deadline - Clock::now(), 100ms);
   so.matchmaking_timeout = std::min<Duration>(so.timeout / 2, 30s);
+  // A strict majority of the peers expected at this epoch: two disjoint groups can never both
+  // succeed, so the parameters of successful peers never fork.
+  so.min_group_size = std::max<std::size_t>(cfg_.matchmaking.min_group_size,
+                                            options.expected_members / 2 + 1);
   auto r = co_await avg->step(so);
   if (!r) co_return r.error();
   const auto& res = r.value();

@@ -170,7 +170,7 @@ struct Optimizer::Impl {
     finish_epoch(epoch + 1);
   }
 
-  void average_and_step(StepReport& rep) {
+  void average_and_step(StepReport& rep, std::size_t expected_members) {
     if (Clock::now() < retry_after) return;
     torch::Tensor mine = contribution().contiguous();
     auto buf = std::make_shared<RoundBuffer>();
@@ -184,6 +184,7 @@ struct Optimizer::Impl {
     ro.weight = static_cast<double>(local_samples);
     ro.deadline = Clock::now() + opt.averaging_timeout;
     ro.compression = opt.grad_compression;
+    ro.expected_members = expected_members;
     auto t0 = Clock::now();
     auto r = io->average(buf, ro, opt.averaging_timeout + kIoGrace);
     rep.averaging_time = Clock::now() - t0;
@@ -386,7 +387,7 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
       break;
     case Action::average_and_step:
       if (m.io)
-        m.average_and_step(rep);
+        m.average_and_step(rep, decision.view.peers_at_global_epoch);
       else
         m.step_alone(rep);
       break;

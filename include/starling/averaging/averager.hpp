@@ -60,6 +60,9 @@ struct StepOptions {
   Duration timeout = 60s;  // the whole step (matchmaking + all-reduce) ends by then
   // Matchmaking must form a group within this (default: half the timeout, at most 30 s).
   std::optional<Duration> matchmaking_timeout;
+  // Overrides the config's minimum group size for this step (e.g. a majority of the peers
+  // known to take part, so that two disjoint groups cannot both form).
+  std::optional<std::size_t> min_group_size;
   // Skip matchmaking and average with exactly this group (tests, benchmarks, fixed clusters).
   std::optional<GroupInfo> group;
 };

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Networked collaboration efficiency with real processes (part of make bench-training): for
+# SECONDS seconds each, 4 `starling train` processes (1) collaborating through a `starling dht`
+# bootstrap node (gradients uncompressed), (2) the same with float16 gradients, and (3) as the
+# anchor, the same 4 processes training alone at the same time (CPU sharing cancels out).
+# Prints samples/s of each configuration, the ratio to the anchor, bytes sent per peer per
+# epoch against plain synchronous data-parallel (a ring all-reduce of the float32 gradient:
+# 2 (k-1)/k x 4 bytes x parameters per step), and one line `RESULT {json}`.
+# Delayed parameter updates are not built yet, so there is no "delayed" configuration.
+# Usage: bench/training_net.sh BIN [SECONDS]
+set -euo pipefail
+bin=$1
+secs=${2:-60}
+k=4
+params=203530  # the MLP
+dir=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$dir"; }
+trap cleanup EXIT
+field() { sed -n "s/.*\"$2\":\(\"[^\"]*\"\|[0-9.e+-]*\).*/\1/p" "$1" | tr -d '"'; }
+
+"$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addrs" \
+  > "$dir/boot.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [[ -s $dir/boot.addrs ]] && break; sleep 0.1; done
+boot=$(head -1 "$dir/boot.addrs")
+
+# run NAME EXTRA_ARGS...: k trainers for secs seconds; prints "samples_per_s bytes_per_epoch".
+run() {
+  local name=$1; shift
+  local ps=()
+  for i in $(seq $k); do
+    "$bin" train --identity "$dir/$name$i.key" --run-id "bench-$name" --listen /ip4/127.0.0.1/tcp/0 \
+      --target-batch-size 1024 --batch-size 64 --threads 1 --lr 0.002 --max-seconds "$secs" \
+      --progress-every 1000 --report "$dir/$name$i.json" "$@" > "$dir/$name$i.log" 2>&1 &
+    ps+=($!)
+    pids+=($!)
+  done
+  for p in "${ps[@]}"; do wait "$p"; done
+  local sps=0 bpe=0
+  for i in $(seq $k); do
+    local f=$dir/$name$i.json
+    sps=$(awk -v a="$sps" -v s="$(field "$f" samples)" -v t="$(field "$f" seconds)" 'BEGIN{print a + s/t}')
+    bpe=$(awk -v a="$bpe" -v b="$(field "$f" bytes_sent)" -v e="$(field "$f" epoch)" -v k=$k \
+      'BEGIN{print a + (e > 0 ? b/e : 0)/k}')
+  done
+  echo "$sps $bpe"
+}
+
+load=$(cut -d' ' -f1-3 /proc/loadavg)
+read -r alone_sps _ < <(run alone)
+read -r sync_sps sync_bpe < <(run sync --initial-peers "$boot")
+read -r f16_sps f16_bpe < <(run f16 --initial-peers "$boot" --compression float16)
+dp=$(awk -v n=$params -v k=$k 'BEGIN{print 2*(k-1)/k*4*n}')
+echo "training, $k processes x ${secs} s each, load before: $load"
+printf '  %-28s %10s %8s %16s %8s\n' config samples/s ratio "bytes/peer/epoch" "vs DP"
+printf '  %-28s %10.1f %8s %16s %8s\n' "alone (anchor)" "$alone_sps" 1.000 - -
+for c in "collaborating, float32:$sync_sps:$sync_bpe" "collaborating, float16:$f16_sps:$f16_bpe"; do
+  IFS=: read -r n s b <<<"$c"
+  printf '  %-28s %10.1f %8.3f %16.0f %8.3f\n' "$n" "$s" "$(awk -v a="$s" -v b="$alone_sps" 'BEGIN{print a/b}')" \
+    "$b" "$(awk -v a="$b" -v d="$dp" 'BEGIN{print a/d}')"
+done
+echo "  plain synchronous data-parallel (ring all-reduce, float32): $dp bytes/peer/epoch"
+echo "RESULT {\"bench\":\"training_net\",\"peers\":$k,\"seconds\":$secs,\"alone_sps\":$alone_sps,\"sync_sps\":$sync_sps,\"sync_ratio\":$(awk -v a="$sync_sps" -v b="$alone_sps" 'BEGIN{print a/b}'),\"f16_sps\":$f16_sps,\"f16_ratio\":$(awk -v a="$f16_sps" -v b="$alone_sps" 'BEGIN{print a/b}'),\"sync_bytes_per_peer_epoch\":$sync_bpe,\"f16_bytes_per_peer_epoch\":$f16_bpe,\"dp_bytes_per_peer_epoch\":$dp,\"delayed\":null}"
