@@ -32,7 +32,7 @@ run() {
   for i in $(seq $k); do
     "$bin" train --identity "$dir/$name$i.key" --run-id "bench-$name" --listen /ip4/127.0.0.1/tcp/0 \
       --target-batch-size 1024 --batch-size 64 --threads 1 --lr 0.002 --max-seconds "$secs" \
-      --progress-every 1000 --report "$dir/$name$i.json" "$@" > "$dir/$name$i.log" 2>&1 &
+      --progress-every 1000 --linger 0 --report "$dir/$name$i.json" "$@" > "$dir/$name$i.log" 2>&1 &
     ps+=($!)
     pids+=($!)
   done

@@ -9,9 +9,9 @@
 set -euo pipefail
 bin=$1
 dir=$2
-epochs=${EPOCHS:-110}
+epochs=${EPOCHS:-180}
 target=${TARGET:-1024}
-lr=${LR:-0.002}
+lr=${LR:-0.003}
 kill_at=${KILL_AT:-$((epochs / 3))}
 limit=600
 pids=()

@@ -271,6 +271,10 @@ struct Optimizer::Impl {
 
 Optimizer::Optimizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
+void Optimizer::serve_state_requests() {
+  impl_->serve_pending_state_request();
+}
+
 Optimizer::~Optimizer() {
   if (impl_ && !impl_->shut_down) (void)shutdown(5s);
 }

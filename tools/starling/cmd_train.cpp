@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include <torch/optim/adam.h>
 #include <torch/utils.h>
@@ -180,6 +181,20 @@ int train_main(const TrainOptions& o) {
     }
   }
   if (progress.tty) std::cerr << "\n";
+  if (net.value()->collaboration() && stop_reason != "interrupted" && stop_reason != "error" &&
+      o.linger > 0) {
+    // Stay a moment so that peers still behind (a failed last round) can download the final
+    // state instead of finishing on their own: until every live peer is at our epoch.
+    std::cerr << "lingering (up to " << o.linger << " s) while peers catch up..." << std::endl;
+    const auto start = Clock::now();
+    const auto until = start + std::chrono::duration<double>(o.linger);
+    while (g_signals.load() == 0 && Clock::now() < until) {
+      opt.serve_state_requests();
+      const auto v = opt.status().collaboration;
+      if (Clock::now() - start > 3s && v.peers_at_global_epoch >= v.num_peers) break;
+      std::this_thread::sleep_for(50ms);
+    }
+  }
   std::cerr << "leaving (" << stop_reason << ")..." << std::endl;
   auto final_status = opt.status();
   auto down = opt.shutdown(10s);

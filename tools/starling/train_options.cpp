@@ -49,6 +49,10 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option("--max-epochs", o.max_epochs, "stop when the collaboration reaches this epoch");
   cmd.add_option("--max-samples", o.max_samples, "stop after contributing this many samples");
   cmd.add_option("--max-seconds", o.max_seconds, "stop after this many seconds");
+  cmd.add_option("--linger", o.linger,
+                 "after the last step, serve the state to peers still behind for up to this many "
+                 "seconds")
+      ->capture_default_str();
   cmd.add_option("--eval-every", o.eval_every, "evaluate on the test set every N epochs");
   cmd.add_option("--progress-every", o.progress_every,
                  "seconds between progress lines when stderr is not a terminal")

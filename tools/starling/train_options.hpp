@@ -40,6 +40,7 @@ struct TrainOptions {
   std::uint64_t max_epochs = 0;   // the collaboration reached this epoch
   std::uint64_t max_samples = 0;  // this peer contributed this many samples
   double max_seconds = 0;
+  double linger = 30;  // networked: seconds to keep serving state to peers behind at the end
   std::uint64_t eval_every = 0;  // evaluate on the test set every N epochs (0: only at the end)
   double progress_every = 2;     // seconds between progress lines when stderr is not a tty
   std::string report;            // write a JSON summary here at the end

@@ -64,6 +64,9 @@ class Optimizer {
   void zero_grad();
 
   std::uint64_t local_epoch() const;
+  // Serves a pending state request of a peer without training (for a peer that stays a
+  // moment after its last step so that peers behind can still download the final state).
+  void serve_state_requests();
   OptimizerStatus status() const;
   torch::optim::Optimizer& inner();
   const OptimizerOptions& options() const;
