@@ -14,6 +14,7 @@
 #include "starling/optim/diloco.hpp"
 #include "starling/optim/optimizer.hpp"
 #include "starling/optim/training_state.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace starling;
 using namespace starling::optim;
@@ -60,16 +61,6 @@ OptimizerOptions options(std::uint64_t target, std::size_t batch_size) {
   return o;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("starling-opt-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 }  // namespace
 
@@ -156,7 +147,7 @@ TEST(Optimizer, AloneDilocoOuterStepEveryHBatches) {
 }
 
 TEST(Optimizer, CheckpointAndResume) {
-  TempDir dir;
+  test::TempDir dir("opt");
   auto o = options(8, 4);
   o.checkpoint_dir = dir.path;
   o.checkpoint_every = 1;
