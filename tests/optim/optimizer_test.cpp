@@ -193,6 +193,7 @@ struct Peer {
   std::atomic<std::uint64_t> epoch{0};
   std::atomic<int> downloads{0};
   std::atomic<int> failures{0};
+  std::atomic<int> solo_steps{0};  // steps without a group (diagnostic: forks the parameters)
 
   Peer(std::shared_ptr<test::Hub> h, int seed, const OptimizerOptions& o)
       : hub(std::move(h)), model(make_linear(seed)) {
@@ -215,6 +216,7 @@ struct Peer {
           break;
         }
         if (rep.value().action == Action::download_state && !rep.value().round_error) ++downloads;
+        if (rep.value().stepped && rep.value().group_size < 2) ++solo_steps;
         if (rep.value().stepped || rep.value().action == Action::download_state) {
           std::lock_guard lk(mu);
           record[opt->local_epoch()].push_back(flat_params(*model));
@@ -295,6 +297,7 @@ TEST(OptimizerCollaboration, PeersStepTogetherJoinersCatchUpDeadPeersDoNotStall)
     p->stop = true;
     if (p->thread.joinable()) p->thread.join();
     EXPECT_EQ(p->failures, 0);
+    if (p->solo_steps > 0) std::printf("a peer stepped alone %d times\n", p->solo_steps.load());
   }
   std::lock_guard lk(mu);
   expect_agreement(record, 8);
