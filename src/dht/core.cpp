@@ -197,9 +197,14 @@ void DhtCore::finish(std::uint64_t id, result<void> status, const Now& now) {
     if (g != active_gets_.end() && g->second == id) active_gets_.erase(g);
     if (status) cache_along_path(op, now);
   }
-  if (op.internal) return;
+  report(op, std::move(status), now);
+}
+
+void DhtCore::report(Operation& op, result<void> status, const Now& now) {
+  if (op.internal || op.reported) return;
+  op.reported = true;
   OpResult r;
-  r.id = OpId{id};
+  r.id = OpId{op.id};
   r.kind = op.kind;
   r.status = std::move(status);
   r.stats = op.stats;

@@ -36,17 +36,20 @@ OpId DhtCore::store(const RecordKey& key, std::vector<Record> records, StoreOpti
     }
     it->second.slot.merge_all(payload);
   }
-  return OpId{start_store(key, std::move(payload), replicas, false, now)};
+  const std::size_t quorum =
+      options.quorum ? std::min(options.quorum, replicas) : cfg_.effective_store_quorum(replicas);
+  return OpId{start_store(key, std::move(payload), replicas, quorum, false, now)};
 }
 
 std::uint64_t DhtCore::start_store(const RecordKey& key, Slot payload, std::size_t replicas,
-                                   bool internal, const Now& now) {
+                                   std::size_t quorum, bool internal, const Now& now) {
   Operation& op = new_op(OpKind::store, internal, now);
   const std::uint64_t id = op.id;
   op.key = key;
   op.replicas = replicas ? replicas : 1;
+  op.store_quorum = quorum ? quorum : 1;
   op.found = std::move(payload);
-  start_lookup(op, key.id(), {}, now);
+  start_lookup(op, key.id(), {}, now, cfg_.effective_store_beam(op.replicas));
   pump(id, now);
   return id;
 }
@@ -85,7 +88,8 @@ void DhtCore::start_store_phase(Operation& op, const Now& now) {
     req.items.push_back(StoreItem{op.key, records});
     send(t, std::move(req), Purpose::store, id, now);
   }
-  if (op.awaiting == 0) finish_store(id, now);
+  if (op.awaiting == 0) return finish_store(id, now);
+  if (op.stored >= op.store_quorum) report(op, success(), now);
 }
 
 void DhtCore::on_store_response(Operation& op, const StoreResponse& resp, const Now& now) {
@@ -99,7 +103,9 @@ void DhtCore::on_store_response(Operation& op, const StoreResponse& resp, const 
     ++op.stored;
   else if (stale)
     ++op.refused;
-  if (--op.awaiting == 0) finish_store(op.id, now);
+  if (--op.awaiting == 0) return finish_store(op.id, now);
+  // Enough replicas hold it: report now, the other requests complete in the background.
+  if (op.stored >= op.store_quorum) report(op, success(), now);
 }
 
 void DhtCore::finish_store(std::uint64_t id, const Now& now) {
@@ -146,7 +152,7 @@ void DhtCore::republish(const Now& now) {
     ++it;
   }
   for (auto& [key, slot] : due)
-    start_store(key, std::move(slot), cfg_.effective_replicas(), true, now);
+    start_store(key, std::move(slot), cfg_.effective_replicas(), 0, true, now);
 }
 
 }  // namespace starling::dht

@@ -40,6 +40,13 @@ struct DhtConfig {
   // 8 replicas a record survives the loss of a random 30% of the nodes with probability
   // 1 - 0.3^8 > 0.9999 even before republishing moves it.
   std::size_t replicas = 8;
+  // The beam of a store's lookup (0 = replicas): it needs the `replicas` closest live nodes,
+  // not the k closest, so it converges after fewer rounds. Slow and failed candidates do not
+  // count toward it (lookup.hpp), so dead replicas push the window on to live ones.
+  std::size_t store_beam_width = 0;
+  // A store reports success once this many replicas hold the records (0 = a majority of the
+  // replicas); the requests to the other replicas complete in the background.
+  std::size_t store_quorum = 0;
   // Relaxed bucket splitting (Kademlia paper section 4.2): a bucket that does not cover our
   // own id also splits while its depth is not a multiple of this (0 = classic rule: only the
   // bucket covering our id splits). 5 gives routing tables of ~16 buckets per level, fewer
@@ -91,6 +98,13 @@ struct DhtConfig {
 
   std::size_t effective_beam() const { return beam_width ? beam_width : k; }
   std::size_t effective_replicas() const { return replicas ? replicas : k; }
+  std::size_t effective_store_beam(std::size_t replicas_wanted) const {
+    return store_beam_width ? store_beam_width : replicas_wanted;
+  }
+  std::size_t effective_store_quorum(std::size_t replicas_wanted) const {
+    const std::size_t q = store_quorum ? store_quorum : replicas_wanted / 2 + 1;
+    return q < replicas_wanted ? q : replicas_wanted;
+  }
   std::size_t effective_replacements() const { return replacement_cache ? replacement_cache : k; }
 };
 

@@ -46,6 +46,9 @@ struct GetOptions {
 
 struct StoreOptions {
   std::size_t replicas = 0;  // nodes to store on (0 = DhtConfig::replicas)
+  // Replicas that must hold the records before the store reports (0 = DhtConfig::store_quorum);
+  // the other store requests complete in the background.
+  std::size_t quorum = 0;
   // Remember the records as this node's own and push them again every republish_interval
   // (with their remaining ttl) until they expire, so they survive churn.
   bool republish = true;
@@ -68,7 +71,8 @@ struct OpResult {
   result<void> status = success();
   Slot value;                    // get: everything found, merged
   std::vector<Contact> closest;  // bootstrap / find_node / store: closest live nodes
-  std::size_t stored = 0;        // store: nodes that hold the records now (this one included)
+  std::size_t stored = 0;        // store: nodes that hold the records when it reported (this
+                                 // one included; >= the quorum on success, more may follow)
   std::size_t refused = 0;       // store: nodes that answered but kept something newer
   LookupStats stats;
 };
@@ -160,6 +164,8 @@ class DhtCore {
     std::vector<std::uint64_t> joined;                  // get: ops sharing this lookup
     std::optional<Contact> closest_without_value;       // get: cache target
     std::size_t replicas = 0;                           // store
+    std::size_t store_quorum = 1;                       // store: acks that suffice to report
+    bool reported = false;                              // its OpResult is out (store: quorum)
     bool storing = false;                               // store: lookup done, store requests out
     std::size_t awaiting = 0, stored = 0, refused = 0;  // store
   };
@@ -175,6 +181,7 @@ class DhtCore {
                  const Now& now);
   NodeHeader header() const;
   void finish(std::uint64_t op, result<void> status, const Now& now);
+  void report(Operation& op, result<void> status, const Now& now);
   void fail_request(std::uint64_t rid, const Error& error, const Now& now);
   void note_alive(const Contact& who, const NodeHeader& header, const Now& now);
   void note_failure(const Contact& who, const Now& now);
@@ -185,15 +192,15 @@ class DhtCore {
   Response handle_find(const net::PeerId& from, const FindRequest& req, const Now& now);
   // core_lookup.cpp
   void start_lookup(Operation& op, const DhtId& target, const std::vector<Contact>& seeds,
-                    const Now& now);
+                    const Now& now, std::size_t beam = 0);
   void pump(std::uint64_t op, const Now& now);
   void on_find_response(Operation& op, const Contact& from, const FindResult& res, const Now& now);
   void lookup_done(Operation& op, const Now& now);
   std::vector<Contact> contacts_of(const std::vector<PeerInfo>& peers) const;
   std::uint64_t start_find(const DhtId& target, bool internal, const Now& now);
   // core_store.cpp
-  std::uint64_t start_store(const RecordKey& key, Slot payload, std::size_t replicas, bool internal,
-                            const Now& now);
+  std::uint64_t start_store(const RecordKey& key, Slot payload, std::size_t replicas,
+                            std::size_t quorum, bool internal, const Now& now);
   void start_store_phase(Operation& op, const Now& now);
   void finish_store(std::uint64_t op, const Now& now);
   void on_store_response(Operation& op, const StoreResponse& resp, const Now& now);
