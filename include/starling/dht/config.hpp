@@ -44,6 +44,10 @@ struct DhtConfig {
   // not the k closest, so it converges after fewer rounds. Slow and failed candidates do not
   // count toward it (lookup.hpp), so dead replicas push the window on to live ones.
   std::size_t store_beam_width = 0;
+  // Parallel requests of a store's lookup (0 = its beam): every node of the beam must answer
+  // anyway, so asking them at once saves rounds (ceil(beam / alpha) at least) at no extra
+  // requests when the routing table already knows the closest nodes.
+  std::size_t store_alpha = 0;
   // A store reports success once this many replicas hold the records (0 = a majority of the
   // replicas); the requests to the other replicas complete in the background.
   std::size_t store_quorum = 0;
@@ -100,6 +104,9 @@ struct DhtConfig {
   std::size_t effective_replicas() const { return replicas ? replicas : k; }
   std::size_t effective_store_beam(std::size_t replicas_wanted) const {
     return store_beam_width ? store_beam_width : replicas_wanted;
+  }
+  std::size_t effective_store_alpha(std::size_t replicas_wanted) const {
+    return store_alpha ? store_alpha : effective_store_beam(replicas_wanted);
   }
   std::size_t effective_store_quorum(std::size_t replicas_wanted) const {
     const std::size_t q = store_quorum ? store_quorum : replicas_wanted / 2 + 1;

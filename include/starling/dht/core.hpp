@@ -56,6 +56,9 @@ struct StoreOptions {
 
 enum class OpKind { bootstrap, find_node, get, store };
 
+// What became of a store request to one replica.
+enum class StoreAck : std::uint8_t { pending, held, refused, failed };
+
 struct LookupStats {
   std::size_t hops = 0;  // see lookup.hpp (get: hop of the first node that had the value)
   std::size_t requests = 0;
@@ -167,7 +170,10 @@ class DhtCore {
     std::size_t store_quorum = 1;                       // store: acks that suffice to report
     bool reported = false;                              // its OpResult is out (store: quorum)
     bool storing = false;                               // store: lookup done, store requests out
-    std::size_t awaiting = 0, stored = 0, refused = 0;  // store
+    std::size_t stored = 0, refused = 0;                // store
+    std::unordered_map<DhtId, StoreAck> store_acks;     // store: every replica request sent
+    std::vector<DhtId> store_targets;                   // store: the final replicas (not self)
+    StoreAck local_ack = StoreAck::failed;              // store: this node as a replica
   };
   struct OwnRecord {
     RecordKey key;
@@ -192,7 +198,7 @@ class DhtCore {
   Response handle_find(const net::PeerId& from, const FindRequest& req, const Now& now);
   // core_lookup.cpp
   void start_lookup(Operation& op, const DhtId& target, const std::vector<Contact>& seeds,
-                    const Now& now, std::size_t beam = 0);
+                    const Now& now, std::size_t beam = 0, std::size_t alpha = 0);
   void pump(std::uint64_t op, const Now& now);
   void on_find_response(Operation& op, const Contact& from, const FindResult& res, const Now& now);
   void lookup_done(Operation& op, const Now& now);
@@ -202,8 +208,12 @@ class DhtCore {
   std::uint64_t start_store(const RecordKey& key, Slot payload, std::size_t replicas,
                             std::size_t quorum, bool internal, const Now& now);
   void start_store_phase(Operation& op, const Now& now);
+  void send_store(Operation& op, const Contact& to, const Now& now);
+  void store_early(Operation& op, const Contact& from, const Now& now);
+  void on_store_answer(std::uint64_t op, const DhtId& from, StoreAck ack, const Now& now);
+  static StoreAck store_ack_of(const StoreResponse& resp);
+  void check_store(std::uint64_t op, const Now& now);
   void finish_store(std::uint64_t op, const Now& now);
-  void on_store_response(Operation& op, const StoreResponse& resp, const Now& now);
   void cache_along_path(Operation& op, const Now& now);
   result<void> accept_records(const RecordKey& key, std::vector<Record>& records,
                               const Now& now) const;
