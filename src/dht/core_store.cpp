@@ -67,6 +67,7 @@ void DhtCore::store_early(Operation& op, const Contact& from, const Now& now) {
   // `from` just answered the lookup: if it is among the `replicas` closest nodes known that
   // did not fail (this node counted too when it is closer), it very likely stays there, so it
   // gets the records now instead of a round later. One displaced later holds an extra copy.
+  if (!cfg_.store_early) return;
   const bool self_closer = !cfg_.client_mode && closer(op.key.id(), self_.id, from.id);
   if (op.lookup->rank(from.id) + (self_closer ? 1 : 0) < op.replicas) send_store(op, from, now);
 }

@@ -51,6 +51,10 @@ struct DhtConfig {
   // A store reports success once this many replicas hold the records (0 = a majority of the
   // replicas); the requests to the other replicas complete in the background.
   std::size_t store_quorum = 0;
+  // A node that answers a store's lookup from inside the current `replicas` closest gets the
+  // records at once rather than after the lookup converged (one round less; a node displaced
+  // later by a closer one keeps an extra copy).
+  bool store_early = true;
   // Relaxed bucket splitting (Kademlia paper section 4.2): a bucket that does not cover our
   // own id also splits while its depth is not a multiple of this (0 = classic rule: only the
   // bucket covering our id splits). 5 gives routing tables of ~16 buckets per level, fewer
