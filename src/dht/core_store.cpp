@@ -49,6 +49,14 @@ std::uint64_t DhtCore::start_store(const RecordKey& key, Slot payload, std::size
   op.replicas = replicas ? replicas : 1;
   op.store_quorum = quorum ? quorum : 1;
   op.found = std::move(payload);
+  auto cached = store_cache_.find(key.id());
+  if (cached != store_cache_.end() && cached->second.until > now.mono &&
+      cached->second.replicas == op.replicas) {
+    op.from_cache = true;
+    const StoreCache c = cached->second;
+    store_on(op, c.targets, c.local, now);
+    return id;
+  }
   start_lookup(op, key.id(), {}, now, cfg_.effective_store_beam(op.replicas),
                cfg_.effective_store_alpha(op.replicas));
   pump(id, now);
@@ -73,13 +81,22 @@ void DhtCore::store_early(Operation& op, const Contact& from, const Now& now) {
 }
 
 void DhtCore::start_store_phase(Operation& op, const Now& now) {
-  op.storing = true;
-  const std::uint64_t id = op.id;
   auto targets = op.lookup->closest_responded(op.replicas);
   // This node is one of the replicas if it is among the closest (client nodes never are).
   const bool local = !cfg_.client_mode && (targets.size() < op.replicas ||
                                            closer(op.key.id(), self_.id, targets.back().id));
   if (local && targets.size() >= op.replicas) targets.pop_back();
+  if (cfg_.store_cache_ttl.count() > 0 &&
+      (store_cache_.size() < cfg_.store_cache_keys || store_cache_.count(op.key.id())))
+    store_cache_[op.key.id()] =
+        StoreCache{targets, local, op.replicas, now.mono + cfg_.store_cache_ttl};
+  store_on(op, targets, local, now);
+}
+
+void DhtCore::store_on(Operation& op, const std::vector<Contact>& targets, bool local,
+                       const Now& now) {
+  op.storing = true;
+  const std::uint64_t id = op.id;
   auto records = op.found.to_records(now.mono);
   if (records.empty()) {
     finish(id,
@@ -97,6 +114,7 @@ void DhtCore::start_store_phase(Operation& op, const Now& now) {
     }
     op.local_ack = held ? StoreAck::held : refused ? StoreAck::refused : StoreAck::failed;
   }
+  op.store_targets.clear();
   for (const auto& t : targets) {
     op.store_targets.push_back(t.id);
     send_store(op, t, now);  // unless it got them early
@@ -137,6 +155,16 @@ void DhtCore::check_store(std::uint64_t id, const Now& now) {
       case StoreAck::refused: ++op.refused; break;
       case StoreAck::failed: break;
     }
+  }
+  if (waiting == 0 && op.from_cache && op.stored + op.refused < op.store_quorum) {
+    // The remembered replicas are gone: find the closest nodes after all (the ones that
+    // failed are not asked again).
+    store_cache_.erase(op.key.id());
+    op.from_cache = false;
+    op.storing = false;
+    start_lookup(op, op.key.id(), {}, now, cfg_.effective_store_beam(op.replicas),
+                 cfg_.effective_store_alpha(op.replicas));
+    return pump(id, now);
   }
   if (waiting == 0) return finish_store(id, now);
   // Enough replicas hold it: report now, the other requests complete in the background.

@@ -55,6 +55,12 @@ struct DhtConfig {
   // records at once rather than after the lookup converged (one round less; a node displaced
   // later by a closer one keeps an extra copy).
   bool store_early = true;
+  // A store's replicas (the closest nodes its lookup found) are remembered for this long
+  // (0 = never): a store of the same key within it goes straight to them without a lookup,
+  // as writers re-announce the same keys; if fewer than the quorum accept, it runs the
+  // lookup after all. At most `store_cache_keys` keys are remembered.
+  Duration store_cache_ttl = 30s;
+  std::size_t store_cache_keys = 4096;
   // Relaxed bucket splitting (Kademlia paper section 4.2): a bucket that does not cover our
   // own id also splits while its depth is not a multiple of this (0 = classic rule: only the
   // bucket covering our id splits). 5 gives routing tables of ~16 buckets per level, fewer

@@ -174,6 +174,13 @@ class DhtCore {
     std::unordered_map<DhtId, StoreAck> store_acks;     // store: every replica request sent
     std::vector<DhtId> store_targets;                   // store: the final replicas (not self)
     StoreAck local_ack = StoreAck::failed;              // store: this node as a replica
+    bool from_cache = false;                            // store: replicas of an earlier store
+  };
+  struct StoreCache {  // the replicas of a recent store of one key
+    std::vector<Contact> targets;
+    bool local = false;
+    std::size_t replicas = 0;
+    TimePoint until;
   };
   struct OwnRecord {
     RecordKey key;
@@ -208,6 +215,7 @@ class DhtCore {
   std::uint64_t start_store(const RecordKey& key, Slot payload, std::size_t replicas,
                             std::size_t quorum, bool internal, const Now& now);
   void start_store_phase(Operation& op, const Now& now);
+  void store_on(Operation& op, const std::vector<Contact>& targets, bool local, const Now& now);
   void send_store(Operation& op, const Contact& to, const Now& now);
   void store_early(Operation& op, const Contact& from, const Now& now);
   void on_store_answer(std::uint64_t op, const DhtId& from, StoreAck ack, const Now& now);
@@ -235,6 +243,7 @@ class DhtCore {
   std::unordered_map<std::uint64_t, Operation> ops_;
   std::unordered_map<DhtId, std::uint64_t> active_gets_;  // key id -> op sharing its lookup
   std::unordered_map<DhtId, OwnRecord> own_;
+  std::unordered_map<DhtId, StoreCache> store_cache_;  // key id -> replicas of a recent store
   std::set<Timer> timers_;
   TimePoint next_maintenance_;
   std::deque<OutgoingRequest> outbox_;
