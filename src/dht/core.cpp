@@ -1,6 +1,8 @@
 // DhtCore: construction, request bookkeeping, responses and failures, operation results.
 #include "starling/dht/core.hpp"
 
+#include <algorithm>
+
 #include "dht_log.hpp"
 
 namespace starling::dht {
@@ -48,7 +50,7 @@ DhtCore::Operation& DhtCore::new_op(OpKind kind, bool internal, const Now& now) 
 RequestId DhtCore::send(const Contact& to, decltype(Request::body) body, Purpose purpose,
                         std::uint64_t op, const Now& now) {
   const std::uint64_t rid = next_id_++;
-  Pending p{to, op, purpose, now.mono + cfg_.request_timeout, now.mono + cfg_.slow_request};
+  Pending p{to, op, purpose, now.mono + cfg_.request_timeout, now.mono + slow_after(), now.mono};
   timers_.insert(Timer{p.deadline, TimerKind::request_deadline, rid});
   if (purpose == Purpose::lookup) timers_.insert(Timer{p.slow_at, TimerKind::request_slow, rid});
   outbox_.push_back(
@@ -95,6 +97,25 @@ void DhtCore::ping_for_eviction(const std::optional<RoutingTable::PingAction>& a
   if (action) send(action->node, PingRequest{}, Purpose::ping, 0, now);
 }
 
+void DhtCore::note_rtt(Duration sample) {
+  if (sample.count() < 0) return;
+  if (!rtt_known_) {
+    srtt_ = sample;
+    rttvar_ = sample / 2;
+    rtt_known_ = true;
+    return;
+  }
+  const Duration dev = sample > srtt_ ? sample - srtt_ : srtt_ - sample;
+  rttvar_ = (3 * rttvar_ + dev) / 4;
+  srtt_ = (7 * srtt_ + sample) / 8;
+}
+
+Duration DhtCore::slow_after() const {
+  if (!rtt_known_) return cfg_.slow_request;
+  return std::clamp<Duration>(srtt_ + 4 * rttvar_, std::min(cfg_.slow_request_min, cfg_.slow_request),
+                              cfg_.slow_request);
+}
+
 void DhtCore::on_failure(RequestId id, const Error& error, const Now& now) {
   fail_request(static_cast<std::uint64_t>(id), error, now);
 }
@@ -118,12 +139,9 @@ void DhtCore::fail_request(std::uint64_t rid, const Error& error, const Now& now
       pump(p.op, now);
       return;
     }
-    case Purpose::store: {
-      auto op = ops_.find(p.op);
-      if (op == ops_.end() || !op->second.storing) return;
-      if (op->second.awaiting > 0 && --op->second.awaiting == 0) finish_store(p.op, now);
+    case Purpose::store:
+      on_store_answer(p.op, p.to.id, StoreAck::failed, now);
       return;
-    }
     case Purpose::ping:
       routing_.on_ping_result(p.to.id, false, now.mono);
       return;
@@ -163,6 +181,7 @@ void DhtCore::on_response(RequestId id, const Response& resp, const Now& now) {
   timers_.erase(Timer{done.deadline, TimerKind::request_deadline, rid});
   timers_.erase(Timer{done.slow_at, TimerKind::request_slow, rid});
   note_alive(done.to, resp.sender, now);
+  note_rtt(now.mono - done.sent);
   switch (done.purpose) {
     case Purpose::lookup: {
       auto op = ops_.find(done.op);
@@ -172,12 +191,9 @@ void DhtCore::on_response(RequestId id, const Response& resp, const Now& now) {
       pump(done.op, now);
       return;
     }
-    case Purpose::store: {
-      auto op = ops_.find(done.op);
-      if (op == ops_.end()) return;
-      on_store_response(op->second, std::get<StoreResponse>(resp.body), now);
+    case Purpose::store:
+      on_store_answer(done.op, done.to.id, store_ack_of(std::get<StoreResponse>(resp.body)), now);
       return;
-    }
     case Purpose::ping:
       routing_.on_ping_result(done.to.id, true, now.mono);
       return;
@@ -197,9 +213,14 @@ void DhtCore::finish(std::uint64_t id, result<void> status, const Now& now) {
     if (g != active_gets_.end() && g->second == id) active_gets_.erase(g);
     if (status) cache_along_path(op, now);
   }
-  if (op.internal) return;
+  report(op, std::move(status), now);
+}
+
+void DhtCore::report(Operation& op, result<void> status, const Now& now) {
+  if (op.internal || op.reported) return;
+  op.reported = true;
   OpResult r;
-  r.id = OpId{id};
+  r.id = OpId{op.id};
   r.kind = op.kind;
   r.status = std::move(status);
   r.stats = op.stats;
