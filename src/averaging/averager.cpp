@@ -144,7 +144,8 @@ void Averager::start() {
         co_await session->serve_join(remote, s, reader, std::get<JoinRequest>(f.value()));
       });
   host_->set_stream_handler(
-      impl_->allreduce_protocol, [weak](net::ByteStreamPtr s, net::PeerId remote) -> awaitable<void> {
+      impl_->allreduce_protocol,
+      [weak](net::ByteStreamPtr s, net::PeerId remote) -> awaitable<void> {
         auto reader = std::make_shared<net::BufferedReader>(*s);
         auto first = co_await with_timeout(reader->read_length_prefixed(wire::kMaxFrame),
                                            kHelloTimeout, "all-reduce hello");
@@ -238,13 +239,12 @@ awaitable<result<StepResult>> Averager::step(StepOptions opts) {
     const auto wnow = WallClock::now();
     MatchmakingConfig mcfg = cfg_.matchmaking;
     if (opts.min_group_size) mcfg.min_group_size = std::max<std::size_t>(1, *opts.min_group_size);
-    MatchmakingCore core(mcfg, self_info(opts.weight), schema_hash_,
-                         key_.with_round(opts.round), wnow,
-                         wnow + std::chrono::duration_cast<WallClock::duration>(mm),
+    MatchmakingCore core(mcfg, self_info(opts.weight), schema_hash_, key_.with_round(opts.round),
+                         wnow, wnow + std::chrono::duration_cast<WallClock::duration>(mm),
                          cfg_.seed ^ static_cast<std::uint64_t>(t0.time_since_epoch().count()));
-    auto session = std::make_shared<detail::MatchSession>(
-        *host_, *directory_, std::move(core), add_addresses_, cfg_.open_timeout,
-        impl_->join_protocol, cfg_.on_phase);
+    auto session = std::make_shared<detail::MatchSession>(*host_, *directory_, std::move(core),
+                                                          add_addresses_, cfg_.open_timeout,
+                                                          impl_->join_protocol, cfg_.on_phase);
     impl_->match = session;
     auto g = co_await session->run();
     impl_->match.reset();

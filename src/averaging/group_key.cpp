@@ -45,7 +45,8 @@ result<GroupKey> GroupKey::from_digits(const GroupKeyConfig& cfg,
 
 result<void> GroupKey::valid_round(const std::string& round) {
   if (round.size() > 128 || round.find_first_of("[]") != std::string::npos)
-    return make_error(errc::invalid_argument, "group key: a round is at most 128 characters without '[' or ']'");
+    return make_error(errc::invalid_argument,
+                      "group key: a round is at most 128 characters without '[' or ']'");
   for (unsigned char c : round)
     if (c < 0x20 || c >= 0x7f)
       return make_error(errc::invalid_argument, "group key: a round must be printable ASCII");

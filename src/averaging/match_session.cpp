@@ -32,8 +32,9 @@ awaitable<void> MatchSession::publish() {
   const auto t0 = Clock::now();
   auto r = co_await dir_.put(core_.key().dht_key(), e.info.peer.bytes(), wire::encode_entry(e),
                              e.deadline);
-  logger("averaging")->debug("matchmaking: publish took {} ms",
-                             std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+  logger("averaging")
+      ->debug("matchmaking: publish took {} ms",
+              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
   if (!r)
     logger("averaging")->info("matchmaking: publishing entry failed: {}", r.error().message());
 }
@@ -41,8 +42,9 @@ awaitable<void> MatchSession::publish() {
 awaitable<void> MatchSession::refresh() {
   const auto t0 = Clock::now();
   auto got = co_await dir_.get(core_.key().dht_key());
-  logger("averaging")->debug("matchmaking: refresh took {} ms",
-                             std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+  logger("averaging")
+      ->debug("matchmaking: refresh took {} ms",
+              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
   std::vector<MatchEntry> entries;
   if (got) {
     for (const auto& v : got.value()) {

@@ -14,9 +14,9 @@
 #include <atomic>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
-#include <memory>
 
 #include "part_codec.hpp"
 #include "starling/averaging/round_core.hpp"
@@ -31,7 +31,7 @@ struct RoundRunnerConfig {
   Duration keepalive_interval = 1s;
   Duration open_timeout = 10s;
   Duration linger = 3s;  // after the end: draining writes and waiting for peers' EOF
-  std::string protocol = kAllReduceProtocol;  // the averager's all-reduce protocol id
+  std::string protocol = kAllReduceProtocol;         // the averager's all-reduce protocol id
   std::function<void(const std::string&)> on_phase;  // test hook
   // Per-tensor codecs for parts and results on the wire (null or not compressed(): raw
   // float32). Must outlive the runner.

@@ -11,8 +11,8 @@
 namespace starling::averaging {
 namespace {
 
-constexpr Duration kStateIdle = 60s;     // a state stream with no request for this long is closed
-constexpr Duration kSourceWait = 30s;    // a blob source must answer within this
+constexpr Duration kStateIdle = 60s;   // a state stream with no request for this long is closed
+constexpr Duration kSourceWait = 30s;  // a blob source must answer within this
 
 awaitable<result<void>> write_frame(net::ByteStream& s, const StateFrame& f,
                                     BytesView payload = {}) {

@@ -30,7 +30,8 @@ Bytes snapshot_id(const StateManifest& m) {
 result<void> validate_manifest(const StateManifest& m) {
   if (m.part_size == 0 || m.part_size > wire::kMaxStatePartBytes)
     return make_error(errc::invalid_argument, "manifest: part size must be 1 byte .. 64 MiB");
-  if (m.size > wire::kMaxStateBytes) return make_error(errc::invalid_argument, "manifest: size above 1 TiB");
+  if (m.size > wire::kMaxStateBytes)
+    return make_error(errc::invalid_argument, "manifest: size above 1 TiB");
   const std::uint64_t parts = (m.size + m.part_size - 1) / m.part_size;
   if (parts != m.part_hashes.size())
     return make_error(errc::invalid_argument, "manifest: " + std::to_string(m.part_hashes.size()) +

@@ -46,6 +46,19 @@ struct ProviderSource {
   }
 };
 
+// Tells the host where group members and donors listen (what they announce).
+averaging::Averager::AddressSink address_sink(const std::shared_ptr<net::Host>& host) {
+  std::weak_ptr<net::Host> wh = host;
+  return [wh](const net::PeerId& peer, const std::vector<std::string>& addrs) {
+    auto h = wh.lock();
+    if (!h) return;
+    std::vector<net::Multiaddr> ms;
+    for (const auto& a : addrs)
+      if (auto m = net::Multiaddr::parse(a)) ms.push_back(m.value());
+    h->add_addresses(peer, ms);
+  };
+}
+
 }  // namespace
 
 averaging::MatchmakingConfig NetCollaborationConfig::default_matchmaking() {
@@ -98,17 +111,9 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
   sc.client_mode = c->cfg_.client_mode;
   sc.open_timeout = c->cfg_.open_timeout;
   sc.reduce_threads = 1;
-  std::weak_ptr<net::Host> wh = host;
-  auto sink = [wh](const net::PeerId& peer, const std::vector<std::string>& addrs) {
-    auto h = wh.lock();
-    if (!h) return;
-    std::vector<net::Multiaddr> ms;
-    for (const auto& a : addrs)
-      if (auto m = net::Multiaddr::parse(a)) ms.push_back(m.value());
-    h->add_addresses(peer, ms);
-  };
-  ST_TRY(auto state, averaging::Averager::create(host, c->impl_->directory, averaging::Schema{}, {},
-                                                  sc, sink));
+  auto sink = address_sink(host);
+  ST_TRY(auto state,
+         averaging::Averager::create(host, c->impl_->directory, averaging::Schema{}, {}, sc, sink));
   c->impl_->state = state;
   return c;
 }
@@ -213,17 +218,9 @@ result<void> NetCollaboration::ensure_grads(std::span<optim::NamedSpan> tensors,
   ac.on_phase = [me = host_->local_peer().short_string()](const std::string& ph) {
     log()->debug("{}: {}", me, ph);
   };
-  std::weak_ptr<net::Host> wh = host_;
-  auto sink = [wh](const net::PeerId& peer, const std::vector<std::string>& addrs) {
-    auto h = wh.lock();
-    if (!h) return;
-    std::vector<net::Multiaddr> ms;
-    for (const auto& a : addrs)
-      if (auto m = net::Multiaddr::parse(a)) ms.push_back(m.value());
-    h->add_addresses(peer, ms);
-  };
+  auto sink = address_sink(host_);
   ST_TRY(auto avg, averaging::Averager::create(host_, impl_->directory, std::move(schema),
-                                                std::move(views), ac, sink));
+                                               std::move(views), ac, sink));
   avg->start();
   impl_->grads = avg;
   impl_->layout = std::move(layout);
@@ -231,8 +228,8 @@ result<void> NetCollaboration::ensure_grads(std::span<optim::NamedSpan> tensors,
   return success();
 }
 
-awaitable<result<optim::RoundResult>> NetCollaboration::average(
-    std::span<optim::NamedSpan> tensors, optim::RoundOptions options) {
+awaitable<result<optim::RoundResult>> NetCollaboration::average(std::span<optim::NamedSpan> tensors,
+                                                                optim::RoundOptions options) {
   auto self = shared_from_this();
   if (impl_->stopped) co_return make_error(errc::closed, "collaboration stopped");
   ST_CO_TRY(ensure_grads(tensors, options.compression));
@@ -246,8 +243,8 @@ awaitable<result<optim::RoundResult>> NetCollaboration::average(
   so.matchmaking_timeout = std::min<Duration>(so.timeout / 2, 30s);
   // A strict majority of the peers expected at this epoch: two disjoint groups can never both
   // succeed, so the parameters of successful peers never fork.
-  so.min_group_size = std::max<std::size_t>(cfg_.matchmaking.min_group_size,
-                                            options.expected_members / 2 + 1);
+  so.min_group_size =
+      std::max<std::size_t>(cfg_.matchmaking.min_group_size, options.expected_members / 2 + 1);
   auto r = co_await avg->step(so);
   if (!r) co_return r.error();
   const auto& res = r.value();

@@ -123,7 +123,8 @@ struct Optimizer::Impl {
     acc_flat.zero_();
     local_samples = 0;
     epoch = new_epoch;
-    failed_rounds = 0;  // failures count per epoch: a new epoch (stepped or downloaded) starts clean
+    failed_rounds =
+        0;  // failures count per epoch: a new epoch (stepped or downloaded) starts clean
     with_tracker([&](ProgressTracker& t) { t.set_epoch(new_epoch); });
     if (io) io->state_changed(epoch);
     if (ckpt && opt.checkpoint_every > 0 && epoch % opt.checkpoint_every == 0) {

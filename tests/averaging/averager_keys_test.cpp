@@ -78,7 +78,8 @@ TEST(AveragerKeys, BadRoundIsRejected) {
   EXPECT_EQ(r.error(), errc::invalid_argument);
   EXPECT_FALSE(GroupKey::initial({"a/b", 16, 0}, 1));
   EXPECT_FALSE(GroupKey::initial({"a b", 16, 0}, 1));
-  EXPECT_EQ(averaging_protocol(kJoinProtocol, "run.grads"), "/starling/averaging/join/1.0.0/run.grads");
+  EXPECT_EQ(averaging_protocol(kJoinProtocol, "run.grads"),
+            "/starling/averaging/join/1.0.0/run.grads");
 }
 
 TEST(AveragerKeys, TwoAveragersOnOneHost) {

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "optim/linear_task.hpp"
 #include "starling/collab/training_node.hpp"
 #include "starling/optim/optimizer.hpp"
 
@@ -20,23 +21,9 @@ using namespace starling::optim;
 
 namespace {
 
-torch::nn::Linear make_linear(int seed) {
-  torch::manual_seed(seed);
-  return torch::nn::Linear(4, 1);
-}
-
-std::pair<torch::Tensor, torch::Tensor> batch(torch::Generator& gen, int n) {
-  auto x = torch::randn({n, 4}, gen);
-  auto w = torch::tensor({{1.0f}, {-2.0f}, {0.5f}, {3.0f}});
-  auto y = x.matmul(w) + 0.5 + 0.01 * torch::randn({n, 1}, gen);
-  return {x, y};
-}
-
-torch::Tensor flat_params(torch::nn::Module& m) {
-  std::vector<torch::Tensor> v;
-  for (auto& p : m.parameters()) v.push_back(p.detach().reshape({-1}).clone());
-  return torch::cat(v);
-}
+using test::batch;
+using test::flat_params;
+using test::make_linear;
 
 OptimizerOptions options() {
   OptimizerOptions o;
@@ -73,9 +60,9 @@ struct Peer {
     auto n = collab::TrainingNode::start(crypto::KeyPair::generate(), cfg);
     if (!n) throw std::runtime_error(n.error().message());
     node = std::move(n).value();
-    auto o = Optimizer::create(*model,
-                               std::make_unique<torch::optim::SGD>(model->parameters(), 0.05),
-                               options(), node->collaboration());
+    auto o =
+        Optimizer::create(*model, std::make_unique<torch::optim::SGD>(model->parameters(), 0.05),
+                          options(), node->collaboration());
     if (!o) throw std::runtime_error(o.error().message());
     opt = std::move(o).value();
   }
@@ -92,9 +79,9 @@ struct Peer {
         }
         if (rep.value().action == Action::download_state && !rep.value().round_error) ++downloads;
         if (rep.value().stepped && rep.value().group_size > 1) ++rounds;
-        averaging_ms += std::chrono::duration_cast<std::chrono::milliseconds>(
-                            rep.value().averaging_time)
-                            .count();
+        averaging_ms +=
+            std::chrono::duration_cast<std::chrono::milliseconds>(rep.value().averaging_time)
+                .count();
         if (rep.value().stepped || rep.value().action == Action::download_state) {
           std::lock_guard lk(mu);
           rec[opt->local_epoch()].push_back(flat_params(*model));
@@ -191,7 +178,7 @@ TEST(NetCollaboration, PeersStepTogetherJoinerCatchesUpLeaverDoesNotStall) {
       "-> %.3f\n",
       static_cast<unsigned long long>(peers[2]->epoch.load()), rounds,
       static_cast<double>(peers[2]->averaging_ms.load()) / 1000,
-              static_cast<unsigned long long>(sent), before, after);
+      static_cast<unsigned long long>(sent), before, after);
   // Every peer leaves within its bound.
   for (auto& p : peers) {
     const auto t0 = Clock::now();

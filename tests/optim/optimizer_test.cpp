@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "optim/fake_collaboration.hpp"
+#include "optim/linear_task.hpp"
 #include "starling/optim/diloco.hpp"
 #include "starling/optim/optimizer.hpp"
 #include "starling/optim/training_state.hpp"
@@ -22,27 +23,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-torch::nn::Linear make_linear(int seed) {
-  torch::manual_seed(seed);
-  return torch::nn::Linear(4, 1);
-}
-
-// A synthetic regression batch: y = x . w* + 0.5, plus noise.
-std::pair<torch::Tensor, torch::Tensor> batch(torch::Generator& gen, int n) {
-  auto x = torch::randn({n, 4}, gen);
-  auto w = torch::tensor({{1.0f}, {-2.0f}, {0.5f}, {3.0f}});
-  auto y = x.matmul(w) + 0.5 + 0.01 * torch::randn({n, 1}, gen);
-  return {x, y};
-}
+using test::batch;
+using test::flat_params;
+using test::make_linear;
 
 void backward(torch::nn::Linear& m, const torch::Tensor& x, const torch::Tensor& y) {
   torch::mse_loss(m->forward(x), y).backward();
-}
-
-torch::Tensor flat_params(torch::nn::Module& m) {
-  std::vector<torch::Tensor> v;
-  for (auto& p : m.parameters()) v.push_back(p.detach().reshape({-1}).clone());
-  return torch::cat(v);
 }
 
 OptimizerOptions options(std::uint64_t target, std::size_t batch_size) {
@@ -60,7 +46,6 @@ OptimizerOptions options(std::uint64_t target, std::size_t batch_size) {
   o.progress_ttl = 10s;
   return o;
 }
-
 
 }  // namespace
 

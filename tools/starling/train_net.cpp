@@ -27,9 +27,7 @@ class AloneNetwork final : public TrainNetwork {
 class DhtNetwork final : public TrainNetwork {
  public:
   explicit DhtNetwork(std::unique_ptr<collab::TrainingNode> node) : node_(std::move(node)) {}
-  std::shared_ptr<optim::Collaboration> collaboration() override {
-    return node_->collaboration();
-  }
+  std::shared_ptr<optim::Collaboration> collaboration() override { return node_->collaboration(); }
   std::string peer_id() const override { return node_->peer().to_string(); }
   void stop() override {
     if (auto r = node_->stop(15s); !r)

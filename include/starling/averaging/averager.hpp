@@ -52,7 +52,7 @@ struct AveragerConfig {
 };
 
 struct StepOptions {
-  double weight = 1.0;     // this peer's contribution weight (e.g. samples)
+  double weight = 1.0;  // this peer's contribution weight (e.g. samples)
   // The round's name (e.g. "grads/12"): only peers stepping with the same round (and group key)
   // are matched, so peers at different epochs never average together. Empty: the averager's
   // key alone. Printable ASCII without '[' or ']', at most 128 characters.

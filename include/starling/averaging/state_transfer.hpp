@@ -1,10 +1,11 @@
 // State transfer: a newcomer downloads the current tensors plus a small metadata blob (e.g. the
-// optimizer epoch), or an arbitrary byte blob (a model and its optimizer state), from peers that announce a state snapshot in the directory. The newcomer
-// asks several donors for their manifest (snapshot id, epoch, metadata, BLAKE2b-256 of every
-// part), picks the snapshot with the highest epoch held by the most donors, and downloads its
-// parts in parallel from every donor holding it, verifying each part against the manifest; a
-// donor that leaves, stalls or sends a wrong part is dropped and its parts go back to the
-// queue for the others (no restart from scratch, unlike one-donor-at-a-time downloads).
+// optimizer epoch), or an arbitrary byte blob (a model and its optimizer state), from peers that
+// announce a state snapshot in the directory. The newcomer asks several donors for their manifest
+// (snapshot id, epoch, metadata, BLAKE2b-256 of every part), picks the snapshot with the highest
+// epoch held by the most donors, and downloads its parts in parallel from every donor holding it,
+// verifying each part against the manifest; a donor that leaves, stalls or sends a wrong part is
+// dropped and its parts go back to the queue for the others (no restart from scratch, unlike
+// one-donor-at-a-time downloads).
 //
 // Threading rule: types only; the Averager runs the protocol on its host's executor.
 #pragma once

@@ -32,12 +32,12 @@ struct NetCollaborationConfig {
   bool client_mode = false;
   std::uint64_t bandwidth = 12'500'000;  // declared bytes/s (splits all-reduce shares)
   averaging::MatchmakingConfig matchmaking = default_matchmaking();
-  Duration stall_timeout = 10s;   // a group member silent this long is dropped from the round
-  Duration open_timeout = 10s;    // opening a stream to a group member
-  Duration state_ttl = 60s;       // state announcements (renewed every state_ttl / 3)
+  Duration stall_timeout = 10s;  // a group member silent this long is dropped from the round
+  Duration open_timeout = 10s;   // opening a stream to a group member
+  Duration state_ttl = 60s;      // state announcements (renewed every state_ttl / 3)
   std::uint64_t max_state_bytes = std::uint64_t{1} << 30;
   std::size_t reduce_threads = 1;
-  bool error_feedback = true;     // for lossy gradient compression
+  bool error_feedback = true;  // for lossy gradient compression
 
   static averaging::MatchmakingConfig default_matchmaking();
 };
