@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # make bench-training: builds bench_training in the given build directory (default: build,
 # the release preset, which has libtorch) and runs it. Extra arguments go to the benchmark
-# (e.g. --seconds 10 --peers 1,2,4). The last line of output is `RESULT {json}`.
+# (e.g. --seconds 10 --peers 1,2,4), then bench/training_net.sh (4 `starling train` processes
+# collaborating vs alone, NET_SECONDS each). The last line of output is `RESULT {json}`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 shift || true
 [[ -f "$build/build.ninja" ]] || cmake --preset release -S "$root" >/dev/null
-cmake --build "$build" --target bench_training -j"${JOBS:-2}" >/dev/null
-exec "$build/bin/bench_training" "$@"
+cmake --build "$build" --target bench_training starling_cli -j"${JOBS:-2}" >/dev/null
+"$build/bin/bench_training" "$@"
+# Then real processes over the network (NetCollaboration); its RESULT line ends the output.
+exec "$root/bench/training_net.sh" "$build/bin/starling" "${NET_SECONDS:-45}"
