@@ -61,6 +61,7 @@ OptimizerOptions options(std::uint64_t target, std::size_t batch_size) {
   return o;
 }
 
+
 }  // namespace
 
 TEST(Optimizer, ValidatesOptionsAndParameters) {
