@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # make bench-dht: Starling's DHT vs OpenDHT, same node count, same operations, same run.
-# N nodes in one process each (loopback): store a 64-byte value through a random node, get it
-# again (new value, same node), get it through another, stop 30% of the nodes, get every key again. Prints a table and one
-# `RESULT {json}` line. BENCH_NODES (default 64), BENCH_OPS (default 100) change the size.
+# N nodes on loopback, split over worker processes of BENCH_PER_PROC nodes (both systems: one
+# process cannot hold them all: Starling needs a TCP connection per peer pair against the 20000
+# fd limit, OpenDHT's select() dies above fd 1024). Store a 64-byte value through a random node,
+# store it again (new value, same node), get it through another, stop 30% of the nodes, get
+# every key again. Prints a table and one `RESULT {json}` line. BENCH_NODES (default 256),
+# BENCH_OPS (default 100), BENCH_PER_PROC (default 64) change the size.
 set -euo pipefail
 build=${1:-build}
 bin=$build/bin/bench_dht
-nodes=${BENCH_NODES:-64}
+nodes=${BENCH_NODES:-256}
 ops=${BENCH_OPS:-100}
+per_proc=${BENCH_PER_PROC:-64}
 [[ -x $bin ]] || { echo "bench_dht not built (needs libopendht-dev)"; exit 1; }
 load=$(cut -d' ' -f1 /proc/loadavg)
-s=$("$bin" starling --nodes "$nodes" --ops "$ops" | tail -1)
-o=$("$bin" opendht --nodes "$nodes" --ops "$ops" | tail -1)
+s=$("$bin" starling --nodes "$nodes" --ops "$ops" --per-proc "$per_proc" | tail -1)
+o=$("$bin" opendht --nodes "$nodes" --ops "$ops" --per-proc "$per_proc" | tail -1)
+load_end=$(cut -d' ' -f1 /proc/loadavg)
 ratio() { jq -n "($1 | tonumber) / ([($2 | tonumber), 0.001] | max)"; }
-printf "%s nodes, %s keys, loopback, load %s at start\n" "$nodes" "$ops" "$load"
+printf "%s nodes in %s processes, %s keys, loopback, load %s at start, %s at end\n" \
+  "$nodes" "$(jq .procs <<< "$s")" "$ops" "$load" "$load_end"
 printf "%-28s %12s %12s %10s\n" "" "starling" "opendht" "ratio s/o"
 for op in store store_again get get_after_churn; do
   for q in p50_ms p99_ms mean_ms; do
@@ -23,8 +29,10 @@ for op in store store_again get get_after_churn; do
   printf "%-28s %12.3f %12.3f\n" "$op success" "$(jq ".$op.success" <<< "$s")" "$(jq ".$op.success" <<< "$o")"
 done
 printf "%-28s %12.0f %12.0f\n" "KiB per node" "$(jq .kib_per_node <<< "$s")" "$(jq .kib_per_node <<< "$o")"
+printf "%-28s %12.0f %12.0f\n" "fds, busiest process" "$(jq .max_fds_per_proc <<< "$s")" \
+  "$(jq .max_fds_per_proc <<< "$o")"
 printf "%-28s %12.1f %12.1f\n" "setup (join) s" "$(jq .setup_s <<< "$s")" "$(jq .setup_s <<< "$o")"
-echo "RESULT $(jq -cn --argjson s "$s" --argjson o "$o" --arg load "$load" \
-  '{bench:"dht", nodes:$s.nodes, ops:$s.ops, load:($load|tonumber), starling:$s, opendht:$o,
+echo "RESULT $(jq -cn --argjson s "$s" --argjson o "$o" --arg load "$load" --arg load_end "$load_end" \
+  '{bench:"dht", nodes:$s.nodes, ops:$s.ops, procs:$s.procs, load:($load|tonumber), load_end:($load_end|tonumber), starling:$s, opendht:$o,
     ratio_get_p50:($s.get.p50_ms / $o.get.p50_ms), ratio_store_p50:($s.store.p50_ms / $o.store.p50_ms),
     ratio_get_after_churn_p50:($s.get_after_churn.p50_ms / $o.get_after_churn.p50_ms)}')"

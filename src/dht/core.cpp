@@ -118,12 +118,9 @@ void DhtCore::fail_request(std::uint64_t rid, const Error& error, const Now& now
       pump(p.op, now);
       return;
     }
-    case Purpose::store: {
-      auto op = ops_.find(p.op);
-      if (op == ops_.end() || !op->second.storing) return;
-      if (op->second.awaiting > 0 && --op->second.awaiting == 0) finish_store(p.op, now);
+    case Purpose::store:
+      on_store_answer(p.op, p.to.id, StoreAck::failed, now);
       return;
-    }
     case Purpose::ping:
       routing_.on_ping_result(p.to.id, false, now.mono);
       return;
@@ -172,12 +169,9 @@ void DhtCore::on_response(RequestId id, const Response& resp, const Now& now) {
       pump(done.op, now);
       return;
     }
-    case Purpose::store: {
-      auto op = ops_.find(done.op);
-      if (op == ops_.end()) return;
-      on_store_response(op->second, std::get<StoreResponse>(resp.body), now);
+    case Purpose::store:
+      on_store_answer(done.op, done.to.id, store_ack_of(std::get<StoreResponse>(resp.body)), now);
       return;
-    }
     case Purpose::ping:
       routing_.on_ping_result(done.to.id, true, now.mono);
       return;
@@ -197,9 +191,14 @@ void DhtCore::finish(std::uint64_t id, result<void> status, const Now& now) {
     if (g != active_gets_.end() && g->second == id) active_gets_.erase(g);
     if (status) cache_along_path(op, now);
   }
-  if (op.internal) return;
+  report(op, std::move(status), now);
+}
+
+void DhtCore::report(Operation& op, result<void> status, const Now& now) {
+  if (op.internal || op.reported) return;
+  op.reported = true;
   OpResult r;
-  r.id = OpId{id};
+  r.id = OpId{op.id};
   r.kind = op.kind;
   r.status = std::move(status);
   r.stats = op.stats;

@@ -5,11 +5,14 @@
 namespace starling::dht {
 
 void DhtCore::start_lookup(Operation& op, const DhtId& target, const std::vector<Contact>& seeds,
-                           const Now& now) {
-  op.lookup.emplace(target, cfg_.alpha, cfg_.effective_beam());
+                           const Now& now, std::size_t beam, std::size_t alpha) {
+  if (beam == 0) beam = cfg_.effective_beam();
+  op.lookup.emplace(target, alpha ? alpha : cfg_.alpha, beam, 8 * std::max(beam, cfg_.k));
   for (const auto& s : seeds)
     if (s.id != self_.id) op.lookup->add(s, 1);
-  for (auto& c : routing_.closest(target, cfg_.effective_beam())) op.lookup->add(std::move(c), 1);
+  // At least k candidates from the table even for a narrower beam: when the closest ones are
+  // dead (failed or slow), the window moves on to the next instead of running dry.
+  for (auto& c : routing_.closest(target, std::max(beam, cfg_.k))) op.lookup->add(std::move(c), 1);
   routing_.touch(target, now.mono);
 }
 
@@ -50,6 +53,7 @@ void DhtCore::on_find_response(Operation& op, const Contact& from, const FindRes
   const Lookup::Candidate* cand = op.lookup->find(from.id);
   const std::size_t hop = cand ? cand->hop : 1;
   op.lookup->on_response(from.id, contacts_of(res.peers));
+  if (op.kind == OpKind::store) return store_early(op, from, now);
   if (op.kind != OpKind::get) return;
   bool had_value = false;
   const auto ctx = validation_context(now);

@@ -36,29 +36,67 @@ OpId DhtCore::store(const RecordKey& key, std::vector<Record> records, StoreOpti
     }
     it->second.slot.merge_all(payload);
   }
-  return OpId{start_store(key, std::move(payload), replicas, false, now)};
+  const std::size_t quorum =
+      options.quorum ? std::min(options.quorum, replicas) : cfg_.effective_store_quorum(replicas);
+  return OpId{start_store(key, std::move(payload), replicas, quorum, false, now)};
 }
 
 std::uint64_t DhtCore::start_store(const RecordKey& key, Slot payload, std::size_t replicas,
-                                   bool internal, const Now& now) {
+                                   std::size_t quorum, bool internal, const Now& now) {
   Operation& op = new_op(OpKind::store, internal, now);
   const std::uint64_t id = op.id;
   op.key = key;
   op.replicas = replicas ? replicas : 1;
+  op.store_quorum = quorum ? quorum : 1;
   op.found = std::move(payload);
-  start_lookup(op, key.id(), {}, now);
+  auto cached = store_cache_.find(key.id());
+  if (cached != store_cache_.end() && cached->second.until > now.mono &&
+      cached->second.replicas == op.replicas) {
+    op.from_cache = true;
+    const StoreCache c = cached->second;
+    store_on(op, c.targets, c.local, now);
+    return id;
+  }
+  start_lookup(op, key.id(), {}, now, cfg_.effective_store_beam(op.replicas),
+               cfg_.effective_store_alpha(op.replicas));
   pump(id, now);
   return id;
 }
 
+void DhtCore::send_store(Operation& op, const Contact& to, const Now& now) {
+  auto records = op.found.to_records(now.mono);
+  if (records.empty() || !op.store_acks.emplace(to.id, StoreAck::pending).second) return;
+  StoreRequest req;
+  req.items.push_back(StoreItem{op.key, std::move(records)});
+  send(to, std::move(req), Purpose::store, op.id, now);
+}
+
+void DhtCore::store_early(Operation& op, const Contact& from, const Now& now) {
+  // `from` just answered the lookup: if it is among the `replicas` closest nodes known that
+  // did not fail (this node counted too when it is closer), it very likely stays there, so it
+  // gets the records now instead of a round later. One displaced later holds an extra copy.
+  if (!cfg_.store_early) return;
+  const bool self_closer = !cfg_.client_mode && closer(op.key.id(), self_.id, from.id);
+  if (op.lookup->rank(from.id) + (self_closer ? 1 : 0) < op.replicas) send_store(op, from, now);
+}
+
 void DhtCore::start_store_phase(Operation& op, const Now& now) {
-  op.storing = true;
-  const std::uint64_t id = op.id;
   auto targets = op.lookup->closest_responded(op.replicas);
   // This node is one of the replicas if it is among the closest (client nodes never are).
   const bool local = !cfg_.client_mode && (targets.size() < op.replicas ||
                                            closer(op.key.id(), self_.id, targets.back().id));
   if (local && targets.size() >= op.replicas) targets.pop_back();
+  if (cfg_.store_cache_ttl.count() > 0 &&
+      (store_cache_.size() < cfg_.store_cache_keys || store_cache_.count(op.key.id())))
+    store_cache_[op.key.id()] =
+        StoreCache{targets, local, op.replicas, now.mono + cfg_.store_cache_ttl};
+  store_on(op, targets, local, now);
+}
+
+void DhtCore::store_on(Operation& op, const std::vector<Contact>& targets, bool local,
+                       const Now& now) {
+  op.storing = true;
+  const std::uint64_t id = op.id;
   auto records = op.found.to_records(now.mono);
   if (records.empty()) {
     finish(id,
@@ -74,32 +112,63 @@ void DhtCore::start_store_phase(Operation& op, const Now& now) {
       if (m && m.value() != MergeResult::stale) held = true;
       if (m && m.value() == MergeResult::stale) refused = true;
     }
-    if (held)
-      ++op.stored;
-    else if (refused)
-      ++op.refused;
+    op.local_ack = held ? StoreAck::held : refused ? StoreAck::refused : StoreAck::failed;
   }
-  op.awaiting = targets.size();
+  op.store_targets.clear();
   for (const auto& t : targets) {
-    StoreRequest req;
-    req.items.push_back(StoreItem{op.key, records});
-    send(t, std::move(req), Purpose::store, id, now);
+    op.store_targets.push_back(t.id);
+    send_store(op, t, now);  // unless it got them early
   }
-  if (op.awaiting == 0) finish_store(id, now);
+  check_store(id, now);
 }
 
-void DhtCore::on_store_response(Operation& op, const StoreResponse& resp, const Now& now) {
-  if (!op.storing || op.awaiting == 0) return;
+void DhtCore::on_store_answer(std::uint64_t id, const DhtId& from, StoreAck ack, const Now& now) {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return;
+  auto a = it->second.store_acks.find(from);
+  if (a == it->second.store_acks.end() || a->second != StoreAck::pending) return;
+  a->second = ack;
+  check_store(id, now);
+}
+
+StoreAck DhtCore::store_ack_of(const StoreResponse& resp) {
   bool held = false, stale = false;
   for (auto st : resp.status) {
     if (st == StoreStatus::accepted) held = true;
     if (st == StoreStatus::stale) stale = true;
   }
-  if (held)
-    ++op.stored;
-  else if (stale)
-    ++op.refused;
-  if (--op.awaiting == 0) finish_store(op.id, now);
+  return held ? StoreAck::held : stale ? StoreAck::refused : StoreAck::failed;
+}
+
+void DhtCore::check_store(std::uint64_t id, const Now& now) {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return;
+  Operation& op = it->second;
+  if (!op.storing) return;  // early answers count once the final replicas are known
+  std::size_t waiting = 0;
+  op.stored = op.local_ack == StoreAck::held ? 1 : 0;
+  op.refused = op.local_ack == StoreAck::refused ? 1 : 0;
+  for (const auto& t : op.store_targets) {
+    switch (op.store_acks.at(t)) {
+      case StoreAck::pending: ++waiting; break;
+      case StoreAck::held: ++op.stored; break;
+      case StoreAck::refused: ++op.refused; break;
+      case StoreAck::failed: break;
+    }
+  }
+  if (waiting == 0 && op.from_cache && op.stored + op.refused < op.store_quorum) {
+    // The remembered replicas are gone: find the closest nodes after all (the ones that
+    // failed are not asked again).
+    store_cache_.erase(op.key.id());
+    op.from_cache = false;
+    op.storing = false;
+    start_lookup(op, op.key.id(), {}, now, cfg_.effective_store_beam(op.replicas),
+                 cfg_.effective_store_alpha(op.replicas));
+    return pump(id, now);
+  }
+  if (waiting == 0) return finish_store(id, now);
+  // Enough replicas hold it: report now, the other requests complete in the background.
+  if (op.stored >= op.store_quorum) report(op, success(), now);
 }
 
 void DhtCore::finish_store(std::uint64_t id, const Now& now) {
@@ -146,7 +215,7 @@ void DhtCore::republish(const Now& now) {
     ++it;
   }
   for (auto& [key, slot] : due)
-    start_store(key, std::move(slot), cfg_.effective_replicas(), true, now);
+    start_store(key, std::move(slot), cfg_.effective_replicas(), 0, true, now);
 }
 
 }  // namespace starling::dht

@@ -109,6 +109,14 @@ bool Lookup::idle() const {
   return true;
 }
 
+std::size_t Lookup::rank(const DhtId& id) const {
+  const DhtId d = id ^ target_;
+  std::size_t n = 0;
+  for (auto it = by_distance_.begin(); it != by_distance_.end() && it->first < d; ++it)
+    if (it->second.state != State::failed) ++n;
+  return n;
+}
+
 std::vector<Contact> Lookup::closest_responded(std::size_t n) const {
   std::vector<Contact> out;
   for (const auto& [d, c] : by_distance_) {

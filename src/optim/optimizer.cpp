@@ -123,6 +123,7 @@ struct Optimizer::Impl {
     acc_flat.zero_();
     local_samples = 0;
     epoch = new_epoch;
+    failed_rounds = 0;  // failures count per epoch: a new epoch (stepped or downloaded) starts clean
     with_tracker([&](ProgressTracker& t) { t.set_epoch(new_epoch); });
     if (io) io->state_changed(epoch);
     if (ckpt && opt.checkpoint_every > 0 && epoch % opt.checkpoint_every == 0) {
@@ -198,14 +199,12 @@ struct Optimizer::Impl {
       if (++failed_rounds >= kMaxFailedRounds) {
         log()->warn("epoch {}: {} averaging rounds failed (last: {}); stepping with local data",
                     epoch, failed_rounds, r.error().message());
-        failed_rounds = 0;
         step_alone(rep);
       } else {
         log()->info("epoch {}: averaging failed: {}", epoch, r.error().message());
       }
       return;
     }
-    failed_rounds = 0;
     ++stats.rounds_ok;
     rep.group_size = r.value().members.size();
     rep.group_samples = r.value().total_weight;

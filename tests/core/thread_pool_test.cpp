@@ -53,7 +53,12 @@ TEST(ThreadPool, ParallelForUsesSeveralThreads) {
     int m = max_inside.load();
     while (now > m && !max_inside.compare_exchange_weak(m, now)) {
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Stay inside until a second piece runs at the same time (bounded: a pool that never runs
+    // two pieces at once fails below instead of hanging), so a slow thread start cannot let
+    // the caller finish every piece alone.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (max_inside.load() < 2 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     --inside;
     std::lock_guard lock(mu);
     ids.insert(std::this_thread::get_id());

@@ -5,55 +5,13 @@
 
 #include <algorithm>
 
-#include "sim_network.hpp"
+#include "sim_helpers.hpp"
 #include "starling/dht/signing.hpp"
 
 using namespace starling;
 using namespace starling::dht;
 using namespace starling::dht::test;
 
-namespace {
-DhtConfig small_config() {
-  DhtConfig c;
-  c.k = 8;
-  c.replicas = 4;
-  return c;
-}
-
-SimNetwork network(std::size_t n, SimOptions o = {}) {
-  if (o.config.k == 20) o.config = small_config();
-  SimNetwork net(o);
-  net.grow(n);
-  net.run_for(30s);  // let the join refreshes finish
-  return net;
-}
-
-Record plain(const std::string& v, std::uint64_t version, Millis ttl = 10min) {
-  return Record{std::nullopt, RecordBody{to_bytes(v), version, {}, {}}, ttl};
-}
-Record entry(const std::string& sk, const std::string& v, std::uint64_t version,
-             Millis ttl = 10min) {
-  return Record{SubKey::from_string(sk), RecordBody{to_bytes(v), version, {}, {}}, ttl};
-}
-
-OpResult store(SimNetwork& net, std::size_t i, const RecordKey& key, std::vector<Record> recs,
-               StoreOptions opt = {}) {
-  return net.run_op(i, [&](DhtCore& c, const Now& now) { return c.store(key, recs, opt, now); });
-}
-OpResult get(SimNetwork& net, std::size_t i, const RecordKey& key, bool latest = false) {
-  return net.run_op(i, [&](DhtCore& c, const Now& now) { return c.get(key, {latest}, now); });
-}
-std::string value_of(const OpResult& r) {
-  if (!r.status || !r.value.plain()) return "<none>";
-  return std::string(as_string(r.value.plain()->body.value));
-}
-std::size_t holders(SimNetwork& net, const RecordKey& key) {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < net.size(); ++i)
-    if (net.alive(i) && !net.core(i).records().records(key.id(), net.time()).empty()) ++n;
-  return n;
-}
-}  // namespace
 
 TEST(DhtCore, StoreThenEveryNodeGets) {
   SimOptions o;

@@ -162,3 +162,62 @@ TEST(DhtSimulation, GetsSurviveLosingThirtyPercentOfNodes) {
   auto later = round("6 minutes later");
   EXPECT_GE(later.ok * 100, later.total * 99);
 }
+
+namespace {
+// Virtual milliseconds of `count` stores (random writers and keys) and of a get of each key
+// from another random node: (store median, get median).
+std::pair<double, double> store_get_latency(SimNetwork& net, std::size_t count,
+                                            const std::string& prefix) {
+  std::vector<double> stores, gets;
+  auto pick = [&] { return std::uniform_int_distribution<std::size_t>(0, net.size() - 1)(net.rng()); };
+  auto ms_since = [&](TimePoint t0) {
+    return std::chrono::duration<double, std::milli>(net.time() - t0).count();
+  };
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto key = RecordKey::from_string(prefix + std::to_string(i));
+    std::vector<Record> recs{
+        Record{std::nullopt, RecordBody{to_bytes("v"), 1, {}, {}}, std::chrono::hours(1)}};
+    auto t0 = net.time();
+    auto s = net.run_op(pick(), [&](DhtCore& c, const Now& now) { return c.store(key, recs, {}, now); });
+    EXPECT_TRUE(s.status);
+    stores.push_back(ms_since(t0));
+    net.run_for(1s);  // the background replica requests land
+    t0 = net.time();
+    auto g = net.run_op(pick(), [&](DhtCore& c, const Now& now) { return c.get(key, {}, now); });
+    EXPECT_TRUE(g.status && g.value.plain());
+    gets.push_back(ms_since(t0));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {median(stores), median(gets)};
+}
+}  // namespace
+
+TEST(DhtSimulation, StoresTakeFewRoundTrips) {
+  // The store path against the classic one (a lookup of the k closest, alpha = 3, then the
+  // store round, waiting for every replica), same network, same keys: a narrower store beam
+  // asked at once, records sent to the closest as they answer, and a quorum of replicas.
+  const std::size_t n = sim_nodes(500);
+  auto measure = [n](const DhtConfig& cfg) {
+    auto o = sim_options(14);  // the same network both times (store settings do not change joins)
+    o.config = cfg;
+    SimNetwork net(o);
+    net.grow(n);
+    net.run_for(1min);
+    return store_get_latency(net, 40, "stores/");
+  };
+  const auto [store_ms, get_ms] = measure(DhtConfig{});
+  DhtConfig classic;
+  classic.store_beam_width = classic.k;
+  classic.store_alpha = classic.alpha;
+  classic.store_quorum = classic.replicas;
+  classic.store_early = false;
+  const auto [classic_store_ms, classic_get_ms] = measure(classic);
+  std::printf("  %zu nodes, 5-40 ms per message: store median %.0f ms (classic %.0f ms), get "
+              "median %.0f ms (%.0f ms)\n",
+              n, store_ms, classic_store_ms, get_ms, classic_get_ms);
+  EXPECT_LT(store_ms, 0.6 * classic_store_ms);
+  EXPECT_LT(store_ms, 3 * 2 * 40.0);  // at most three round trips of the slowest link
+}

@@ -36,13 +36,18 @@ grep -q "routing table [1-9]" "$dir/n4.log" || { echo "n4 did not join"; cat "$d
 n1=$(head -1 "$dir/n1.addr")
 n3=$(head -1 "$dir/n3.addr")
 t=(--timeout 30)
+t_put=$(date +%s.%N)
 "$bin" dht put greeting "hello dht" --ttl 600 -p "$n1" "${t[@]}" | tee "$dir/put.txt"
 grep -q "stored greeting on [1-9]" "$dir/put.txt"
 "$bin" dht put workers busy --subkey w1 -p "$n1" "${t[@]}" > /dev/null
 "$bin" dht put workers idle --subkey w2 -p "$boot" "${t[@]}" > /dev/null
 
 "$bin" dht get greeting -p "$n3" "${t[@]}" | tee "$dir/get.txt"
-grep -q 'value "hello dht"  (ttl 59[0-9]' "$dir/get.txt"
+elapsed=$(awk -v a="$(date +%s.%N)" -v b="$t_put" 'BEGIN{print a - b}')
+# The TTL left is 600 s minus the time since the put (not more, and at most a second less).
+ttl_left=$(sed -nE 's/.*value "hello dht"  \(ttl ([0-9.]+).*/\1/p' "$dir/get.txt")
+awk -v v="$ttl_left" -v e="$elapsed" 'BEGIN{exit !(v != "" && v <= 600 && v >= 600 - e - 1)}' ||
+  { echo "ttl left '$ttl_left' not within [600 - $elapsed - 1, 600]"; exit 1; }
 "$bin" dht get workers --latest -p "$n3" "${t[@]}" | tee "$dir/dict.txt"
 grep -q "dictionary, 2 sub-keys" "$dir/dict.txt"
 grep -q 'subkey "w1" = "busy"' "$dir/dict.txt"

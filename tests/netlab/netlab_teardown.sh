@@ -33,9 +33,19 @@ nl exec h2 -- iperf3 -s -D -p 5201 >/dev/null                         # daemoniz
 (nl exec r3 -- sleep 1000 </dev/null >/dev/null 2>&1 &)              # in the NAT router
 (nl exec net -- sleep 1000 </dev/null >/dev/null 2>&1 &)             # in the bridge namespace
 nl delay h3 --ms 10                                                   # proxy + iptables rule
-sleep 0.3
-pids=""
-for h in h1 h2 h3 r3 net; do pids+=" $(ip netns pids "$(nl ns "$h")" | tr '\n' ' ')"; done
+# Wait (bounded) until every namespace shows its process: the backgrounded execs take a moment.
+run_pids() {
+  local h out=""
+  for h in h1 h2 h3 r3 net; do out+=" $(ip netns pids "$(nl ns "$h")" | tr '\n' ' ')"; done
+  echo "$out"
+}
+for ((i = 0; i < 200; i++)); do
+  pids=$(run_pids)
+  ok=1
+  for h in h1 h2 h3 r3 net; do [[ -n $(ip netns pids "$(nl ns "$h")") ]] || ok=0; done
+  ((ok)) && break
+  sleep 0.05
+done
 npids=$(wc -w <<<"$pids")
 note "processes in the run: $npids ($pids)"
 check "processes were started in 5 namespaces (>= 5 pids)" test "$npids" -ge 5
@@ -67,8 +77,12 @@ check "failure right after the bridge also cleans up" test "$rc" -eq 1 -a -z "$(
 up --hosts 2 --nat 1
 name=$T_RUN
 (nl exec h1 -- sleep 1000 </dev/null >/dev/null 2>&1 &)
-sleep 0.2
-pids=$(ip netns pids "$name-h1" | tr '\n' ' ')
+for ((i = 0; i < 200; i++)); do
+  pids=$(ip netns pids "$name-h1" | tr '\n' ' ')
+  [[ -n ${pids// /} ]] && break
+  sleep 0.05
+done
+check "the process entered h1's namespace" test -n "${pids// /}"
 rm -rf "/run/netlab/$name"
 rc=0
 "$NETLAB" --name "$name" up --hosts 1 2>/dev/null || rc=$?

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "starling/optim/checkpoint.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace starling;
 using namespace starling::optim;
@@ -15,17 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("starling-ckpt-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 Bytes random_bytes(std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -87,7 +77,7 @@ TEST(Checkpoint, ContainerRejectsDamage) {
 }
 
 TEST(AtomicFile, WritesAndReplaces) {
-  TempDir dir;
+  test::TempDir dir("ckpt");
   auto p = dir.path / "f.bin";
   ASSERT_TRUE(write_file_atomic(p, random_bytes(100, 1)));
   ASSERT_TRUE(write_file_atomic(p, random_bytes(3000000, 2)));
@@ -106,7 +96,7 @@ TEST(AtomicFile, WritesAndReplaces) {
 // after writing part of it. The previous checkpoint stays valid and loads; the leftover
 // temporary file is removed when the directory is opened again.
 TEST(CheckpointDir, SurvivesAProcessKilledMidWrite) {
-  TempDir dir;
+  test::TempDir dir("ckpt");
   auto cd = CheckpointDir::open(dir.path, 2);
   ASSERT_TRUE(cd);
   const Bytes old_payload = random_bytes(200000, 10);
@@ -145,7 +135,7 @@ TEST(CheckpointDir, SurvivesAProcessKilledMidWrite) {
 }
 
 TEST(CheckpointDir, KeepsNewestAndSkipsDamaged) {
-  TempDir dir;
+  test::TempDir dir("ckpt");
   auto cd = CheckpointDir::open(dir.path / "nested" / "ckpts", 2);
   ASSERT_TRUE(cd);
   auto empty = cd.value().load_latest();

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "starling/optim/fashion_mnist.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace starling;
 using namespace starling::optim;
@@ -35,22 +36,11 @@ Bytes idx(std::uint8_t type, std::vector<std::uint32_t> dims, std::size_t data_b
   return b;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("starling-data-test-" + std::to_string(::getpid()) + "-" +
-            std::to_string(std::hash<std::string>{}(
-                ::testing::UnitTest::GetInstance()->current_test_info()->name())));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  void write(const std::string& name, BytesView b) const {
-    std::ofstream f(path / name, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  }
-};
+// Writes `b` to dir/name.
+void write_file(const fs::path& dir, const std::string& name, BytesView b) {
+  std::ofstream f(dir / name, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
 
 bool have_dataset() {
   return fs::exists(fs::path(kFashionMnistDefaultDir) / "train-images-idx3-ubyte.gz");
@@ -131,7 +121,7 @@ TEST(Dataset, Validation) {
 }
 
 TEST(Dataset, MissingAndCorruptFilesGiveClearErrors) {
-  TempDir dir;
+  test::TempDir dir("data");
   auto r = load_fashion_mnist(dir.path, Split::train);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error(), errc::not_found);
@@ -140,8 +130,8 @@ TEST(Dataset, MissingAndCorruptFilesGiveClearErrors) {
 
   // Truncated gzip.
   Bytes img = gzip(idx(0x08, {2, 28, 28}, 2 * 784));
-  dir.write("t10k-images-idx3-ubyte.gz", BytesView(img).first(img.size() - 10));
-  dir.write("t10k-labels-idx1-ubyte.gz", gzip(idx(0x08, {2}, 2)));
+  write_file(dir.path, "t10k-images-idx3-ubyte.gz", BytesView(img).first(img.size() - 10));
+  write_file(dir.path, "t10k-labels-idx1-ubyte.gz", gzip(idx(0x08, {2}, 2)));
   r = load_fashion_mnist(dir.path, Split::test);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message().find("corrupt"), std::string::npos) << r.error().message();
@@ -149,16 +139,16 @@ TEST(Dataset, MissingAndCorruptFilesGiveClearErrors) {
   EXPECT_NE(r.error().message().find("t10k-images"), std::string::npos) << r.error().message();
 
   // Well-formed files: loads. Uncompressed files are accepted too.
-  dir.write("t10k-images-idx3-ubyte.gz", img);
+  write_file(dir.path, "t10k-images-idx3-ubyte.gz", img);
   r = load_fashion_mnist(dir.path, Split::test);
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(r.value().size(), 2u);
   fs::remove(dir.path / "t10k-labels-idx1-ubyte.gz");
-  dir.write("t10k-labels-idx1-ubyte", idx(0x08, {2}, 2));
+  write_file(dir.path, "t10k-labels-idx1-ubyte", idx(0x08, {2}, 2));
   EXPECT_TRUE(load_fashion_mnist(dir.path, Split::test));
 
   // Image/label count mismatch.
-  dir.write("t10k-labels-idx1-ubyte", idx(0x08, {3}, 3));
+  write_file(dir.path, "t10k-labels-idx1-ubyte", idx(0x08, {3}, 3));
   r = load_fashion_mnist(dir.path, Split::test);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message().find("2 images but 3 labels"), std::string::npos);

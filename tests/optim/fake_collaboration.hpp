@@ -23,6 +23,7 @@ namespace starling::test {
 class Hub {
  public:
   // A round closes when every live peer has joined it, or `window` after its first joiner.
+  // rounds_closed counts the rounds that formed a group (two or more members).
   explicit Hub(Duration window = 1s) : window_(window) {}
 
   struct Participant {
@@ -58,7 +59,8 @@ class Hub {
     auto& r = rounds[key];
     if (r.closed) return;
     r.closed = true;
-    ++rounds_closed;
+    const bool alone = r.members.size() < 2;
+    if (!alone) ++rounds_closed;
     double total = 0;
     for (auto& m : r.members) total += m.weight;
     const std::size_t k = r.members.size();
@@ -88,6 +90,9 @@ class Hub {
     }
     // Keep nothing of the peers (their events belong to their io_contexts).
     r.members.clear();
+    // Nobody else came: like a real averager's next matchmaking attempt, the key is open again
+    // (a round that formed a group stays over for late joiners).
+    if (alone) rounds.erase(key);
   }
 };
 

@@ -10,6 +10,7 @@
 #include "starling/optim/diloco.hpp"
 #include "starling/optim/fashion_task.hpp"
 #include "starling/optim/training_state.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace starling;
 using namespace starling::optim;
@@ -17,17 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("starling-torch-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 bool same_parameters(torch::nn::Module& a, torch::nn::Module& b) {
   auto pa = a.parameters(), pb = b.parameters();
@@ -162,7 +152,7 @@ TEST(TrainingState, RejectsMismatchAndGarbageWithoutTouchingTheModel) {
 }
 
 TEST(TrainingState, CheckpointSaveAndResume) {
-  TempDir dir;
+  test::TempDir dir("torch");
   auto cd = CheckpointDir::open(dir.path);
   ASSERT_TRUE(cd);
   auto a = make_fashion_model(FashionModel::mlp, 1);

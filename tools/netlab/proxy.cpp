@@ -57,6 +57,9 @@ TimePoint Direction::release_time(TimePoint now, TimePoint last) {
     d += j(rng_);
   }
   if (d < 0) d = 0;
+  if (delay_samples == 0 || d < delay_min_ms) delay_min_ms = d;
+  if (delay_samples == 0 || d > delay_max_ms) delay_max_ms = d;
+  ++delay_samples;
   return std::max(now + ms(d), last);
 }
 

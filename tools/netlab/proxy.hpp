@@ -73,6 +73,10 @@ class Direction {
   std::size_t piece_size() const;
   bool paced() const { return cfg_.rate_mbit > 0; }
   std::uint64_t bytes = 0;
+  // The one-way delays drawn so far (jitter included), for the stop report: tests check the
+  // proxy's own delays instead of inferring them from RTTs that include scheduling noise.
+  std::uint64_t delay_samples = 0;
+  double delay_min_ms = 0, delay_max_ms = 0;
 
  private:
   DirectionConfig cfg_;

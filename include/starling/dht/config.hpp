@@ -40,6 +40,27 @@ struct DhtConfig {
   // 8 replicas a record survives the loss of a random 30% of the nodes with probability
   // 1 - 0.3^8 > 0.9999 even before republishing moves it.
   std::size_t replicas = 8;
+  // The beam of a store's lookup (0 = replicas): it needs the `replicas` closest live nodes,
+  // not the k closest, so it converges after fewer rounds. Slow and failed candidates do not
+  // count toward it (lookup.hpp), so dead replicas push the window on to live ones.
+  std::size_t store_beam_width = 0;
+  // Parallel requests of a store's lookup (0 = its beam): every node of the beam must answer
+  // anyway, so asking them at once saves rounds (ceil(beam / alpha) at least) at no extra
+  // requests when the routing table already knows the closest nodes.
+  std::size_t store_alpha = 0;
+  // A store reports success once this many replicas hold the records (0 = a majority of the
+  // replicas); the requests to the other replicas complete in the background.
+  std::size_t store_quorum = 0;
+  // A node that answers a store's lookup from inside the current `replicas` closest gets the
+  // records at once rather than after the lookup converged (one round less; a node displaced
+  // later by a closer one keeps an extra copy).
+  bool store_early = true;
+  // A store's replicas (the closest nodes its lookup found) are remembered for this long
+  // (0 = never): a store of the same key within it goes straight to them without a lookup,
+  // as writers re-announce the same keys; if fewer than the quorum accept, it runs the
+  // lookup after all. At most `store_cache_keys` keys are remembered.
+  Duration store_cache_ttl = 30s;
+  std::size_t store_cache_keys = 4096;
   // Relaxed bucket splitting (Kademlia paper section 4.2): a bucket that does not cover our
   // own id also splits while its depth is not a multiple of this (0 = classic rule: only the
   // bucket covering our id splits). 5 gives routing tables of ~16 buckets per level, fewer
@@ -91,6 +112,16 @@ struct DhtConfig {
 
   std::size_t effective_beam() const { return beam_width ? beam_width : k; }
   std::size_t effective_replicas() const { return replicas ? replicas : k; }
+  std::size_t effective_store_beam(std::size_t replicas_wanted) const {
+    return store_beam_width ? store_beam_width : replicas_wanted;
+  }
+  std::size_t effective_store_alpha(std::size_t replicas_wanted) const {
+    return store_alpha ? store_alpha : effective_store_beam(replicas_wanted);
+  }
+  std::size_t effective_store_quorum(std::size_t replicas_wanted) const {
+    const std::size_t q = store_quorum ? store_quorum : replicas_wanted / 2 + 1;
+    return q < replicas_wanted ? q : replicas_wanted;
+  }
   std::size_t effective_replacements() const { return replacement_cache ? replacement_cache : k; }
 };
 

@@ -46,12 +46,18 @@ struct GetOptions {
 
 struct StoreOptions {
   std::size_t replicas = 0;  // nodes to store on (0 = DhtConfig::replicas)
+  // Replicas that must hold the records before the store reports (0 = DhtConfig::store_quorum);
+  // the other store requests complete in the background.
+  std::size_t quorum = 0;
   // Remember the records as this node's own and push them again every republish_interval
   // (with their remaining ttl) until they expire, so they survive churn.
   bool republish = true;
 };
 
 enum class OpKind { bootstrap, find_node, get, store };
+
+// What became of a store request to one replica.
+enum class StoreAck : std::uint8_t { pending, held, refused, failed };
 
 struct LookupStats {
   std::size_t hops = 0;  // see lookup.hpp (get: hop of the first node that had the value)
@@ -68,7 +74,8 @@ struct OpResult {
   result<void> status = success();
   Slot value;                    // get: everything found, merged
   std::vector<Contact> closest;  // bootstrap / find_node / store: closest live nodes
-  std::size_t stored = 0;        // store: nodes that hold the records now (this one included)
+  std::size_t stored = 0;        // store: nodes that hold the records when it reported (this
+                                 // one included; >= the quorum on success, more may follow)
   std::size_t refused = 0;       // store: nodes that answered but kept something newer
   LookupStats stats;
 };
@@ -160,8 +167,20 @@ class DhtCore {
     std::vector<std::uint64_t> joined;                  // get: ops sharing this lookup
     std::optional<Contact> closest_without_value;       // get: cache target
     std::size_t replicas = 0;                           // store
+    std::size_t store_quorum = 1;                       // store: acks that suffice to report
+    bool reported = false;                              // its OpResult is out (store: quorum)
     bool storing = false;                               // store: lookup done, store requests out
-    std::size_t awaiting = 0, stored = 0, refused = 0;  // store
+    std::size_t stored = 0, refused = 0;                // store
+    std::unordered_map<DhtId, StoreAck> store_acks;     // store: every replica request sent
+    std::vector<DhtId> store_targets;                   // store: the final replicas (not self)
+    StoreAck local_ack = StoreAck::failed;              // store: this node as a replica
+    bool from_cache = false;                            // store: replicas of an earlier store
+  };
+  struct StoreCache {  // the replicas of a recent store of one key
+    std::vector<Contact> targets;
+    bool local = false;
+    std::size_t replicas = 0;
+    TimePoint until;
   };
   struct OwnRecord {
     RecordKey key;
@@ -175,6 +194,7 @@ class DhtCore {
                  const Now& now);
   NodeHeader header() const;
   void finish(std::uint64_t op, result<void> status, const Now& now);
+  void report(Operation& op, result<void> status, const Now& now);
   void fail_request(std::uint64_t rid, const Error& error, const Now& now);
   void note_alive(const Contact& who, const NodeHeader& header, const Now& now);
   void note_failure(const Contact& who, const Now& now);
@@ -185,18 +205,23 @@ class DhtCore {
   Response handle_find(const net::PeerId& from, const FindRequest& req, const Now& now);
   // core_lookup.cpp
   void start_lookup(Operation& op, const DhtId& target, const std::vector<Contact>& seeds,
-                    const Now& now);
+                    const Now& now, std::size_t beam = 0, std::size_t alpha = 0);
   void pump(std::uint64_t op, const Now& now);
   void on_find_response(Operation& op, const Contact& from, const FindResult& res, const Now& now);
   void lookup_done(Operation& op, const Now& now);
   std::vector<Contact> contacts_of(const std::vector<PeerInfo>& peers) const;
   std::uint64_t start_find(const DhtId& target, bool internal, const Now& now);
   // core_store.cpp
-  std::uint64_t start_store(const RecordKey& key, Slot payload, std::size_t replicas, bool internal,
-                            const Now& now);
+  std::uint64_t start_store(const RecordKey& key, Slot payload, std::size_t replicas,
+                            std::size_t quorum, bool internal, const Now& now);
   void start_store_phase(Operation& op, const Now& now);
+  void store_on(Operation& op, const std::vector<Contact>& targets, bool local, const Now& now);
+  void send_store(Operation& op, const Contact& to, const Now& now);
+  void store_early(Operation& op, const Contact& from, const Now& now);
+  void on_store_answer(std::uint64_t op, const DhtId& from, StoreAck ack, const Now& now);
+  static StoreAck store_ack_of(const StoreResponse& resp);
+  void check_store(std::uint64_t op, const Now& now);
   void finish_store(std::uint64_t op, const Now& now);
-  void on_store_response(Operation& op, const StoreResponse& resp, const Now& now);
   void cache_along_path(Operation& op, const Now& now);
   result<void> accept_records(const RecordKey& key, std::vector<Record>& records,
                               const Now& now) const;
@@ -218,6 +243,7 @@ class DhtCore {
   std::unordered_map<std::uint64_t, Operation> ops_;
   std::unordered_map<DhtId, std::uint64_t> active_gets_;  // key id -> op sharing its lookup
   std::unordered_map<DhtId, OwnRecord> own_;
+  std::unordered_map<DhtId, StoreCache> store_cache_;  // key id -> replicas of a recent store
   std::set<Timer> timers_;
   TimePoint next_maintenance_;
   std::deque<OutgoingRequest> outbox_;

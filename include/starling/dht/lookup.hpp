@@ -48,6 +48,8 @@ class Lookup {
   // The `n` closest candidates that answered, closest first.
   std::vector<Contact> closest_responded(std::size_t n) const;
   const Candidate* find(const DhtId& id) const;
+  // How many candidates that did not fail are closer to the target than `id`.
+  std::size_t rank(const DhtId& id) const;
   std::size_t responded() const noexcept { return responded_; }
   std::size_t failed() const noexcept { return failed_; }
   std::size_t queried() const noexcept { return queried_; }

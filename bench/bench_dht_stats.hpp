@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -16,13 +17,25 @@ namespace bench {
 
 struct Params {
   std::size_t nodes = 64;
-  std::size_t ops = 100;  // keys stored, and gets before and after churn
-  double churn = 0.3;     // fraction of nodes stopped before the second round of gets
+  std::size_t ops = 100;       // keys stored, and gets before and after churn
+  double churn = 0.3;          // fraction of nodes stopped before the second round of gets
   std::uint64_t seed = 1;
+  std::size_t per_proc = 64;   // nodes per worker process (0 = all in one)
+  double join_wait_s = 60;     // OpenDHT: longest wait for the nodes to know good peers
 };
 
 inline double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Open file descriptors of this process.
+inline long open_fds() {
+  long n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)e;
+    ++n;
+  }
+  return n;
 }
 
 // Resident set size of this process in KiB (Linux /proc).
@@ -68,12 +81,16 @@ struct Report {
   std::string system;
   Params p;
   double setup_s = 0;
-  long rss_before_kib = 0, rss_after_kib = 0;
+  std::size_t procs = 1;
+  long max_fds = 0;  // the most file descriptors one worker process held
+  long rss_before_kib = 0, rss_after_kib = 0;  // summed over the worker processes
   Series store, store_again, get, get_after_churn;
   nlohmann::json json() const {
     return {{"system", system},
             {"nodes", p.nodes},
             {"ops", p.ops},
+            {"procs", procs},
+            {"max_fds_per_proc", max_fds},
             {"churn", p.churn},
             {"setup_s", setup_s},
             {"kib_per_node", static_cast<double>(rss_after_kib - rss_before_kib) /
@@ -97,8 +114,13 @@ inline Params parse_params(int argc, char** argv, int first) {
       p.churn = std::strtod(argv[i + 1], nullptr);
     else if (a == "--seed")
       p.seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--per-proc")
+      p.per_proc = std::strtoul(argv[i + 1], nullptr, 10);
+    else if (a == "--join-wait")
+      p.join_wait_s = std::strtod(argv[i + 1], nullptr);
   }
   if (p.nodes < 4) p.nodes = 4;
+  if (p.per_proc == 0 || p.per_proc > p.nodes) p.per_proc = p.nodes;
   return p;
 }
 

@@ -1,0 +1,112 @@
+// Starling's side of the DHT benchmark: one worker's DhtNodes (libp2p over TCP: Noise + yamux),
+// one io thread per node, like OpenDHT's one thread per DhtRunner: the nodes do not queue
+// behind each other. The worker's main thread drives each operation through block_on (a
+// thread hop, as OpenDHT's callbacks are) and times it.
+#pragma once
+
+#include "bench_dht_procs.hpp"
+#include "starling/core/blocking.hpp"
+#include "starling/dht/node.hpp"
+
+namespace bench {
+
+namespace sdht = starling::dht;
+
+class StarlingSet : public NodeSet {
+ public:
+  std::string start_node(std::uint64_t seed, const std::vector<std::string>& seeds) override {
+    using namespace std::chrono;
+    std::vector<starling::net::Multiaddr> addrs;
+    for (const auto& s : seeds) addrs.push_back(must(starling::net::Multiaddr::parse(s), "seed"));
+    threads_.push_back(std::make_unique<starling::IoThread>("dht-" + std::to_string(seed)));
+    auto s = must(starling::block_on(
+                      threads_.back()->executor(),
+                      [seed, addrs] { return start_one(seed, addrs); }, 120s),
+                  "start a node");
+    hosts_.push_back(s.host);
+    nodes_.push_back(s.node);
+    return s.host->listen_addresses().at(0).with_peer_id(s.host->local_peer()).to_string();
+  }
+
+  std::pair<bool, double> store(std::size_t i, std::size_t k, const Blob& v) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = starling::block_on(
+        threads_[i]->executor(),
+        [node = nodes_[i], key = key_of(k), v] {
+          return node->store(key, v, sdht::Millis(600'000));
+        },
+        std::chrono::seconds(60));
+    return {r && r.value().replicas > 0, ms_since(t0)};
+  }
+
+  std::pair<bool, double> get(std::size_t i, std::size_t k, const Blob& want) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = starling::block_on(
+        threads_[i]->executor(), [node = nodes_[i], key = key_of(k)] { return node->get(key); },
+        std::chrono::seconds(60));
+    const bool ok = r && r.value() && r.value()->plain && r.value()->plain->value == want;
+    return {ok, ms_since(t0)};
+  }
+
+  void stop_node(std::size_t i) override {
+    (void)starling::block_on(
+        threads_[i]->executor(), [h = hosts_[i], d = nodes_[i]] { return stop_one(h, d); },
+        std::chrono::seconds(30));
+    (void)threads_[i]->stop();
+    stopped_.resize(nodes_.size());
+    stopped_[i] = true;
+  }
+
+  void stop_all() override {
+    stopped_.resize(nodes_.size());
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      if (!stopped_[i]) stop_node(i);
+  }
+
+ private:
+  struct Started {
+    std::shared_ptr<starling::net::Host> host;
+    std::shared_ptr<sdht::DhtNode> node;
+  };
+
+  template <class T>
+  static T must(starling::result<T> r, const char* what) {
+    if (!r) {
+      std::cerr << "bench_dht: " << what << ": " << r.error().message() << "\n";
+      std::exit(1);
+    }
+    return std::move(r).value();
+  }
+
+  static sdht::RecordKey key_of(std::size_t k) {
+    return sdht::RecordKey::from_string("bench-key-" + std::to_string(k));
+  }
+
+  static starling::awaitable<starling::result<Started>> start_one(
+      std::uint64_t seed, std::vector<starling::net::Multiaddr> seeds) {
+    starling::net::HostConfig hc;
+    hc.max_connections = 4096;
+    auto host = starling::net::Host::create(co_await asio::this_coro::executor,
+                                            starling::crypto::KeyPair::generate(), hc);
+    ST_CO_TRY(co_await host->start());
+    sdht::DhtNodeConfig cfg;
+    cfg.seed = seed;
+    auto node = sdht::DhtNode::create(host, cfg);
+    ST_CO_TRY(co_await node->start(seeds));
+    co_return Started{host, node};
+  }
+
+  static starling::awaitable<starling::result<void>> stop_one(
+      std::shared_ptr<starling::net::Host> host, std::shared_ptr<sdht::DhtNode> node) {
+    co_await node->stop();
+    co_await host->stop();
+    co_return starling::success();
+  }
+
+  std::vector<std::unique_ptr<starling::IoThread>> threads_;
+  std::vector<std::shared_ptr<starling::net::Host>> hosts_;
+  std::vector<std::shared_ptr<sdht::DhtNode>> nodes_;
+  std::vector<bool> stopped_;
+};
+
+}  // namespace bench

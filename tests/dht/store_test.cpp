@@ -1,0 +1,51 @@
+// DhtCore stores on small simulated networks: reporting at a quorum of replicas while the
+// other replica requests complete in the background, and repeated stores of one key going
+// straight to the replicas an earlier store found (falling back to a lookup when they died).
+#include <gtest/gtest.h>
+
+#include "sim_helpers.hpp"
+
+using namespace starling;
+using namespace starling::dht;
+using namespace starling::dht::test;
+
+TEST(DhtStore, ReportsAtQuorumAndFinishesInTheBackground) {
+  SimOptions o;
+  o.config = small_config();  // 4 replicas
+  o.config.store_quorum = 2;
+  auto net = network(30, o);
+  const auto key = RecordKey::from_string("quorum");
+  auto s = store(net, 1, key, {plain("v", 1)});
+  ASSERT_TRUE(s.status) << s.status.error().message();
+  EXPECT_GE(s.stored, 2u);
+  EXPECT_LE(s.stored, 4u);
+  net.run_for(10s);  // every request answered or timed out: nothing is left behind
+  EXPECT_EQ(net.core(1).active_operations(), 0u);
+  EXPECT_EQ(net.core(1).pending_requests(), 0u);
+  EXPECT_GE(holders(net, key), 4u);  // the background requests landed too
+}
+
+TEST(DhtStore, RepeatedStoreGoesStraightToTheReplicasAndFallsBackWhenTheyDied) {
+  auto net = network(40);
+  const auto key = RecordKey::from_string("re-announced");
+  auto first = store(net, 0, key, {plain("v1", 1)});
+  ASSERT_TRUE(first.status);
+  EXPECT_GT(first.stats.requests, 0u);  // a lookup found the replicas
+  auto again = store(net, 0, key, {plain("v2", 2)});
+  ASSERT_TRUE(again.status) << again.status.error().message();
+  EXPECT_EQ(again.stats.requests, 0u);  // no lookup: the same replicas
+  EXPECT_GE(again.stored, 3u);
+  net.run_for(5s);
+  for (std::size_t i = 1; i < net.size(); i += 7) EXPECT_EQ(value_of(get(net, i, key)), "v2");
+  // Every replica dies: the next store finds new ones.
+  for (std::size_t i = 1; i < net.size(); ++i)
+    if (!net.core(i).records().records(key.id(), net.time()).empty()) net.kill(i);
+  ASSERT_LE(holders(net, key), 1u);  // at most the writer itself
+  auto third = store(net, 0, key, {plain("v3", 3)});
+  ASSERT_TRUE(third.status) << third.status.error().message();
+  EXPECT_GT(third.stats.requests, 0u);
+  EXPECT_GE(third.stored, 3u);
+  std::size_t reader = 1;
+  while (!net.alive(reader)) ++reader;
+  EXPECT_EQ(value_of(get(net, reader, key)), "v3");
+}
