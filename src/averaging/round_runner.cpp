@@ -494,9 +494,9 @@ void RoundRunner::pump() {
   if (auto ph = core_.phase(); ph != last_phase_) {
     last_phase_ = ph;
     logger("averaging")
-        ->debug("all-reduce: member {} enters {} after {} ms", self_, ph,
-                std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_)
-                    .count());
+        ->debug(
+            "all-reduce: member {} enters {} after {} ms", self_, ph,
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
     if (cfg_.on_phase) cfg_.on_phase(ph);
   }
 }

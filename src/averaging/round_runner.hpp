@@ -14,9 +14,9 @@
 #include <atomic>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
-#include <memory>
 
 #include "part_codec.hpp"
 #include "starling/averaging/round_core.hpp"
