@@ -1,6 +1,8 @@
 // DhtCore: construction, request bookkeeping, responses and failures, operation results.
 #include "starling/dht/core.hpp"
 
+#include <algorithm>
+
 #include "dht_log.hpp"
 
 namespace starling::dht {
@@ -48,7 +50,7 @@ DhtCore::Operation& DhtCore::new_op(OpKind kind, bool internal, const Now& now) 
 RequestId DhtCore::send(const Contact& to, decltype(Request::body) body, Purpose purpose,
                         std::uint64_t op, const Now& now) {
   const std::uint64_t rid = next_id_++;
-  Pending p{to, op, purpose, now.mono + cfg_.request_timeout, now.mono + cfg_.slow_request};
+  Pending p{to, op, purpose, now.mono + cfg_.request_timeout, now.mono + slow_after(), now.mono};
   timers_.insert(Timer{p.deadline, TimerKind::request_deadline, rid});
   if (purpose == Purpose::lookup) timers_.insert(Timer{p.slow_at, TimerKind::request_slow, rid});
   outbox_.push_back(
@@ -93,6 +95,25 @@ void DhtCore::note_failure(const Contact& who, const Now& now) {
 void DhtCore::ping_for_eviction(const std::optional<RoutingTable::PingAction>& action,
                                 const Now& now) {
   if (action) send(action->node, PingRequest{}, Purpose::ping, 0, now);
+}
+
+void DhtCore::note_rtt(Duration sample) {
+  if (sample.count() < 0) return;
+  if (!rtt_known_) {
+    srtt_ = sample;
+    rttvar_ = sample / 2;
+    rtt_known_ = true;
+    return;
+  }
+  const Duration dev = sample > srtt_ ? sample - srtt_ : srtt_ - sample;
+  rttvar_ = (3 * rttvar_ + dev) / 4;
+  srtt_ = (7 * srtt_ + sample) / 8;
+}
+
+Duration DhtCore::slow_after() const {
+  if (!rtt_known_) return cfg_.slow_request;
+  return std::clamp<Duration>(srtt_ + 4 * rttvar_, std::min(cfg_.slow_request_min, cfg_.slow_request),
+                              cfg_.slow_request);
 }
 
 void DhtCore::on_failure(RequestId id, const Error& error, const Now& now) {
@@ -160,6 +181,7 @@ void DhtCore::on_response(RequestId id, const Response& resp, const Now& now) {
   timers_.erase(Timer{done.deadline, TimerKind::request_deadline, rid});
   timers_.erase(Timer{done.slow_at, TimerKind::request_slow, rid});
   note_alive(done.to, resp.sender, now);
+  note_rtt(now.mono - done.sent);
   switch (done.purpose) {
     case Purpose::lookup: {
       auto op = ops_.find(done.op);

@@ -1,6 +1,7 @@
-// DhtCore stores on small simulated networks: reporting at a quorum of replicas while the
-// other replica requests complete in the background, and repeated stores of one key going
-// straight to the replicas an earlier store found (falling back to a lookup when they died).
+// DhtCore stores and lookup timing on small simulated networks: reporting at a quorum of
+// replicas while the other replica requests complete in the background, repeated stores of one
+// key going straight to the replicas an earlier store found (falling back to a lookup when
+// they died), and the adaptive soft timeout that passes over a silent node.
 #include <gtest/gtest.h>
 
 #include "sim_helpers.hpp"
@@ -48,4 +49,29 @@ TEST(DhtStore, RepeatedStoreGoesStraightToTheReplicasAndFallsBackWhenTheyDied) {
   std::size_t reader = 1;
   while (!net.alive(reader)) ++reader;
   EXPECT_EQ(value_of(get(net, reader, key)), "v3");
+}
+
+TEST(DhtStore, SilentNodeIsPassedOverAfterAFewRoundTrips) {
+  // The node closest to the target dies silently: every lookup learns of it from its
+  // neighbours and asks it. The soft timeout, adapted to the 10-80 ms round trips seen,
+  // passes it over long before the fixed 1 s bound (which the same lookup waits for when
+  // the adaptive floor is set to 1 s).
+  auto lookup_time = [](Duration floor) {
+    SimOptions o;
+    o.config = small_config();
+    o.config.slow_request_min = floor;
+    auto net = network(40, o);
+    net.kill(7);
+    const auto t0 = net.time();
+    // Node 3 has seen answers (its join); node 0, the first node, may not have.
+    auto r = net.run_op(3, [&](DhtCore& c, const Now& now) {
+      return c.find_node(net.core(7).id(), now);
+    });
+    EXPECT_TRUE(r.status);
+    return net.time() - t0;
+  };
+  const Duration adaptive = lookup_time(100ms);
+  const Duration fixed = lookup_time(1s);
+  EXPECT_GE(fixed, 1s);
+  EXPECT_LT(adaptive, 500ms);
 }

@@ -76,6 +76,9 @@ struct DhtConfig {
   // spend its parallelism elsewhere (the answer is still used if it comes in time).
   Duration request_timeout = 3s;
   Duration slow_request = 1s;
+  // The soft timeout adapts to the answers seen: srtt + 4 * rttvar of this node's answered
+  // requests (as TCP's retransmission timer), kept within [slow_request_min, slow_request].
+  Duration slow_request_min = 100ms;
   // A whole get/store/find operation never takes longer than this.
   Duration operation_timeout = 30s;
 

@@ -149,6 +149,7 @@ class DhtCore {
     std::uint64_t op = 0;  // 0 = none
     Purpose purpose = Purpose::ping;
     TimePoint deadline, slow_at;
+    TimePoint sent;
   };
   struct Operation {
     std::uint64_t id = 0;
@@ -199,6 +200,8 @@ class DhtCore {
   void note_alive(const Contact& who, const NodeHeader& header, const Now& now);
   void note_failure(const Contact& who, const Now& now);
   void ping_for_eviction(const std::optional<RoutingTable::PingAction>& action, const Now& now);
+  void note_rtt(Duration sample);
+  Duration slow_after() const;
   ValidationContext validation_context(const Now& now) const;
   // core_server.cpp
   Response handle_store(const net::PeerId& from, const StoreRequest& req, const Now& now);
@@ -246,6 +249,8 @@ class DhtCore {
   std::unordered_map<DhtId, StoreCache> store_cache_;  // key id -> replicas of a recent store
   std::set<Timer> timers_;
   TimePoint next_maintenance_;
+  Duration srtt_{}, rttvar_{};  // answered requests' round trip: smoothed, and its deviation
+  bool rtt_known_ = false;
   std::deque<OutgoingRequest> outbox_;
   std::deque<OpResult> results_;
 };
