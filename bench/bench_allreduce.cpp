@@ -2,6 +2,8 @@
 // streams, butterfly reduce-scatter/all-gather) on `--elems` float32 among `--size` processes.
 // Processes meet through a FileDirectory in `--dir`, then run `--iters` timed rounds (after one
 // warm-up round that also opens the connections), each after a barrier. Prints one JSON line.
+// The JSON also has cpu_s and runq_wait_s: CPU time of all threads over the whole run, and
+// the time they were runnable but waiting for a CPU (on a loaded machine, that is the gap).
 // bench/run-allreduce.sh runs it beside Gloo's ring all-reduce (bench/gloo_allreduce.cpp).
 //
 //   bench_allreduce --rank R --size N --dir D [--elems E] [--iters K] [--part-kb P]
@@ -12,6 +14,8 @@
 #include <asio/io_context.hpp>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -165,6 +169,7 @@ int main(int argc, char** argv) try {
   std::vector<double> times;
   std::uint64_t sent = 0, received = 0;
   double codec_s = 0;
+  std::vector<double> allreduce_times;  // the round alone (the step also gathers and scatters)
   double max_err = 0;
   const double want0 = (a.size + 1) / 2.0;  // mean of rank+1 over ranks
   for (int it = -1; it < a.iters; ++it) {
@@ -184,6 +189,7 @@ int main(int argc, char** argv) try {
       max_err = std::max(max_err, std::abs(x[i] - (want0 + static_cast<double>(i % 7))));
     if (it < 0) continue;  // warm-up: connections, first-touch allocations
     times.push_back(secs);
+    allreduce_times.push_back(std::chrono::duration<double>(r.value().allreduce_time).count());
     sent += r.value().bytes_sent;
     received += r.value().bytes_received;
     codec_s += std::chrono::duration<double>(r.value().codec_time).count();
@@ -194,12 +200,25 @@ int main(int argc, char** argv) try {
                      {"size", a.size},
                      {"bytes", a.elems * sizeof(float)},
                      {"times_s", times},
+                     {"allreduce_times_s", allreduce_times},
                      {"median_s", sorted.empty() ? 0.0 : sorted[sorted.size() / 2]},
                      {"bytes_sent_per_round", a.iters ? sent / a.iters : 0},
                      {"bytes_received_per_round", a.iters ? received / a.iters : 0},
                      {"codec", a.codec},
                      {"codec_worker_s_per_round", a.iters ? codec_s / a.iters : 0.0},
                      {"max_abs_error", max_err}};
+  {  // CPU time of all threads, and time they were runnable but waited for a CPU (load)
+    double cpu = 0, wait = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream f(e.path() / "schedstat");
+      double a = 0, b = 0;
+      f >> a >> b;
+      cpu += a / 1e9;
+      wait += b / 1e9;
+    }
+    out["cpu_s"] = cpu;
+    out["runq_wait_s"] = wait;
+  }
   std::cout << out.dump() << std::endl;
   // Let slower peers finish their last round before this host goes away.
   gather(io, *dir, "done", me, Bytes{1}, a.size);

@@ -6,13 +6,15 @@
 # starling/gloo (< 1: Starling faster), without compression and with 8-bit compression
 # (blockwise8 on the wire, BENCH_CODEC to change it).
 #
-# With --netlab (needs root and network namespaces; skipped with a message otherwise): 4 hosts
-# with 100 Mbit/s links in tools/netlab, and the time against the bound
-# 2*(n-1)/n*size/bandwidth (what any all-reduce must move through each link).
+# Then the emulated internet (needs root and network namespaces; skipped with a message
+# otherwise, or with BENCH_NETLAB=0): 4 hosts with 100 Mbit/s links in tools/netlab, Starling
+# and Gloo, each against the bound 2*(n-1)/n*size/bandwidth (what any all-reduce must move
+# through each link). `--netlab` runs only that part. Every process is bounded by `timeout`.
 #
 # Environment: BENCH_SIZES ("2 4 8"), BENCH_ELEMS (16777216), BENCH_ITERS (3),
-# BENCH_CODEC (blockwise8),
-# BENCH_NETLAB_MBIT (100), BENCH_NETLAB_ITERS (3). Ends with one `RESULT {json}` line.
+# BENCH_CODEC (blockwise8), BENCH_NETLAB (1), BENCH_NETLAB_MBIT (100),
+# BENCH_NETLAB_ITERS (2). Ends with one `RESULT {json}` line (loopback rows under "results",
+# the emulated internet under "netlab").
 set -euo pipefail
 build=${1:-build}
 mode=${2:-loopback}
@@ -62,13 +64,15 @@ run_group() {
 
 median() { jq 'sort | .[(length / 2 | floor)]' "$1"; }
 
-star_local() { "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" --iters "$iters"; }
+star_local() { timeout "$limit" "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" --iters "$iters"; }
 star_codec() {
-  "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" --iters "$iters" --codec "$codec"
+  timeout "$limit" "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" --iters "$iters" --codec "$codec"
 }
-gloo_local() { "$gloo" --rank "$1" --size "$2" --dir "$3" --elems "$elems" --iters "$iters"; }
+gloo_local() { timeout "$limit" "$gloo" --rank "$1" --size "$2" --dir "$3" --elems "$elems" --iters "$iters"; }
 
 bytes=$((elems * 4))
+limit=${BENCH_PROCESS_TIMEOUT:-300}  # seconds per process (all rounds)
+loopback_json=null
 if [[ $mode != --netlab ]]; then
   rows=()
   printf "%-24s %11s %11s %11s %8s %8s\n" "$((bytes >> 20)) MiB float32, loopback" "starling s" \
@@ -90,34 +94,46 @@ if [[ $mode != --netlab ]]; then
         ratio_compressed:$q8, starling_rounds_s:$st[0], starling_compressed_rounds_s:$ct[0],
         gloo_rounds_s:$gt[0]}')")
   done
-  echo "RESULT $(printf '%s\n' "${rows[@]}" | jq -cs --argjson b "$bytes" --arg c "$codec" \
-    --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" \
-    '{bench:"allreduce", setting:"loopback", bytes:$b, codec:$c, loadavg:$load, results:.}')"
-  exit 0
+  loopback_json=$(printf '%s\n' "${rows[@]}" | jq -cs .)
+  loopback_load=$(cut -d' ' -f1-3 /proc/loadavg)
 fi
+
+finish() {  # finish NETLAB_JSON: the one RESULT line
+  echo "RESULT $(jq -cn --argjson b "$bytes" --arg c "$codec" --argjson r "$loopback_json" \
+    --arg load "${loopback_load:-}" --argjson nl "$1" \
+    '{bench:"allreduce", bytes:$b, codec:$c, loadavg:$load, results:$r, netlab:$nl}')"
+  exit 0
+}
 
 # --- emulated internet ---
 nl=$here/../tools/netlab/netlab
-[[ -x $nl ]] || { echo "tools/netlab is not in this tree: skipping the emulated-internet run"; exit 77; }
+if [[ ${BENCH_NETLAB:-1} == 0 ]]; then
+  echo "emulated internet: skipped (BENCH_NETLAB=0)"
+  finish '{"skipped":"BENCH_NETLAB=0"}'
+fi
+if [[ ! -x $nl ]]; then
+  echo "emulated internet: skipped (tools/netlab is not in this tree)"
+  finish '{"skipped":"no tools/netlab"}'
+fi
 if ! "$nl" check >/dev/null 2>&1; then
-  echo "netlab cannot run here (needs root and network namespaces): skipping"
-  exit 77
+  echo "emulated internet: skipped (netlab needs root and network namespaces, not available here)"
+  finish '{"skipped":"netlab unavailable (root and network namespaces needed)"}'
 fi
 mbit=${BENCH_NETLAB_MBIT:-100}
-iters=${BENCH_NETLAB_ITERS:-3}
+iters=${BENCH_NETLAB_ITERS:-2}
 n=4
 netlab_name=$("$nl" up --hosts "$n" --up-mbit "$mbit" --down-mbit "$mbit")
 export NETLAB_NAME=$netlab_name
 star_lab() {
   local ip
   ip=$("$nl" addr "h$(($1 + 1))")
-  "$nl" exec "h$(($1 + 1))" -- "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" \
+  timeout "$limit" "$nl" exec "h$(($1 + 1))" -- "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" \
     --iters "$iters" --listen "/ip4/$ip/tcp/0" --bandwidth $((mbit * 125000))
 }
 gloo_lab() {
   local ip
   ip=$("$nl" addr "h$(($1 + 1))")
-  "$nl" exec "h$(($1 + 1))" -- "$gloo" --rank "$1" --size "$2" --dir "$3" --elems "$elems" \
+  timeout "$limit" "$nl" exec "h$(($1 + 1))" -- "$gloo" --rank "$1" --size "$2" --dir "$3" --elems "$elems" \
     --iters "$iters" --host "$ip"
 }
 run_group "$tmp/ls" "$n" star_lab
@@ -128,8 +144,9 @@ bound=$(jq -n "2 * ($n - 1) / $n * $bytes * 8 / ($mbit * 1e6)")
 printf "%-34s %10s %10s %10s\n" "$n hosts, ${mbit} Mbit/s links" "time s" "bound s" "of bound"
 printf "%-34s %10.2f %10.2f %9.0f%%\n" "starling" "$s" "$bound" "$(jq -n "100 * $bound / $s")"
 printf "%-34s %10.2f %10.2f %9.0f%%\n" "gloo ring" "$g" "$bound" "$(jq -n "100 * $bound / $g")"
-echo "RESULT $(jq -cn --argjson s "$s" --argjson g "$g" --argjson b "$bound" --argjson by "$bytes" \
-  --argjson m "$mbit" \
-  '{bench:"allreduce", setting:"netlab", hosts:4, link_mbit:$m, bytes:$by, codec:"none",
-    starling_s:$s, gloo_s:$g, bound_s:$b, starling_fraction_of_bound:($b / $s),
-    gloo_fraction_of_bound:($b / $g)}')"
+echo "load average after the emulated-internet run: $(cut -d' ' -f1-3 /proc/loadavg)"
+finish "$(jq -cn --argjson s "$s" --argjson g "$g" --argjson b "$bound" --argjson m "$mbit" \
+  --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" --slurpfile st "$tmp/ls" --slurpfile gt "$tmp/lg" \
+  '{hosts:4, link_mbit:$m, codec:"none", starling_s:$s, gloo_s:$g, bound_s:$b,
+    starling_fraction_of_bound:($b / $s), gloo_fraction_of_bound:($b / $g),
+    starling_rounds_s:$st[0], gloo_rounds_s:$gt[0], loadavg:$load}')"

@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     default: {
       // A compressed part of at most 4096 values; what decodes must have at most that many
       // finite values.
-      std::vector<float> out;
+      FloatBuffer out;
       if (detail::TensorCodecs::decode(in, 4096, out)) {
         if (out.size() > 4096) __builtin_trap();
         for (float v : out)

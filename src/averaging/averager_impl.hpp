@@ -30,6 +30,8 @@ struct Averager::Impl {
   // Error feedback (or empty): what earlier steps' encodings of this peer's values, and of the
   // results it reduced as an owner, lost.
   std::vector<float> residual, result_residual;
+  // The flattened input and output of a step (reused so that steps do not page-fault).
+  std::vector<float> local_buf, output_buf;
 };
 
 }  // namespace starling::averaging

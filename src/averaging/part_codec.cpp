@@ -98,8 +98,7 @@ result<Bytes> TensorCodecs::encode(std::uint64_t begin, std::span<const float> i
   return out;
 }
 
-result<void> TensorCodecs::decode(BytesView payload, std::size_t max_count,
-                                  std::vector<float>& out) {
+result<void> TensorCodecs::decode(BytesView payload, std::size_t max_count, FloatBuffer& out) {
   out.clear();
   std::size_t off = 0;
   while (off < payload.size()) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "starling/averaging/compression.hpp"
+#include "starling/averaging/float_buffer.hpp"
 #include "starling/averaging/schema.hpp"
 
 namespace starling::averaging::detail {
@@ -34,7 +35,7 @@ class TensorCodecs {
                        std::span<float> decoded = {}, std::span<const float> residual = {},
                        std::span<float> residual_out = {}) const;
   // Decodes a payload into `out` (resized to its values; at most max_count of them).
-  static result<void> decode(BytesView payload, std::size_t max_count, std::vector<float>& out);
+  static result<void> decode(BytesView payload, std::size_t max_count, FloatBuffer& out);
 
   std::size_t tensors() const noexcept { return ends_.size(); }
   const CodecSpec& spec(std::size_t tensor) const { return specs_[tensor]; }

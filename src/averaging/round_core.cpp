@@ -2,11 +2,63 @@
 // round_core_flow.cpp.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "compression_kernels.hpp"
 #include "starling/averaging/round_core.hpp"
 #include "starling/core/log.hpp"
 
 namespace starling::averaging {
+
+namespace {
+
+// Tiles of detail::kTile values with a constant trip count: vectorised even at -O2.
+constexpr std::size_t kT = detail::kTile;
+
+// out = sum_j coeffs[j] * inputs[j], summed in j order for every value (one pass over out).
+ST_KERNEL_CLONES void reduce_range(float* __restrict out, const float* const* in,
+                                   const float* coeffs, std::size_t inputs, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + kT <= n; i += kT) {
+    float t[kT];
+    const float c0 = coeffs[0];
+    const float* __restrict a = in[0] + i;
+    for (std::size_t k = 0; k < kT; ++k) t[k] = c0 * a[k];
+    for (std::size_t j = 1; j < inputs; ++j) {
+      const float c = coeffs[j];
+      const float* __restrict b = in[j] + i;
+      for (std::size_t k = 0; k < kT; ++k) t[k] += c * b[k];
+    }
+    std::memcpy(out + i, t, sizeof t);
+  }
+  for (; i < n; ++i) {
+    float v = coeffs[0] * in[0][i];
+    for (std::size_t j = 1; j < inputs; ++j) v += coeffs[j] * in[j][i];
+    out[i] = v;
+  }
+}
+
+// True when no value is NaN or infinite (exponent bits all ones).
+ST_KERNEL_CLONES bool all_finite(const float* __restrict p, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 * kT <= n; i += 16 * kT) {
+    std::uint32_t acc[kT] = {};
+    for (std::size_t r = 0; r < 16; ++r) {
+      std::uint32_t u[kT];
+      std::memcpy(u, p + i + r * kT, sizeof u);
+      // Exponent all ones: (e + 1 << 23) carries into the sign bit.
+      for (std::size_t k = 0; k < kT; ++k) acc[k] |= (u[k] & 0x7f800000u) + 0x00800000u;
+    }
+    std::uint32_t any = 0;
+    for (std::size_t k = 0; k < kT; ++k) any |= acc[k];
+    if (any & 0x80000000u) return false;
+  }
+  for (; i < n; ++i)
+    if (!std::isfinite(p[i])) return false;
+  return true;
+}
+
+}  // namespace
 
 void run_reduce_job(const ReduceJob& job) {
   float* out = job.out.data();
@@ -15,16 +67,9 @@ void run_reduce_job(const ReduceJob& job) {
     std::fill(out, out + n, 0.0f);
     return;
   }
-  {
-    const float c = job.coeffs[0];
-    const float* in = job.inputs[0].data();
-    for (std::size_t i = 0; i < n; ++i) out[i] = c * in[i];
-  }
-  for (std::size_t j = 1; j < job.inputs.size(); ++j) {
-    const float c = job.coeffs[j];
-    const float* in = job.inputs[j].data();
-    for (std::size_t i = 0; i < n; ++i) out[i] += c * in[i];
-  }
+  std::vector<const float*> in;
+  for (const auto& x : job.inputs) in.push_back(x.data());
+  reduce_range(out, in.data(), job.coeffs.data(), in.size(), n);
 }
 
 RoundCore::RoundCore(std::vector<RoundMember> members, std::uint32_t self,
@@ -108,12 +153,15 @@ std::vector<ReduceJob> RoundCore::take_reduce_jobs() {
   return std::exchange(jobs_, {});
 }
 
-result<void> RoundCore::on_message(std::uint32_t from, const RoundMessage& msg, TimePoint now) {
+result<void> RoundCore::on_message(std::uint32_t from, const RoundMessage& msg, TimePoint now,
+                                   FloatBuffer* owned) {
   if (from >= n_ || from == self_)
     return make_error(errc::invalid_argument, "all-reduce: message from unknown member");
   if (status_ != Status::running || failed_.test(from)) return success();  // fenced or over
   on_activity(from, now);
+  owned_ = owned;
   auto r = handle(from, msg, now);
+  owned_ = nullptr;
   if (!r) {
     logger("averaging")
         ->warn("all-reduce [member {}]: excluding {}: {}", self_, who(from), r.error().message());
@@ -167,10 +215,8 @@ result<void> RoundCore::check_floats(std::span<const float> d, std::uint64_t wan
     return make_error(errc::invalid_argument, std::string(what) + " has " +
                                                   std::to_string(d.size()) + " values, expected " +
                                                   std::to_string(want));
-  if (cfg_.reject_non_finite)
-    for (float v : d)
-      if (!std::isfinite(v))
-        return make_error(errc::invalid_argument, std::string(what) + " holds NaN or infinity");
+  if (cfg_.reject_non_finite && !all_finite(d.data(), d.size()))
+    return make_error(errc::invalid_argument, std::string(what) + " holds NaN or infinity");
   return success();
 }
 
@@ -194,7 +240,10 @@ result<void> RoundCore::handle_part(std::uint32_t from, const PartMsg& m) {
   if (!slot.empty()) return make_error(errc::protocol_violation, "duplicate part");
   ST_TRY(check_floats(m.data, spec.size(), "part"));
   if (spec.size() == 0) return success();
-  slot.assign(m.data.begin(), m.data.end());
+  if (owned_ && owned_->data() == m.data.data() && owned_->size() == m.data.size())
+    slot = std::move(*owned_);  // the driver's receive buffer: no copy
+  else
+    slot.assign(m.data.begin(), m.data.end());
   if (sub_.owed[from] == 0) return make_error(errc::internal, "owed count underflow");
   --sub_.owed[from];
   return success();
@@ -223,11 +272,23 @@ result<void> RoundCore::handle_result(std::uint32_t from, const ResultMsg& m) {
   if (m.counted.size() != n_) return make_error(errc::invalid_argument, "result tag size");
   if (sub_.got.test(m.part)) return make_error(errc::protocol_violation, "duplicate result");
   ST_TRY(check_floats(m.data, spec.size(), "result"));
-  std::copy(m.data.begin(), m.data.end(),
-            output_.begin() + static_cast<std::ptrdiff_t>(spec.begin));
+  float* dst = output_.data() + spec.begin;
+  if (m.data.data() != dst)  // else the driver received it in place (result_destination())
+    std::copy(m.data.begin(), m.data.end(), dst);
   sub_.got.set(m.part);
   sub_.part_counted[m.part] = m.counted;
   return success();
+}
+
+std::span<float> RoundCore::result_destination(std::uint32_t from, std::uint32_t subround,
+                                               std::uint32_t part, std::size_t count) const {
+  if (status_ != Status::running || from >= n_ || failed_.test(from) || subround != sub_.index)
+    return {};
+  const auto& parts = sub_.plan.parts;
+  if (part >= parts.size() || parts[part].owner != from || parts[part].owner == self_ ||
+      sub_.got.test(part) || parts[part].size() != count)
+    return {};
+  return output_.subspan(parts[part].begin, parts[part].size());
 }
 
 result<void> RoundCore::check_report(const FinReport& r) const {

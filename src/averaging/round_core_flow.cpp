@@ -26,7 +26,7 @@ void RoundCore::begin_subround(std::uint32_t index, std::vector<Segment> segment
   const std::size_t nparts = s.plan.parts.size();
   for (std::uint32_t p = 0; p < nparts; ++p)
     if (s.plan.parts[p].owner == self_) s.my_parts.push_back(p);
-  s.slots.assign(s.my_parts.size(), std::vector<std::vector<float>>(n_));
+  s.slots.assign(s.my_parts.size(), std::vector<FloatBuffer>(n_));
   s.owed.assign(n_, 0);
   for (std::uint32_t j = 0; j < n_; ++j)
     if (j != self_ && s.alive.test(j)) s.owed[j] = static_cast<std::uint32_t>(s.my_parts.size());

@@ -69,7 +69,7 @@ struct EncodeOwnTask {
 struct DecodeTask {
   const Bytes* in;
   std::size_t max_count;
-  std::vector<float>* out;
+  FloatBuffer* out;
   std::atomic<std::int64_t>* ns;
   result<void> operator()() const {
     Timed t{ns};
@@ -291,6 +291,15 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
   }
 }
 
+void RoundRunner::InPlace::hold(std::pair<std::uint32_t, std::uint32_t> k) {
+  key = k;
+  r->receiving_.insert(k);
+}
+
+RoundRunner::InPlace::~InPlace() {
+  if (key) r->receiving_.erase(*key);
+}
+
 awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
                                     std::shared_ptr<net::BufferedReader> r) {
   auto self = shared_from_this();
@@ -323,7 +332,10 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
       co_return;
     }
     RoundMessage msg = std::get<RoundMessage>(std::move(f.value().msg));
-    std::vector<float> buf;
+    FloatBuffer buf;
+    // An uncompressed result goes straight into the output when the core expects it.
+    std::span<float> direct;
+    InPlace in_place{this};
     const bool has_data =
         std::holds_alternative<PartMsg>(msg) || std::holds_alternative<ResultMsg>(msg);
     if (has_data) {
@@ -337,13 +349,21 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
         co_return;
       }
       Bytes raw;
-      if (compressed())
+      auto* rm = std::get_if<ResultMsg>(&msg);
+      if (rm && !compressed() && !receiving_.contains({rm->subround, rm->part})) {
+        direct = core_.result_destination(j, rm->subround, rm->part, len / sizeof(float));
+        if (!direct.empty()) in_place.hold({rm->subround, rm->part});
+      }
+      MutableBytesView dst;
+      if (compressed()) {
         raw.resize(len);
-      else
+        dst = raw;
+      } else if (!direct.empty()) {
+        dst = MutableBytesView(reinterpret_cast<std::uint8_t*>(direct.data()), len);
+      } else {
         buf.resize(len / sizeof(float));
-      MutableBytesView dst =
-          compressed() ? MutableBytesView(raw)
-                       : MutableBytesView(reinterpret_cast<std::uint8_t*>(buf.data()), len);
+        dst = MutableBytesView(reinterpret_cast<std::uint8_t*>(buf.data()), len);
+      }
       for (std::size_t off = 0; off < len; off += kReadChunk) {
         const std::size_t take = std::min<std::size_t>(kReadChunk, len - off);
         auto rd = co_await r->read_exact(dst.subspan(off, take));
@@ -363,10 +383,10 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
         }
       }
       if (auto* p = std::get_if<PartMsg>(&msg)) p->data = buf;
-      if (auto* q = std::get_if<ResultMsg>(&msg)) q->data = buf;
+      if (rm) rm->data = direct.empty() ? std::span<const float>(buf) : direct;
     }
     if (core_.status() != RoundCore::Status::running) continue;
-    auto res = core_.on_message(j, msg, Clock::now());
+    auto res = core_.on_message(j, msg, Clock::now(), &buf);
     pump();
     if (!res) co_return;  // the core blamed and fenced j
   }
@@ -471,12 +491,13 @@ void RoundRunner::pump() {
     if (j != self_ && core_.failed().test(j) && !p_[j].fenced) fence(j);
   if (core_.status() != RoundCore::Status::running) done_.set();
   timer_.cancel();
-  if (cfg_.on_phase) {
-    auto ph = core_.phase();
-    if (ph != last_phase_) {
-      last_phase_ = ph;
-      cfg_.on_phase(ph);
-    }
+  if (auto ph = core_.phase(); ph != last_phase_) {
+    last_phase_ = ph;
+    logger("averaging")
+        ->debug(
+            "all-reduce: member {} enters {} after {} ms", self_, ph,
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
+    if (cfg_.on_phase) cfg_.on_phase(ph);
   }
 }
 

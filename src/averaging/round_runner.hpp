@@ -15,6 +15,8 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include "part_codec.hpp"
 #include "starling/averaging/round_core.hpp"
@@ -70,6 +72,14 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   struct OutFrame {
     RoundMessage msg;  // Part/Result data spans point into the round's buffers
   };
+  // Marks a result being received in place (RoundCore::result_destination) for its reader's
+  // current frame, so that no second stream writes into the same part meanwhile.
+  struct InPlace {
+    RoundRunner* r;
+    std::optional<std::pair<std::uint32_t, std::uint32_t>> key;
+    void hold(std::pair<std::uint32_t, std::uint32_t> k);
+    ~InPlace();
+  };
   struct Peer {
     net::ByteStreamPtr send;
     std::vector<net::ByteStreamPtr> streams;
@@ -112,6 +122,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   // (sub-round, part)
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::shared_ptr<const Bytes>> encoded_results_;
   std::size_t readers_ = 0;
+  std::set<std::pair<std::uint32_t, std::uint32_t>> receiving_;  // (sub-round, part) in place
   std::atomic<std::int64_t> codec_ns_{0};  // worker time spent encoding and decoding
   TimePoint started_{};
   void connecting_grace(TimePoint now);

@@ -83,6 +83,14 @@ awaitable<result<void>> write_length_prefixed(ByteStream& s, BytesView payload) 
   co_return co_await s.write(framed);
 }
 
+awaitable<result<void>> ByteStream::wait_readable() {
+  co_return make_error(errc::unsupported, describe() + ": no buffered reads");
+}
+
+result<std::size_t> ByteStream::read_buffered(MutableBytesView) {
+  return make_error(errc::unsupported, describe() + ": no buffered reads");
+}
+
 namespace {
 class PrefixedStream final : public ByteStream {
  public:
@@ -102,6 +110,20 @@ class PrefixedStream final : public ByteStream {
   void reset() override { inner_->reset(); }
   asio::any_io_executor get_executor() override { return inner_->get_executor(); }
   std::string describe() const override { return inner_->describe(); }
+  bool buffered_reads() const override { return inner_->buffered_reads(); }
+  awaitable<result<void>> wait_readable() override {
+    if (pos_ < prefix_.size()) co_return success();
+    co_return co_await inner_->wait_readable();
+  }
+  result<std::size_t> read_buffered(MutableBytesView buf) override {
+    if (pos_ < prefix_.size()) {
+      std::size_t n = std::min(buf.size(), prefix_.size() - pos_);
+      std::memcpy(buf.data(), prefix_.data() + pos_, n);
+      pos_ += n;
+      return n;
+    }
+    return inner_->read_buffered(buf);
+  }
 
  private:
   ByteStreamPtr inner_;

@@ -113,14 +113,38 @@ awaitable<result<void>> NoiseStream::fill() {
   co_return success();
 }
 
+std::optional<Error> NoiseStream::read_state() const {
+  if (reset_) {
+    if (read_error_ && *read_error_ == errc::protocol_violation) return *read_error_;
+    return make_error(errc::reset, describe_ + " read: reset");
+  }
+  return read_error_;
+}
+
+bool NoiseStream::frame_ready() const noexcept {
+  if (ppos_ < pend_) return true;
+  const std::size_t avail = rend_ - rpos_;
+  return avail >= 2 && avail >= 2 + std::size_t{load_be16(rbuf_.data() + rpos_)};
+}
+
+awaitable<result<void>> NoiseStream::wait_readable() {
+  for (;;) {
+    if (auto e = read_state()) co_return *e;
+    if (frame_ready()) co_return success();
+    ST_CO_TRY(co_await fill());
+  }
+}
+
+result<std::size_t> NoiseStream::read_buffered(MutableBytesView buf) {
+  if (auto e = read_state()) return *e;
+  if (buf.empty()) return std::size_t{0};
+  return drain(buf);
+}
+
 awaitable<result<std::size_t>> NoiseStream::read_some(MutableBytesView buf) {
   if (buf.empty()) co_return std::size_t{0};
   for (;;) {
-    if (reset_) {
-      if (read_error_ && *read_error_ == errc::protocol_violation) co_return *read_error_;
-      co_return make_error(errc::reset, describe_ + " read: reset");
-    }
-    if (read_error_) co_return *read_error_;
+    if (auto e = read_state()) co_return *e;
     ST_CO_TRY(auto n, drain(buf));
     if (n > 0) co_return n;
     ST_CO_TRY(co_await fill());

@@ -32,6 +32,11 @@ class NoiseStream final : public ByteStream {
   void reset() override;
   asio::any_io_executor get_executor() override { return raw_->get_executor(); }
   std::string describe() const override { return describe_; }
+  // Buffered reads: whole frames already received are decrypted straight into the caller's
+  // buffer (yamux hands out its readers' buffers this way).
+  bool buffered_reads() const override { return true; }
+  awaitable<result<void>> wait_readable() override;
+  result<std::size_t> read_buffered(MutableBytesView buf) override;
 
   std::uint64_t frames_sent() const noexcept { return send_.nonce(); }
   std::uint64_t frames_received() const noexcept { return recv_.nonce(); }
@@ -41,6 +46,8 @@ class NoiseStream final : public ByteStream {
   result<std::size_t> drain(MutableBytesView out);
   awaitable<result<void>> fill();
   Error fail_read(Error e);
+  std::optional<Error> read_state() const;  // why reads cannot go on (nullopt: they can)
+  bool frame_ready() const noexcept;        // plaintext pending or a whole frame buffered
 
   ByteStreamPtr raw_;
   std::string describe_;

@@ -19,6 +19,7 @@ bool RecvWindow::on_data(std::uint32_t n) noexcept {
   if (n > credit_) return false;
   credit_ -= n;
   held_ += n;
+  if (credit_ == 0 && held_ * 2 <= window_) starved_ = true;
   return true;
 }
 
@@ -29,8 +30,8 @@ void RecvWindow::on_consumed(std::size_t n) noexcept {
 std::uint32_t RecvWindow::take_update(TimePoint now, Duration rtt, const AutoTune& tune,
                                       WindowBudget& budget, bool force) noexcept {
   if (!force && !update_due()) return 0;
-  if (!force && tune.enabled && rtt > Duration::zero() && now - last_update_ < 2 * rtt &&
-      window_ < tune.max_window) {
+  const bool fast_updates = rtt > Duration::zero() && now - last_update_ < 2 * rtt;
+  if (!force && tune.enabled && (fast_updates || starved_) && window_ < tune.max_window) {
     const std::uint64_t grown = std::min<std::uint64_t>(window_ * 2, tune.max_window);
     if (grown > window_ && budget.try_reserve(grown - window_)) {
       window_ = grown;
@@ -38,6 +39,7 @@ std::uint32_t RecvWindow::take_update(TimePoint now, Duration rtt, const AutoTun
     }
   }
   last_update_ = now;
+  if (!force) starved_ = false;
   const std::uint64_t delta = window_ - credit_ - held_;
   credit_ += delta;
   return static_cast<std::uint32_t>(delta);

@@ -50,9 +50,12 @@ class RecvWindow {
   // True when half the window has been consumed and not yet returned.
   bool update_due() const noexcept { return pending() * 2 >= window_; }
   // The window-update delta to send now (0: nothing to send). `force` sends whatever is
-  // owed even below the half-window threshold (SYN/ACK frames). Auto-tuning: if the last
-  // update was less than two RTTs ago the sender is window-limited, so the window doubles
-  // (up to tune.max_window, if `budget` can cover the growth).
+  // owed even below the half-window threshold (SYN/ACK frames). Auto-tuning: the sender is
+  // window-limited if the last update was less than two RTTs ago, or if it used up all its
+  // credit while the application kept up (at most half the window unread: the sender was
+  // waiting for our update, not for our reader); then the window doubles (up to
+  // tune.max_window, if `budget` can cover the growth). The second rule needs no RTT sample,
+  // so it also works when queues inflate the RTT under load or the RTT is tiny (loopback).
   std::uint32_t take_update(TimePoint now, Duration rtt, const AutoTune& tune, WindowBudget& budget,
                             bool force) noexcept;
 
@@ -70,6 +73,7 @@ class RecvWindow {
   std::uint64_t credit_;  // what the peer may still send
   std::uint64_t held_ = 0;
   std::uint64_t growths_ = 0;
+  bool starved_ = false;  // the peer ran out of credit while we kept up, since the last update
   TimePoint last_update_;
 };
 

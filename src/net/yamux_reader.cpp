@@ -33,11 +33,21 @@ awaitable<void> Session::reader_loop() {
   // limit; a peer that sends them in bulk while never reading would grow our queue forever.
   const std::size_t control_limit = cfg_.write_buffer + cfg_.max_frame_payload + (1u << 20);
   std::size_t start = 0, end = 0;
+  const bool direct = conn_->buffered_reads();
   while (!dead_) {
     while (!dead_) {
       const std::size_t avail = end - start;
       if (payload_left_ > 0) {
-        if (avail == 0) break;
+        if (avail == 0) {
+          if (!direct) break;
+          auto d = direct_payload();
+          if (!d) {
+            terminate(d.error().with_context(describe_ + ": read"), std::nullopt);
+            break;
+          }
+          if (d.value() == 0) break;
+          continue;
+        }
         const std::size_t n = std::min<std::size_t>(avail, payload_left_);
         on_payload(base + start, n);
         start += n;
@@ -66,6 +76,19 @@ awaitable<void> Session::reader_loop() {
       std::memmove(base, base + start, end - start);
       end -= start;
       start = 0;
+    }
+    if (direct && start == end && payload_left_ > 0) {
+      // Payload pending and nothing buffered here: wait until the connection has bytes, then
+      // let direct_payload() put them into the reader's buffer if one is waiting by then.
+      Stream* s = find(payload_stream_);
+      if (s != nullptr && !s->direct_target().empty()) {
+        auto w = co_await conn_->wait_readable();
+        if (w) {
+          last_rx_ = Clock::now();
+          if (auto* t = find(payload_stream_); t != nullptr && !t->direct_target().empty())
+            continue;
+        }
+      }
     }
     auto n = co_await conn_->read_some(MutableBytesView(base + end, cap - end));
     if (!n) {
@@ -153,6 +176,22 @@ result<void> Session::on_stream_header(const FrameHeader& h) {
 void Session::on_payload(const std::uint8_t* p, std::size_t n) {
   stats_.data_bytes_received += n;
   if (Stream* s = find(payload_stream_)) s->on_data(p, n);
+}
+
+result<std::size_t> Session::direct_payload() {
+  Stream* s = find(payload_stream_);
+  if (s == nullptr) return std::size_t{0};
+  MutableBytesView dst = s->direct_target();
+  if (dst.empty()) return std::size_t{0};
+  dst = dst.first(std::min<std::size_t>(dst.size(), payload_left_));
+  ST_TRY(auto n, conn_->read_buffered(dst));
+  if (n == 0) return std::size_t{0};
+  stats_.data_bytes_received += n;
+  stats_.data_bytes_direct += n;
+  s->on_direct(n);
+  payload_left_ -= static_cast<std::uint32_t>(n);
+  if (payload_left_ == 0) on_frame_end();
+  return n;
 }
 
 void Session::on_frame_end() {

@@ -55,6 +55,10 @@ class Stream final : public ByteStream, public std::enable_shared_from_this<Stre
   bool is_reset() const noexcept { return reset_; }
   bool awaiting_ack() const noexcept { return awaiting_ack_; }
   void on_data(const std::uint8_t* p, std::size_t n);
+  // The free part of the buffer of a read waiting for data, if nothing is queued before it
+  // (else empty): the session may place payload there itself, then call on_direct().
+  MutableBytesView direct_target() const noexcept;
+  void on_direct(std::size_t n);
   result<void> on_window_update(std::uint32_t delta);
   void on_ack() noexcept;
   void on_remote_fin();
@@ -146,6 +150,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_ping(const FrameHeader& h);
   result<void> on_go_away(const FrameHeader& h);
   void on_payload(const std::uint8_t* p, std::size_t n);
+  // Payload of the current data frame straight from the connection into the waiting
+  // reader's buffer (no copy through rbuf_). Returns bytes placed (0: not possible now).
+  result<std::size_t> direct_payload();
   void on_frame_end();
   void apply_end_flags(Stream& s, std::uint16_t flags);
   Stream* find(std::uint32_t id) const;

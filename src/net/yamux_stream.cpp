@@ -138,6 +138,16 @@ void Stream::on_data(const std::uint8_t* p, std::size_t n) {
   if (!read_ev_.is_set()) read_ev_.set();
 }
 
+MutableBytesView Stream::direct_target() const noexcept {
+  if (reset_ || !buf_.empty() || wait_got_ >= wait_buf_.size()) return {};
+  return wait_buf_.subspan(wait_got_);
+}
+
+void Stream::on_direct(std::size_t n) {
+  wait_got_ += n;
+  if (!read_ev_.is_set()) read_ev_.set();
+}
+
 result<void> Stream::on_window_update(std::uint32_t delta) {
   if (delta == 0) return success();
   auto r = send_.on_update(delta);

@@ -136,6 +136,40 @@ TEST(YamuxFlow, NoGrowthWhenUpdatesAreSlowOrDisabledOrOverBudget) {
   }
 }
 
+TEST(YamuxFlow, AutoTuneDoublesWhenThePeerRunsOutOfCreditWhileWeKeepUp) {
+  // No RTT sample at all (loopback, or before the first ping): the starvation rule alone.
+  WindowBudget budget(64u << 20);
+  RecvWindow w(kInitialWindow, t0);
+  TimePoint now = t0;
+  for (int i = 0; i < 12; ++i) {
+    // The peer sends its whole credit in frames that we read as they come.
+    const std::uint64_t before = w.window();
+    while (w.credit() > 0) {
+      ASSERT_TRUE(w.on_data(std::min<std::uint32_t>(w.credit(), 64 * 1024)));
+      w.on_consumed(w.held());
+    }
+    now += 1s;  // however long it took
+    (void)w.take_update(now, 0ms, kTune, budget, false);
+    EXPECT_EQ(w.window(), std::min<std::uint64_t>(before * 2, kTune.max_window)) << "round " << i;
+  }
+  EXPECT_EQ(w.window(), kTune.max_window);
+  // A reader that lags (more than half the window unread when the credit runs out) is the
+  // bottleneck itself: no growth.
+  RecvWindow slow(kInitialWindow, t0);
+  ASSERT_TRUE(slow.on_data(kInitialWindow / 4));
+  slow.on_consumed(kInitialWindow / 4);
+  ASSERT_TRUE(slow.on_data(slow.credit()));
+  slow.on_consumed(slow.held());
+  (void)slow.take_update(t0 + 1s, 0ms, kTune, budget, false);
+  EXPECT_EQ(slow.window(), kInitialWindow);
+  // Credit not used up: no growth either.
+  RecvWindow idle(kInitialWindow, t0);
+  ASSERT_TRUE(idle.on_data(kInitialWindow - 1));
+  idle.on_consumed(kInitialWindow - 1);
+  (void)idle.take_update(t0 + 1s, 0ms, kTune, budget, false);
+  EXPECT_EQ(idle.window(), kInitialWindow);
+}
+
 TEST(YamuxFlow, SendWindowRejectsOverflow) {
   SendWindow s;
   EXPECT_EQ(s.credit(), kInitialWindow);

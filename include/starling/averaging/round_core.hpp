@@ -40,6 +40,7 @@
 #include <variant>
 #include <vector>
 
+#include "starling/averaging/float_buffer.hpp"
 #include "starling/averaging/partition.hpp"
 #include "starling/averaging/types.hpp"
 #include "starling/core/async.hpp"
@@ -137,7 +138,18 @@ class RoundCore {
 
   // A decoded message from member `from`. An error means `from` broke the protocol: the core
   // has already marked it failed (and logged why); the caller should close its streams.
-  result<void> on_message(std::uint32_t from, const RoundMessage& msg, TimePoint now);
+  // `owned`: the buffer that msg's data span covers exactly, which the core may take (moved
+  // from) instead of copying the values.
+  result<void> on_message(std::uint32_t from, const RoundMessage& msg, TimePoint now,
+                          FloatBuffer* owned = nullptr);
+  // Where a result of `count` values for (subround, part) from `from` would be stored if it
+  // arrived now and is valid: the driver may receive it there directly and then pass a
+  // ResultMsg whose data is that span. Empty when it must be buffered (not expected now).
+  // Values written there count only once on_message() accepts the result; until then the
+  // part is not held, so a rejected or partial result is never used. The driver must not
+  // let two receptions target the same part at once.
+  std::span<float> result_destination(std::uint32_t from, std::uint32_t subround,
+                                      std::uint32_t part, std::size_t count) const;
   // Bytes (of any message, even partial) arrived from `from`: it is alive.
   void on_activity(std::uint32_t from, TimePoint now);
   // The transport lost `peer` (stream reset/closed early, dial failed, malformed bytes).
@@ -179,7 +191,7 @@ class RoundCore {
   struct Buffered {  // a message for the next sub-round, kept until it starts
     std::uint32_t from = 0;
     RoundMessage msg;
-    std::vector<float> data;  // owned copy; msg's span points here
+    FloatBuffer data;  // owned copy; msg's span points here
   };
   struct Sub {
     std::uint32_t index = 0;
@@ -187,9 +199,9 @@ class RoundCore {
     Bitset alive;  // agreed senders of this sub-round
     // owner side
     std::vector<std::uint32_t> my_parts;
-    std::vector<std::vector<std::vector<float>>> slots;  // [my part idx][member]
-    std::vector<std::uint32_t> owed;                     // parts each sender still owes me
-    std::vector<std::optional<Bitset>> reports;          // by owner
+    std::vector<std::vector<FloatBuffer>> slots;  // [my part idx][member]
+    std::vector<std::uint32_t> owed;              // parts each sender still owes me
+    std::vector<std::optional<Bitset>> reports;   // by owner
     bool reported = false, reduce_requested = false, reduced = false, results_sent = false;
     Bitset counted;
     // member side
@@ -246,6 +258,7 @@ class RoundCore {
   std::vector<Buffered> future_;
   std::size_t future_bytes_ = 0;
   std::vector<Envelope> outbox_;
+  FloatBuffer* owned_ = nullptr;  // during on_message()
   std::vector<ReduceJob> jobs_;
   std::vector<std::uint64_t> counted_elems_;
   std::vector<Coverage> coverage_;

@@ -35,6 +35,16 @@ class ByteStream {
   virtual asio::any_io_executor get_executor() = 0;
   // A short description for logs ("yamux stream 5 to 12D3KooW...").
   virtual std::string describe() const = 0;
+
+  // Optional, for a multiplexer that wants to place bytes straight into its readers' buffers
+  // (yamux over Noise: decrypt into the application's buffer, no copy). When
+  // buffered_reads() is true: wait_readable() waits until read_buffered() has bytes (or an
+  // error) without handing any out, and read_buffered() returns at once what it has (0: none).
+  // Nothing is written into a caller's buffer while it is suspended. read_some() stays valid
+  // and mixes freely with these.
+  virtual bool buffered_reads() const { return false; }
+  virtual awaitable<result<void>> wait_readable();
+  virtual result<std::size_t> read_buffered(MutableBytesView buf);
 };
 
 using ByteStreamPtr = std::shared_ptr<ByteStream>;

@@ -78,6 +78,7 @@ struct YamuxStats {
   std::uint64_t streams_rejected = 0;  // inbound SYNs answered with RST
   std::uint64_t data_bytes_sent = 0;
   std::uint64_t data_bytes_received = 0;
+  std::uint64_t data_bytes_direct = 0;  // of those: placed straight into a reader's buffer
   std::uint64_t frames_sent = 0;
   std::uint64_t frames_received = 0;
   std::uint64_t conn_writes = 0;          // writes of the underlying connection
