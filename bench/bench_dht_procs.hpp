@@ -83,7 +83,8 @@ inline int worker_main(NodeSet& set, const Params& p, FILE* in, FILE* out) {
       for (std::size_t j = 0; j < count; ++j) {
         auto seeds = given;
         if (!mine.empty())  // and a random node started before in this worker
-          seeds.push_back(mine[std::uniform_int_distribution<std::size_t>(0, mine.size() - 1)(rng)]);
+          seeds.push_back(
+              mine[std::uniform_int_distribution<std::size_t>(0, mine.size() - 1)(rng)]);
         mine.push_back(set.start_node(p.seed * 1000 + first + j + 1, seeds));
         alive.push_back(true);
         reply << ' ' << mine.back();

@@ -19,10 +19,10 @@ class StarlingSet : public NodeSet {
     std::vector<starling::net::Multiaddr> addrs;
     for (const auto& s : seeds) addrs.push_back(must(starling::net::Multiaddr::parse(s), "seed"));
     threads_.push_back(std::make_unique<starling::IoThread>("dht-" + std::to_string(seed)));
-    auto s = must(starling::block_on(
-                      threads_.back()->executor(),
-                      [seed, addrs] { return start_one(seed, addrs); }, 120s),
-                  "start a node");
+    auto s = must(
+        starling::block_on(
+            threads_.back()->executor(), [seed, addrs] { return start_one(seed, addrs); }, 120s),
+        "start a node");
     hosts_.push_back(s.host);
     nodes_.push_back(s.node);
     return s.host->listen_addresses().at(0).with_peer_id(s.host->local_peer()).to_string();

@@ -17,11 +17,11 @@ namespace bench {
 
 struct Params {
   std::size_t nodes = 64;
-  std::size_t ops = 100;       // keys stored, and gets before and after churn
-  double churn = 0.3;          // fraction of nodes stopped before the second round of gets
+  std::size_t ops = 100;  // keys stored, and gets before and after churn
+  double churn = 0.3;     // fraction of nodes stopped before the second round of gets
   std::uint64_t seed = 1;
-  std::size_t per_proc = 64;   // nodes per worker process (0 = all in one)
-  double join_wait_s = 60;     // OpenDHT: longest wait for the nodes to know good peers
+  std::size_t per_proc = 64;  // nodes per worker process (0 = all in one)
+  double join_wait_s = 60;    // OpenDHT: longest wait for the nodes to know good peers
 };
 
 inline double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -82,7 +82,7 @@ struct Report {
   Params p;
   double setup_s = 0;
   std::size_t procs = 1;
-  long max_fds = 0;  // the most file descriptors one worker process held
+  long max_fds = 0;                            // the most file descriptors one worker process held
   long rss_before_kib = 0, rss_after_kib = 0;  // summed over the worker processes
   Series store, store_again, get, get_after_churn;
   nlohmann::json json() const {

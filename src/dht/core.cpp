@@ -112,8 +112,8 @@ void DhtCore::note_rtt(Duration sample) {
 
 Duration DhtCore::slow_after() const {
   if (!rtt_known_) return cfg_.slow_request;
-  return std::clamp<Duration>(srtt_ + 4 * rttvar_, std::min(cfg_.slow_request_min, cfg_.slow_request),
-                              cfg_.slow_request);
+  return std::clamp<Duration>(
+      srtt_ + 4 * rttvar_, std::min(cfg_.slow_request_min, cfg_.slow_request), cfg_.slow_request);
 }
 
 void DhtCore::on_failure(RequestId id, const Error& error, const Now& now) {

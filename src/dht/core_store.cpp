@@ -150,10 +150,17 @@ void DhtCore::check_store(std::uint64_t id, const Now& now) {
   op.refused = op.local_ack == StoreAck::refused ? 1 : 0;
   for (const auto& t : op.store_targets) {
     switch (op.store_acks.at(t)) {
-      case StoreAck::pending: ++waiting; break;
-      case StoreAck::held: ++op.stored; break;
-      case StoreAck::refused: ++op.refused; break;
-      case StoreAck::failed: break;
+      case StoreAck::pending:
+        ++waiting;
+        break;
+      case StoreAck::held:
+        ++op.stored;
+        break;
+      case StoreAck::refused:
+        ++op.refused;
+        break;
+      case StoreAck::failed:
+        break;
     }
   }
   if (waiting == 0 && op.from_cache && op.stored + op.refused < op.store_quorum) {

@@ -17,9 +17,7 @@ TEST(FloatBuffer, LargeBlocksAreRecycledSmallOnesAreNot) {
   FloatBuffer b(n);  // the same size: the same block again
   EXPECT_EQ(b.data(), first);
   EXPECT_EQ(buffer_cache_bytes(), before);
-  {
-    FloatBuffer small(16);
-  }
+  { FloatBuffer small(16); }
   EXPECT_EQ(buffer_cache_bytes(), before);
 }
 

@@ -12,7 +12,6 @@ using namespace starling;
 using namespace starling::dht;
 using namespace starling::dht::test;
 
-
 TEST(DhtCore, StoreThenEveryNodeGets) {
   SimOptions o;
   o.encode = true;  // through the real wire codec

@@ -27,12 +27,12 @@ inline Record plain(const std::string& v, std::uint64_t version, Millis ttl = 10
   return Record{std::nullopt, RecordBody{to_bytes(v), version, {}, {}}, ttl};
 }
 inline Record entry(const std::string& sk, const std::string& v, std::uint64_t version,
-             Millis ttl = 10min) {
+                    Millis ttl = 10min) {
   return Record{SubKey::from_string(sk), RecordBody{to_bytes(v), version, {}, {}}, ttl};
 }
 
-inline OpResult store(SimNetwork& net, std::size_t i, const RecordKey& key, std::vector<Record> recs,
-               StoreOptions opt = {}) {
+inline OpResult store(SimNetwork& net, std::size_t i, const RecordKey& key,
+                      std::vector<Record> recs, StoreOptions opt = {}) {
   return net.run_op(i, [&](DhtCore& c, const Now& now) { return c.store(key, recs, opt, now); });
 }
 inline OpResult get(SimNetwork& net, std::size_t i, const RecordKey& key, bool latest = false) {

@@ -169,7 +169,9 @@ namespace {
 std::pair<double, double> store_get_latency(SimNetwork& net, std::size_t count,
                                             const std::string& prefix) {
   std::vector<double> stores, gets;
-  auto pick = [&] { return std::uniform_int_distribution<std::size_t>(0, net.size() - 1)(net.rng()); };
+  auto pick = [&] {
+    return std::uniform_int_distribution<std::size_t>(0, net.size() - 1)(net.rng());
+  };
   auto ms_since = [&](TimePoint t0) {
     return std::chrono::duration<double, std::milli>(net.time() - t0).count();
   };
@@ -178,7 +180,8 @@ std::pair<double, double> store_get_latency(SimNetwork& net, std::size_t count,
     std::vector<Record> recs{
         Record{std::nullopt, RecordBody{to_bytes("v"), 1, {}, {}}, std::chrono::hours(1)}};
     auto t0 = net.time();
-    auto s = net.run_op(pick(), [&](DhtCore& c, const Now& now) { return c.store(key, recs, {}, now); });
+    auto s =
+        net.run_op(pick(), [&](DhtCore& c, const Now& now) { return c.store(key, recs, {}, now); });
     EXPECT_TRUE(s.status);
     stores.push_back(ms_since(t0));
     net.run_for(1s);  // the background replica requests land
@@ -215,9 +218,10 @@ TEST(DhtSimulation, StoresTakeFewRoundTrips) {
   classic.store_quorum = classic.replicas;
   classic.store_early = false;
   const auto [classic_store_ms, classic_get_ms] = measure(classic);
-  std::printf("  %zu nodes, 5-40 ms per message: store median %.0f ms (classic %.0f ms), get "
-              "median %.0f ms (%.0f ms)\n",
-              n, store_ms, classic_store_ms, get_ms, classic_get_ms);
+  std::printf(
+      "  %zu nodes, 5-40 ms per message: store median %.0f ms (classic %.0f ms), get "
+      "median %.0f ms (%.0f ms)\n",
+      n, store_ms, classic_store_ms, get_ms, classic_get_ms);
   EXPECT_LT(store_ms, 0.6 * classic_store_ms);
   EXPECT_LT(store_ms, 3 * 2 * 40.0);  // at most three round trips of the slowest link
 }

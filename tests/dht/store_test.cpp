@@ -64,9 +64,8 @@ TEST(DhtStore, SilentNodeIsPassedOverAfterAFewRoundTrips) {
     net.kill(7);
     const auto t0 = net.time();
     // Node 3 has seen answers (its join); node 0, the first node, may not have.
-    auto r = net.run_op(3, [&](DhtCore& c, const Now& now) {
-      return c.find_node(net.core(7).id(), now);
-    });
+    auto r = net.run_op(
+        3, [&](DhtCore& c, const Now& now) { return c.find_node(net.core(7).id(), now); });
     EXPECT_TRUE(r.status);
     return net.time() - t0;
   };

@@ -8,6 +8,7 @@
 #include "starling/net/noise.hpp"
 #include "starling/net/yamux.hpp"
 #include "support/tcp_pair.hpp"
+#include "yamux_test_util.hpp"
 
 using namespace starling;
 using namespace starling::net;
@@ -15,32 +16,7 @@ using namespace asio::experimental::awaitable_operators;
 
 namespace {
 
-#define YN_CO_REQUIRE(cond)                        \
-  if (!(cond)) {                                   \
-    ADD_FAILURE() << "requirement failed: " #cond; \
-    co_return;                                     \
-  }
-
-Bytes pattern(std::size_t n, std::uint32_t seed) {
-  Bytes b(n);
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& c : b) {
-    x = x * 1664525u + 1013904223u;
-    c = static_cast<std::uint8_t>(x >> 24);
-  }
-  return b;
-}
-
-awaitable<result<Bytes>> read_n(ByteStreamPtr s, std::size_t n, std::size_t buf_size) {
-  Bytes out(n);
-  std::size_t got = 0;
-  while (got < n) {
-    const std::size_t want = std::min(buf_size, n - got);
-    ST_CO_TRY(auto k, co_await s->read_some(MutableBytesView(out).subspan(got, want)));
-    got += k;
-  }
-  co_return out;
-}
+using test::pattern;
 
 awaitable<result<void>> send(ByteStreamPtr s, Bytes data) {
   ST_CO_TRY(co_await s->write(data));
@@ -52,10 +28,10 @@ using Received = std::tuple<result<Bytes>, result<Bytes>>;
 // Accepts two streams (in SYN order), then reads both at once: the first with large reads
 // (mostly direct), the second with reads of 1000 bytes, smaller than a Noise frame (decrypted
 // in place, then handed out in pieces).
-awaitable<result<Received>> accept_and_read(std::shared_ptr<YamuxSession> b, std::size_t n) {
+awaitable<result<Received>> accept_and_read(std::shared_ptr<YamuxSession> b) {
   ST_CO_TRY(auto t1, co_await b->accept_stream());
   ST_CO_TRY(auto t2, co_await b->accept_stream());
-  co_return co_await (read_n(t1, n, 1 << 20) && read_n(t2, n, 1000));
+  co_return co_await (test::read_all(*t1, 1 << 20) && test::read_all(*t2, 1000));
 }
 
 }  // namespace
@@ -67,7 +43,7 @@ TEST(YamuxOverNoise, PayloadGoesStraightIntoReadersBuffersIntact) {
   test::run_with_deadline(io, [&]() -> awaitable<void> {
     auto [ca, cb] = co_await (noise_secure_outbound(x, ka, std::nullopt, 10s) &&
                               noise_secure_inbound(y, kb, 10s));
-    YN_CO_REQUIRE(ca && cb);
+    CO_ASSERT_TRUE(ca && cb);
     auto a = YamuxSession::create(ca.value().stream, true);
     auto b = YamuxSession::create(cb.value().stream, false);
     a->start();
@@ -75,15 +51,15 @@ TEST(YamuxOverNoise, PayloadGoesStraightIntoReadersBuffersIntact) {
     const std::size_t n = 3 * 1024 * 1024 + 12345;
     auto s1 = co_await a->open_stream();
     auto s2 = co_await a->open_stream();
-    YN_CO_REQUIRE(s1 && s2);
+    CO_ASSERT_TRUE(s1 && s2);
     Bytes d1 = pattern(n, 1), d2 = pattern(n, 2);
     auto [w1, w2, got] =
-        co_await (send(s1.value(), d1) && send(s2.value(), d2) && accept_and_read(b, n));
+        co_await (send(s1.value(), d1) && send(s2.value(), d2) && accept_and_read(b));
     EXPECT_TRUE(w1);
     EXPECT_TRUE(w2);
-    YN_CO_REQUIRE(got);
+    CO_ASSERT_TRUE(got);
     auto& [r1, r2] = got.value();
-    YN_CO_REQUIRE(r1 && r2);
+    CO_ASSERT_TRUE(r1 && r2);
     EXPECT_TRUE(r1.value() == d1);
     EXPECT_TRUE(r2.value() == d2);
     const auto st = b->stats();

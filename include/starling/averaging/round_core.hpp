@@ -200,8 +200,8 @@ class RoundCore {
     // owner side
     std::vector<std::uint32_t> my_parts;
     std::vector<std::vector<FloatBuffer>> slots;  // [my part idx][member]
-    std::vector<std::uint32_t> owed;                     // parts each sender still owes me
-    std::vector<std::optional<Bitset>> reports;          // by owner
+    std::vector<std::uint32_t> owed;              // parts each sender still owes me
+    std::vector<std::optional<Bitset>> reports;   // by owner
     bool reported = false, reduce_requested = false, reduced = false, results_sent = false;
     Bitset counted;
     // member side

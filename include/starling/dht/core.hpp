@@ -159,23 +159,23 @@ class DhtCore {
     std::optional<Lookup> lookup;
     TimePoint deadline;
     LookupStats stats;
-    std::size_t seeds = 0;                              // bootstrap
-    bool latest = false;                                // get
-    std::size_t quorum = 1;                             // get: dictionary answers that suffice
-    std::size_t value_answers = 0;                      // get: answers that carried a valid value
-    Slot found;                                         // get: merged values; store: the payload
-    std::size_t found_hop = 0;                          // get
-    std::vector<std::uint64_t> joined;                  // get: ops sharing this lookup
-    std::optional<Contact> closest_without_value;       // get: cache target
-    std::size_t replicas = 0;                           // store
-    std::size_t store_quorum = 1;                       // store: acks that suffice to report
-    bool reported = false;                              // its OpResult is out (store: quorum)
-    bool storing = false;                               // store: lookup done, store requests out
-    std::size_t stored = 0, refused = 0;                // store
-    std::unordered_map<DhtId, StoreAck> store_acks;     // store: every replica request sent
-    std::vector<DhtId> store_targets;                   // store: the final replicas (not self)
-    StoreAck local_ack = StoreAck::failed;              // store: this node as a replica
-    bool from_cache = false;                            // store: replicas of an earlier store
+    std::size_t seeds = 0;                           // bootstrap
+    bool latest = false;                             // get
+    std::size_t quorum = 1;                          // get: dictionary answers that suffice
+    std::size_t value_answers = 0;                   // get: answers that carried a valid value
+    Slot found;                                      // get: merged values; store: the payload
+    std::size_t found_hop = 0;                       // get
+    std::vector<std::uint64_t> joined;               // get: ops sharing this lookup
+    std::optional<Contact> closest_without_value;    // get: cache target
+    std::size_t replicas = 0;                        // store
+    std::size_t store_quorum = 1;                    // store: acks that suffice to report
+    bool reported = false;                           // its OpResult is out (store: quorum)
+    bool storing = false;                            // store: lookup done, store requests out
+    std::size_t stored = 0, refused = 0;             // store
+    std::unordered_map<DhtId, StoreAck> store_acks;  // store: every replica request sent
+    std::vector<DhtId> store_targets;                // store: the final replicas (not self)
+    StoreAck local_ack = StoreAck::failed;           // store: this node as a replica
+    bool from_cache = false;                         // store: replicas of an earlier store
   };
   struct StoreCache {  // the replicas of a recent store of one key
     std::vector<Contact> targets;
