@@ -183,8 +183,8 @@ INSTANTIATE_TEST_SUITE_P(Phases, AveragerFault,
                          // A stable name (the default prints the parameter's raw bytes, a
                          // pointer, so ctest's discovered names went stale on rebuilds).
                          [](const ::testing::TestParamInfo<Fault>& i) {
-                           std::string n = std::string(i.param.stall ? "stall_" : "kill_") +
-                                           i.param.phase;
+                           std::string n =
+                               std::string(i.param.stall ? "stall_" : "kill_") + i.param.phase;
                            for (auto& ch : n)
                              if (ch == '-') ch = '_';
                            return n;

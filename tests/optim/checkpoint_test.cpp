@@ -16,7 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 Bytes random_bytes(std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
   Bytes b(n);

@@ -18,7 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 bool same_parameters(torch::nn::Module& a, torch::nn::Module& b) {
   auto pa = a.parameters(), pb = b.parameters();
   if (pa.size() != pb.size()) return false;

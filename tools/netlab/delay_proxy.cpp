@@ -103,17 +103,17 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   proxy.start();
   io.run();
-  std::fprintf(stderr,
-               "delay-proxy: stopped; connections=%llu failed=%llu up_bytes=%llu "
-               "down_bytes=%llu stalls=%llu delays=%llu delay_min_ms=%.3f delay_max_ms=%.3f\n",
-               static_cast<unsigned long long>(proxy.accepted()),
-               static_cast<unsigned long long>(proxy.failed()),
-               static_cast<unsigned long long>(proxy.up().bytes),
-               static_cast<unsigned long long>(proxy.down().bytes),
-               static_cast<unsigned long long>(proxy.stalls().stalls_seen()),
-               static_cast<unsigned long long>(proxy.up().delay_samples +
-                                               proxy.down().delay_samples),
-               std::min(proxy.up().delay_min_ms, proxy.down().delay_min_ms),
-               std::max(proxy.up().delay_max_ms, proxy.down().delay_max_ms));
+  std::fprintf(
+      stderr,
+      "delay-proxy: stopped; connections=%llu failed=%llu up_bytes=%llu "
+      "down_bytes=%llu stalls=%llu delays=%llu delay_min_ms=%.3f delay_max_ms=%.3f\n",
+      static_cast<unsigned long long>(proxy.accepted()),
+      static_cast<unsigned long long>(proxy.failed()),
+      static_cast<unsigned long long>(proxy.up().bytes),
+      static_cast<unsigned long long>(proxy.down().bytes),
+      static_cast<unsigned long long>(proxy.stalls().stalls_seen()),
+      static_cast<unsigned long long>(proxy.up().delay_samples + proxy.down().delay_samples),
+      std::min(proxy.up().delay_min_ms, proxy.down().delay_min_ms),
+      std::max(proxy.up().delay_max_ms, proxy.down().delay_max_ms));
   return 0;
 }
