@@ -97,9 +97,16 @@ TEST(AveragerKeys, TwoAveragersOnOneHost) {
     cfg.key = {"other", 16, 0};
     for (const auto& a : c.node(i).host->listen_addresses()) cfg.addrs.push_back(a.to_string());
     std::vector<TensorView> views{{"x", data2[i]}};
-    auto a = Averager::create(c.node(i).host, dir2, schema2, views, cfg);
+    // The address sink lets the host dial members it has no connection to yet (without it the
+    // test depended on the first averager having connected the hosts already).
+    auto a = Averager::create(c.node(i).host, dir2, schema2, views, cfg,
+                              starling::averaging::test::address_sink(c.node(i).host));
     ASSERT_TRUE(a) << a.error().message();
     second.push_back(a.value());
+    c.node(i).run([a = second.back()]() -> awaitable<int> {
+      a->start();
+      co_return 0;
+    });
   }
   std::vector<std::future<result<StepResult>>> f1, f2;
   StepOptions o;

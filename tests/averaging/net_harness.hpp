@@ -59,6 +59,20 @@ inline Schema test_schema(std::size_t scale) {
 
 // A config for loopback clusters on a busy 2-core machine (generous timeouts, fast
 // matchmaking).
+// Tells `host` where group members listen (what an averager learns from the directory), so it
+// can dial members it has no connection to yet.
+inline Averager::AddressSink address_sink(const std::shared_ptr<net::Host>& host) {
+  std::weak_ptr<net::Host> wh = host;
+  return [wh](const net::PeerId& peer, const std::vector<std::string>& addrs) {
+    auto h = wh.lock();
+    if (!h) return;
+    std::vector<net::Multiaddr> ms;
+    for (const auto& a : addrs)
+      if (auto m = net::Multiaddr::parse(a)) ms.push_back(m.value());
+    h->add_addresses(peer, ms);
+  };
+}
+
 inline AveragerConfig base_config() {
   AveragerConfig c;
   c.key = {"test", 16, 0};
@@ -107,16 +121,7 @@ class Cluster {
       cfg.on_phase = [this, i](const std::string& ph) {
         if (on_phase) on_phase(i, ph);
       };
-      std::weak_ptr<net::Host> wh = node->host;
-      auto sink = [wh](const net::PeerId& peer, const std::vector<std::string>& addrs) {
-        auto h = wh.lock();
-        if (!h) return;
-        std::vector<net::Multiaddr> ms;
-        for (const auto& a : addrs)
-          if (auto m = net::Multiaddr::parse(a)) ms.push_back(m.value());
-        h->add_addresses(peer, ms);
-      };
-      auto avg = Averager::create(node->host, dir_, schema_, views, cfg, sink);
+      auto avg = Averager::create(node->host, dir_, schema_, views, cfg, address_sink(node->host));
       if (!avg) throw std::runtime_error(avg.error().message());
       node->avg = avg.value();
       node->run([a = node->avg]() -> awaitable<int> {

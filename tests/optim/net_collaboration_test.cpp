@@ -23,7 +23,9 @@ namespace {
 
 using test::batch;
 using test::flat_params;
+using test::expect_agreement;
 using test::make_linear;
+using test::wait_until;
 
 OptimizerOptions options() {
   OptimizerOptions o;
@@ -105,14 +107,6 @@ struct Peer {
   }
 };
 
-bool wait_until(const std::function<bool()>& pred, Duration limit) {
-  auto end = Clock::now() + limit;
-  while (Clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
-}
 
 }  // namespace
 
@@ -124,12 +118,7 @@ TEST(NetCollaboration, PeersStepTogetherJoinerCatchesUpLeaverDoesNotStall) {
   const auto seed_addrs = peers[0]->node->listen_addresses();
   for (int i = 1; i < 3; ++i) peers.push_back(std::make_unique<Peer>(1, seed_addrs));
   for (int i = 0; i < 3; ++i) peers[i]->start(100 + i, mu, record);
-  auto min_epoch = [&] {
-    std::uint64_t e = UINT64_MAX;
-    for (auto& p : peers)
-      if (!p->stop) e = std::min<std::uint64_t>(e, p->epoch);
-    return e;
-  };
+  auto min_epoch = [&] { return test::min_live_epoch(peers); };
   ASSERT_TRUE(wait_until([&] { return min_epoch() >= 3; }, 120s)) << "no progress";
 
   // A joiner with other initial parameters downloads the state and takes part.
@@ -156,14 +145,7 @@ TEST(NetCollaboration, PeersStepTogetherJoinerCatchesUpLeaverDoesNotStall) {
   sent = peers[2]->node->traffic().first;
   {
     std::lock_guard lk(mu);
-    std::size_t checked = 0;
-    for (const auto& [epoch, v] : record) {
-      if (v.size() < 2) continue;
-      ++checked;
-      for (std::size_t i = 1; i < v.size(); ++i)
-        EXPECT_TRUE(torch::equal(v[0], v[i])) << "epoch " << epoch << " peer " << i;
-    }
-    EXPECT_GE(checked, 5u);
+    test::expect_agreement(record, 5);
   }
   EXPECT_GT(rounds, 0) << "no collaborative round";
   EXPECT_GT(sent, 0u);

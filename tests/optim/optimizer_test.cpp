@@ -25,7 +25,9 @@ namespace {
 
 using test::batch;
 using test::flat_params;
+using test::expect_agreement;
 using test::make_linear;
+using test::wait_until;
 
 void backward(torch::nn::Linear& m, const torch::Tensor& x, const torch::Tensor& y) {
   torch::mse_loss(m->forward(x), y).backward();
@@ -223,27 +225,6 @@ struct Peer {
   }
 };
 
-bool wait_until(const std::function<bool()>& pred, Duration limit) {
-  auto end = Clock::now() + limit;
-  while (Clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
-}
-
-// Every epoch recorded by more than one peer holds identical parameters on all of them.
-void expect_agreement(const std::map<std::uint64_t, std::vector<torch::Tensor>>& record,
-                      std::size_t min_epochs_checked) {
-  std::size_t checked = 0;
-  for (const auto& [epoch, v] : record) {
-    if (v.size() < 2) continue;
-    ++checked;
-    for (std::size_t i = 1; i < v.size(); ++i)
-      EXPECT_TRUE(torch::equal(v[0], v[i])) << "epoch " << epoch << " peer " << i;
-  }
-  EXPECT_GE(checked, min_epochs_checked);
-}
 
 }  // namespace
 
@@ -257,12 +238,7 @@ TEST(OptimizerCollaboration, PeersStepTogetherJoinersCatchUpDeadPeersDoNotStall)
   // Three peers from the same initial parameters (as with a shared seed).
   for (int i = 0; i < 3; ++i) peers.push_back(std::make_unique<Peer>(hub, 1, o));
   for (int i = 0; i < 3; ++i) peers[i]->start(100 + i, mu, record);
-  auto min_epoch = [&] {
-    std::uint64_t e = UINT64_MAX;
-    for (auto& p : peers)
-      if (!p->stop) e = std::min<std::uint64_t>(e, p->epoch);
-    return e;
-  };
+  auto min_epoch = [&] { return test::min_live_epoch(peers); };
   ASSERT_TRUE(wait_until([&] { return min_epoch() >= 5; }, 60s)) << "no progress";
 
   // A joiner with different initial parameters downloads the state and takes part.
