@@ -181,7 +181,17 @@ INSTANTIATE_TEST_SUITE_P(
                       FaultCase{"reduce-scatter", false, false},
                       FaultCase{"all-gather", true, false}, FaultCase{"all-gather", false, false},
                       FaultCase{"fin", true, false}, FaultCase{"fin", false, false},
-                      FaultCase{"all-gather", true, true}, FaultCase{"fin", false, true}));
+                      FaultCase{"all-gather", true, true}, FaultCase{"fin", false, true}),
+    // Stable names: the default prints the parameter's bytes (a pointer, different on every
+    // run), so ctest's discovered names would match nothing and run no test at all.
+    [](const ::testing::TestParamInfo<FaultCase>& info) {
+      std::string name = info.param.phase;
+      for (auto& ch : name)
+        if (ch == '-') ch = '_';
+      name += info.param.notice ? "_notice" : "_silent";
+      if (info.param.victim_client) name += "_client";
+      return name;
+    });
 
 TEST(RoundCore, CrashAtRandomTimes) {
   int recovered = 0;
