@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "starling/averaging/dht_directory.hpp"
+#include "starling/averaging/host_address_sink.hpp"
 #include "starling/core/log.hpp"
 #include "starling/dht/signing.hpp"
 
@@ -45,19 +46,6 @@ struct ProviderSource {
     co_return b;
   }
 };
-
-// Tells the host where group members and donors listen (what they announce).
-averaging::Averager::AddressSink address_sink(const std::shared_ptr<net::Host>& host) {
-  std::weak_ptr<net::Host> wh = host;
-  return [wh](const net::PeerId& peer, const std::vector<std::string>& addrs) {
-    auto h = wh.lock();
-    if (!h) return;
-    std::vector<net::Multiaddr> ms;
-    for (const auto& a : addrs)
-      if (auto m = net::Multiaddr::parse(a)) ms.push_back(m.value());
-    h->add_addresses(peer, ms);
-  };
-}
 
 }  // namespace
 
@@ -111,7 +99,7 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
   sc.client_mode = c->cfg_.client_mode;
   sc.open_timeout = c->cfg_.open_timeout;
   sc.reduce_threads = 1;
-  auto sink = address_sink(host);
+  auto sink = averaging::host_address_sink(host);
   ST_TRY(auto state,
          averaging::Averager::create(host, c->impl_->directory, averaging::Schema{}, {}, sc, sink));
   c->impl_->state = state;
@@ -218,7 +206,7 @@ result<void> NetCollaboration::ensure_grads(std::span<optim::NamedSpan> tensors,
   ac.on_phase = [me = host_->local_peer().short_string()](const std::string& ph) {
     log()->debug("{}: {}", me, ph);
   };
-  auto sink = address_sink(host_);
+  auto sink = averaging::host_address_sink(host_);
   ST_TRY(auto avg, averaging::Averager::create(host_, impl_->directory, std::move(schema),
                                                std::move(views), ac, sink));
   avg->start();

@@ -11,6 +11,7 @@
 #include "dht/node_cluster.hpp"
 #include "starling/averaging/averager.hpp"
 #include "starling/averaging/dht_directory.hpp"
+#include "starling/averaging/host_address_sink.hpp"
 #include "support/tcp_pair.hpp"
 
 using namespace starling;
@@ -28,16 +29,6 @@ std::vector<std::string> as_strings(const std::vector<Bytes>& v) {
 }
 
 // Tells the host where group members listen (the averager's AddressSink).
-struct AddressSink {
-  std::shared_ptr<net::Host> host;
-  void operator()(const net::PeerId& peer, const std::vector<std::string>& addrs) const {
-    std::vector<net::Multiaddr> ms;
-    for (const auto& s : addrs)
-      if (auto m = net::Multiaddr::parse(s)) ms.push_back(m.value());
-    host->add_addresses(peer, ms);
-  }
-};
-
 struct Steps {
   std::vector<std::optional<result<StepResult>>> res;
   std::size_t done = 0;
@@ -121,7 +112,7 @@ TEST(DhtDirectory, AveragersMatchmakeThroughTheDht) {
           std::vector<TensorView> views{{"w", w[i]}, {"b", b[i]}};
           auto dir = std::make_shared<DhtDirectory>(c.node_ptr(i));
           std::shared_ptr<net::Host> hp(c.node_ptr(i), &host);  // aliasing: owned by the node
-          auto a = Averager::create(hp, dir, schema, views, cfg, AddressSink{hp});
+          auto a = Averager::create(hp, dir, schema, views, cfg, host_address_sink(hp));
           CO_ASSERT_OK(a);
           a.value()->start();
           avg.push_back(a.value());

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "starling/averaging/averager.hpp"
+#include "starling/averaging/host_address_sink.hpp"
 #include "starling/net/host.hpp"
 
 namespace starling::averaging::test {
@@ -59,18 +60,9 @@ inline Schema test_schema(std::size_t scale) {
 
 // A config for loopback clusters on a busy 2-core machine (generous timeouts, fast
 // matchmaking).
-// Tells `host` where group members listen (what an averager learns from the directory), so it
-// can dial members it has no connection to yet.
+// Tells `host` where group members listen (the library's sink).
 inline Averager::AddressSink address_sink(const std::shared_ptr<net::Host>& host) {
-  std::weak_ptr<net::Host> wh = host;
-  return [wh](const net::PeerId& peer, const std::vector<std::string>& addrs) {
-    auto h = wh.lock();
-    if (!h) return;
-    std::vector<net::Multiaddr> ms;
-    for (const auto& a : addrs)
-      if (auto m = net::Multiaddr::parse(a)) ms.push_back(m.value());
-    h->add_addresses(peer, ms);
-  };
+  return host_address_sink(host);
 }
 
 inline AveragerConfig base_config() {

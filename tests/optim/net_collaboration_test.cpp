@@ -22,8 +22,8 @@ using namespace starling::optim;
 namespace {
 
 using test::batch;
-using test::flat_params;
 using test::expect_agreement;
+using test::flat_params;
 using test::make_linear;
 using test::wait_until;
 
@@ -106,7 +106,6 @@ struct Peer {
     if (node) (void)node->stop(20s);
   }
 };
-
 
 }  // namespace
 

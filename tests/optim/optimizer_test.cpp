@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 namespace {
 
 using test::batch;
-using test::flat_params;
 using test::expect_agreement;
+using test::flat_params;
 using test::make_linear;
 using test::wait_until;
 
@@ -224,7 +224,6 @@ struct Peer {
     opt.reset();
   }
 };
-
 
 }  // namespace
 
