@@ -98,6 +98,21 @@ awaitable<result<void>> push(std::shared_ptr<Host> host, PeerId peer, std::uint6
   co_return success();
 }
 
+// One JSON line for a latency run: calls, p50/p99 in microseconds, calls per second.
+void print_latency_report(std::vector<double>& lat, int conc, int failures, double seconds) {
+  std::sort(lat.begin(), lat.end());
+  auto pct = [&](double p) {
+    return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, std::size_t(p * lat.size()))];
+  };
+  nlohmann::json j{{"calls", lat.size()},
+                   {"concurrency", conc},
+                   {"p50_us", pct(0.5)},
+                   {"p99_us", pct(0.99)},
+                   {"calls_per_s", lat.size() / seconds},
+                   {"failures", failures}};
+  std::cout << j.dump() << std::endl;
+}
+
 awaitable<int> stream_main(asio::any_io_executor ex, std::string addr, std::uint64_t mib,
                            int streams) {
   auto d = co_await dial(ex, addr);
@@ -174,18 +189,7 @@ awaitable<int> rpc_main(asio::any_io_executor ex, std::string addr, int calls, i
       if (++done == conc) all_done.set();
     });
   (void)co_await all_done.wait();
-  auto dt = secs(Clock::now() - t0);
-  std::sort(lat.begin(), lat.end());
-  auto pct = [&](double p) {
-    return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, std::size_t(p * lat.size()))];
-  };
-  nlohmann::json j{{"calls", lat.size()},
-                   {"concurrency", conc},
-                   {"p50_us", pct(0.5)},
-                   {"p99_us", pct(0.99)},
-                   {"calls_per_s", lat.size() / dt},
-                   {"failures", failures}};
-  std::cout << j.dump() << std::endl;
+  print_latency_report(lat, conc, failures, secs(Clock::now() - t0));
   co_await host->stop();
   co_return failures ? 1 : 0;
 }
@@ -221,18 +225,7 @@ awaitable<int> unary_main(asio::any_io_executor ex, std::string addr, int calls,
       if (++done == conc) all_done.set();
     });
   (void)co_await all_done.wait();
-  auto dt = secs(Clock::now() - t0);
-  std::sort(lat.begin(), lat.end());
-  auto pct = [&](double p) {
-    return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, std::size_t(p * lat.size()))];
-  };
-  nlohmann::json j{{"calls", lat.size()},
-                   {"concurrency", conc},
-                   {"p50_us", pct(0.5)},
-                   {"p99_us", pct(0.99)},
-                   {"calls_per_s", lat.size() / dt},
-                   {"failures", failures}};
-  std::cout << j.dump() << std::endl;
+  print_latency_report(lat, conc, failures, secs(Clock::now() - t0));
   co_await host->stop();
   co_return failures ? 1 : 0;
 }
