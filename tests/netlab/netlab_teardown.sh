@@ -34,15 +34,13 @@ nl exec h2 -- iperf3 -s -D -p 5201 >/dev/null                         # daemoniz
 (nl exec net -- sleep 1000 </dev/null >/dev/null 2>&1 &)             # in the bridge namespace
 nl delay h3 --ms 10                                                   # proxy + iptables rule
 # Wait (bounded) until every namespace shows its process: the backgrounded execs take a moment.
-run_pids() {
-  local h out=""
-  for h in h1 h2 h3 r3 net; do out+=" $(ip netns pids "$(nl ns "$h")" | tr '\n' ' ')"; done
-  echo "$out"
-}
 for ((i = 0; i < 200; i++)); do
-  pids=$(run_pids)
-  ok=1
-  for h in h1 h2 h3 r3 net; do [[ -n $(ip netns pids "$(nl ns "$h")") ]] || ok=0; done
+  pids="" ok=1
+  for h in h1 h2 h3 r3 net; do
+    p=$(ip netns pids "$(nl ns "$h")" | tr '\n' ' ')
+    [[ -n ${p// /} ]] || ok=0
+    pids+=" $p"
+  done
   ((ok)) && break
   sleep 0.05
 done

@@ -5,6 +5,7 @@
 //   starling-delay-proxy --listen 127.0.0.1:7777 --transparent --delay-ms 20   # iptables REDIRECT
 //
 // Prints "listening ADDR:PORT" on stdout once it accepts connections.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -103,6 +104,17 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   proxy.start();
   io.run();
+  // The range of the delays drawn in both directions; a direction that drew none has no say.
+  struct {
+    double min_ms = 0, max_ms = 0;
+  } delays;
+  bool any = false;
+  for (const Direction* d : {&proxy.up(), &proxy.down()}) {
+    if (d->delay_samples == 0) continue;
+    delays.min_ms = any ? std::min(delays.min_ms, d->delay_min_ms) : d->delay_min_ms;
+    delays.max_ms = any ? std::max(delays.max_ms, d->delay_max_ms) : d->delay_max_ms;
+    any = true;
+  }
   std::fprintf(
       stderr,
       "delay-proxy: stopped; connections=%llu failed=%llu up_bytes=%llu "
@@ -113,7 +125,6 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(proxy.down().bytes),
       static_cast<unsigned long long>(proxy.stalls().stalls_seen()),
       static_cast<unsigned long long>(proxy.up().delay_samples + proxy.down().delay_samples),
-      std::min(proxy.up().delay_min_ms, proxy.down().delay_min_ms),
-      std::max(proxy.up().delay_max_ms, proxy.down().delay_max_ms));
+      delays.min_ms, delays.max_ms);
   return 0;
 }
