@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "starling/averaging/averager.hpp"
+#include "starling/averaging/host_address_sink.hpp"
 #include "starling/averaging/wire.hpp"
 #include "starling/core/log.hpp"
 #include "starling/net/host.hpp"
@@ -136,12 +137,7 @@ int main(int argc, char** argv) try {
   cfg.round.part_elems = a.part_kb * 1024 / sizeof(float);
   cfg.round.stall_timeout = std::chrono::seconds(60);
   cfg.open_timeout = std::chrono::seconds(60);
-  auto sink = [host](const net::PeerId& peer, const std::vector<std::string>& as) {
-    std::vector<net::Multiaddr> ms;
-    for (const auto& s : as)
-      if (auto m = net::Multiaddr::parse(s)) ms.push_back(m.value());
-    host->add_addresses(peer, ms);
-  };
+  auto sink = averaging::host_address_sink(host);
   auto avg = Averager::create(host, dir, schema, {{"x", x}}, cfg, sink);
   if (!avg) throw std::runtime_error(avg.error().message());
   (void)on(io, [&]() -> awaitable<result<void>> {

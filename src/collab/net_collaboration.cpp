@@ -72,7 +72,7 @@ struct NetCollaboration::Impl {
   std::shared_ptr<std::function<awaitable<result<State>>()>> provider;
   std::shared_ptr<std::atomic<std::uint64_t>> served_epoch =
       std::make_shared<std::atomic<std::uint64_t>>(0);
-  std::atomic<std::uint64_t> sent{0}, received{0}, retired_served{0};
+  std::atomic<std::uint64_t> sent{0}, received{0};
   TaskScope scope;
   bool announcing = false, stopped = false;
   dht::RecordKey progress_key;

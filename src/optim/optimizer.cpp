@@ -163,6 +163,11 @@ struct Optimizer::Impl {
     }
   }
 
+  // The key of this epoch's averaging round: peers at other epochs never join it.
+  std::string round_key() const {
+    return fmt::format("{}/{}", opt.diloco_steps > 0 ? "outer" : "grads", epoch);
+  }
+
   void step_alone(StepReport& rep) {
     auto c = contribution();
     rep.group_size = 1;
@@ -182,7 +187,7 @@ struct Optimizer::Impl {
     buf->names = names;
     for (auto& p : params) buf->sizes.push_back(p.numel());
     RoundOptions ro;
-    ro.key = fmt::format("{}/{}", opt.diloco_steps > 0 ? "outer" : "grads", epoch);
+    ro.key = round_key();
     ro.weight = static_cast<double>(local_samples);
     ro.deadline = Clock::now() + opt.averaging_timeout;
     ro.compression = opt.grad_compression;
@@ -382,9 +387,7 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
       break;
     case Action::begin_matchmaking:
       if (m.io && decision.view.eta)
-        m.io->prepare_round(
-            fmt::format("{}/{}", m.opt.diloco_steps > 0 ? "outer" : "grads", m.epoch),
-            Clock::now() + *decision.view.eta);
+        m.io->prepare_round(m.round_key(), Clock::now() + *decision.view.eta);
       break;
     case Action::step_alone:
       m.step_alone(rep);

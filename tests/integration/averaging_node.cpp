@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "starling/averaging/averager.hpp"
+#include "starling/averaging/host_address_sink.hpp"
 #include "starling/core/blocking.hpp"
 #include "starling/core/log.hpp"
 #include "starling/net/host.hpp"
@@ -104,12 +105,7 @@ int main(int argc, char** argv) try {
         std::_Exit(9);
       }
     };
-  auto sink = [host](const net::PeerId& peer, const std::vector<std::string>& as) {
-    std::vector<net::Multiaddr> ms;
-    for (const auto& s : as)
-      if (auto m = net::Multiaddr::parse(s)) ms.push_back(m.value());
-    host->add_addresses(peer, ms);
-  };
+  auto sink = averaging::host_address_sink(host);
   auto avg =
       Averager::create(host, std::make_shared<FileDirectory>(a.dir), schema, {{"x", x}}, cfg, sink);
   if (!avg) throw std::runtime_error(avg.error().message());

@@ -19,6 +19,7 @@
 #include "cli.hpp"
 #include "starling/core/log.hpp"
 #include "starling/crypto/keys.hpp"
+#include "starling/optim/checkpoint.hpp"
 #include "starling/optim/fashion_task.hpp"
 #include "starling/optim/optimizer.hpp"
 #include "train_options.hpp"
@@ -231,9 +232,9 @@ int train_main(const TrainOptions& o) {
                         {"state_downloads", final_status.state_downloads},
                         {"seconds", secs},
                         {"param_hash", hash}};
-    const std::string tmp = o.report + ".tmp";
-    std::ofstream(tmp) << j.dump() << "\n";
-    std::rename(tmp.c_str(), o.report.c_str());
+    const std::string text = j.dump() + "\n";
+    auto w = optim::write_file_atomic(o.report, as_bytes(text));
+    if (!w) std::cerr << "error: report: " << w.error().message() << "\n";
   }
   return stop_reason == "error" ? 1 : 0;
 }
