@@ -52,18 +52,20 @@ struct EncodeTask {
     return codecs->encode(begin, in, {}, residual, residual_out);
   }
 };
-// Encodes a reduced part and replaces it by its decoded form, so that the owner holds exactly
-// what every other member will decode.
-struct EncodeOwnTask {
-  const TensorCodecs* codecs;
+// Runs one reduction; with a codec, then encodes the reduced part and replaces it by its
+// decoded form, so that the owner holds exactly what every other member will decode.
+struct ReduceTask {
+  ReduceJob job;
+  const TensorCodecs* codecs;  // null: uncompressed, nothing to encode
   std::uint64_t begin;
-  std::span<float> part;
   std::span<const float> residual;
   std::span<float> residual_out;
   std::atomic<std::int64_t>* ns;
   result<Bytes> operator()() const {
+    run_reduce_job(job);
+    if (!codecs) return Bytes{};
     Timed t{ns};
-    return codecs->encode(begin, part, part, residual, residual_out);
+    return codecs->encode(begin, job.out, job.out, residual, residual_out);
   }
 };
 struct DecodeTask {
@@ -238,7 +240,7 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
           if (it != encoded_results_.end()) encoded = it->second;
         }
         if (!encoded && std::holds_alternative<ResultMsg>(f.msg)) {
-          // finish_reduction() encodes every result before the core releases it.
+          // reduce_part() encodes every result before the core releases it.
           logger("averaging")->error("all-reduce: result for member {} was not encoded", j);
           if (!ending_) stream_lost(j, make_error(errc::internal, "unencoded result"), false);
           co_return;
@@ -420,29 +422,32 @@ void RoundRunner::connecting_grace(TimePoint now) {
   }
 }
 
-// With a lossy codec the owner sends each reduced part encoded once to every member: encode
-// it on the pool, keep the bytes, and replace the part by its decoded form first.
-awaitable<void> RoundRunner::finish_reduction() {
+// One reduction on the pool (and with a lossy codec the encoding of its result, which the
+// owner sends once to every member), then the core sends the result.
+awaitable<void> RoundRunner::reduce_part(ReduceJob job) {
   auto self = shared_from_this();
-  const auto& parts = core_.plan().parts;
-  for (std::uint32_t p = 0; p < parts.size(); ++p) {
-    if (parts[p].owner != self_) continue;
-    const auto out = core_.part_output(p);
-    const auto begin = static_cast<std::uint64_t>(out.data() - output_.data());
-    EncodeOwnTask task{cfg_.codecs, begin, out, {}, {}, &codec_ns_};
-    if (!cfg_.result_residual.empty() && begin + out.size() <= output_.size()) {
-      task.residual = cfg_.result_residual.subspan(begin, out.size());
-      task.residual_out = cfg_.result_residual_out.subspan(begin, out.size());
+  struct InFlight {
+    RoundRunner* r;
+    ~InFlight() {
+      if (--r->jobs_in_flight_ == 0) r->jobs_done_.set();
     }
-    auto e = co_await pool_.run(task);
-    if (!e) {
-      logger("averaging")
-          ->warn("all-reduce: cannot encode reduced part {}: {}", p, e.error().message());
-      co_return;  // the round ends by its deadline; members see this owner fail
-    }
-    encoded_results_[{core_.subround(), p}] = std::make_shared<const Bytes>(std::move(e).value());
+  } in_flight{this};
+  const std::uint32_t sub = job.subround, part = job.part;
+  const auto begin = static_cast<std::uint64_t>(job.out.data() - output_.data());
+  ReduceTask task{std::move(job), compressed() ? cfg_.codecs : nullptr, begin, {}, {}, &codec_ns_};
+  if (task.codecs && !cfg_.result_residual.empty() && begin + task.job.out.size() <= output_.size()) {
+    task.residual = cfg_.result_residual.subspan(begin, task.job.out.size());
+    task.residual_out = cfg_.result_residual_out.subspan(begin, task.job.out.size());
   }
-  core_.on_reduced(Clock::now());
+  auto e = co_await pool_.run(std::move(task));
+  if (!e) {
+    logger("averaging")
+        ->warn("all-reduce: cannot reduce or encode part {}: {}", part, e.error().message());
+    co_return;  // the round ends by its deadline; members see this owner fail
+  }
+  if (compressed())
+    encoded_results_[{sub, part}] = std::make_shared<const Bytes>(std::move(e).value());
+  core_.on_reduced(sub, part, Clock::now());
   pump();
 }
 
@@ -469,23 +474,10 @@ void RoundRunner::pump() {
     P.queue.push_back({std::move(env.msg)});
     P.wake->set();
   }
-  auto jobs = core_.take_reduce_jobs();
-  if (!jobs.empty()) {
-    auto self = shared_from_this();
-    jobs_in_flight_ += jobs.size();
-    for (auto& job : jobs)
-      (void)pool_.submit([self, job = std::move(job)] {
-        run_reduce_job(job);
-        asio::post(self->ex_, [self] {
-          if (--self->jobs_in_flight_ > 0) return;
-          self->jobs_done_.set();
-          if (self->compressed())
-            self->scope_.spawn(self->finish_reduction());
-          else
-            self->core_.on_reduced(Clock::now());
-          self->pump();
-        });
-      });
+  for (auto& job : core_.take_reduce_jobs()) {
+    if (scope_.closed()) break;  // the round is over: a task would not start
+    ++jobs_in_flight_;
+    scope_.spawn(reduce_part(std::move(job)));
   }
   for (std::uint32_t j = 0; j < n_; ++j)
     if (j != self_ && core_.failed().test(j) && !p_[j].fenced) fence(j);

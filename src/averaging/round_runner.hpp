@@ -97,7 +97,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
                          std::shared_ptr<net::BufferedReader> r);
   awaitable<void> timer_loop();
   void pump();
-  awaitable<void> finish_reduction();
+  awaitable<void> reduce_part(ReduceJob job);
   bool compressed() const { return cfg_.codecs && cfg_.codecs->compressed(); }
   void stream_lost(std::uint32_t j, const Error& e, bool blame);
   void fence(std::uint32_t j);
