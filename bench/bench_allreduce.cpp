@@ -47,6 +47,7 @@ struct Args {
   std::uint64_t bandwidth = 1'000'000'000;
   std::string codec = "none";
   std::uint32_t max_window_kb = 0;  // 0: the yamux default
+  long balance_slack = -1;          // -1: the averager's default
 };
 
 Args parse(int argc, char** argv) {
@@ -73,6 +74,8 @@ Args parse(int argc, char** argv) {
       a.bandwidth = std::stoull(v);
     else if (k == "--codec")
       a.codec = v;
+    else if (k == "--balance-slack")
+      a.balance_slack = std::stol(v);
     else if (k == "--max-window-kb")
       a.max_window_kb = static_cast<std::uint32_t>(std::stoul(v));
     else
@@ -181,6 +184,7 @@ int main(int argc, char** argv) try {
   cfg.addrs = addrs;
   cfg.round.part_elems = a.part_kb * 1024 / sizeof(float);
   cfg.round.stall_timeout = std::chrono::seconds(60);
+  if (a.balance_slack >= 0) cfg.round.balance_slack = static_cast<std::size_t>(a.balance_slack);
   cfg.open_timeout = std::chrono::seconds(60);
   auto sink = averaging::host_address_sink(host);
   auto avg = Averager::create(host, dir, schema, {{"x", x}}, cfg, sink);

@@ -121,6 +121,11 @@ struct RoundConfig {
   bool reject_non_finite = true;
   // Reduce inside the core as soon as ready (tests); otherwise hand out ReduceJobs.
   bool inline_reduce = true;
+  // For the networked driver (not the core): balanced progress across this member's writers
+  // (0: off). A writer more than `balance_slack` parts ahead of the slowest flow that has data
+  // ready waits for it, at most `balance_hold` per frame.
+  std::size_t balance_slack = 2;
+  Duration balance_hold = 300ms;
 };
 
 struct RoundTimings {
