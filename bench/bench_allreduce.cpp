@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <asio/executor_work_guard.hpp>
 #include <ctime>
-#include <sys/resource.h>
 #include <asio/io_context.hpp>
 #include <cstdio>
 #include <cstring>
@@ -27,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "bench_cpu.hpp"
 #include "net/aead.hpp"
 #include "starling/averaging/averager.hpp"
 #include "starling/averaging/host_address_sink.hpp"
@@ -90,15 +90,6 @@ double thread_cpu_s() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-double process_cpu_s() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& t) {
-    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
-  };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
 }
 
 // Thread CPU seconds to seal and then open `bytes` in Noise-sized frames, streaming through
@@ -227,10 +218,10 @@ int main(int argc, char** argv) try {
     so.group = group;
     so.timeout = std::chrono::seconds(300);
     const auto t0 = Clock::now();
-    const double c0 = process_cpu_s();
+    const double c0 = bench::process_cpu_s();
     auto r = on(io, [&]() { return avg.value()->step(so); });
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double cpu_round = process_cpu_s() - c0;
+    const double cpu_round = bench::process_cpu_s() - c0;
     if (!r) throw std::runtime_error("round " + std::to_string(it) + ": " + r.error().message());
     for (std::uint64_t i = 0; i < a.elems; i += 4099)
       max_err = std::max(max_err, std::abs(x[i] - (want0 + static_cast<double>(i % 7))));

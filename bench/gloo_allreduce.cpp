@@ -17,20 +17,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <sys/resource.h>
 #include <vector>
 
-namespace {
-// CPU time of the whole process (all threads), seconds.
-double process_cpu_s() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& t) {
-    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
-  };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
-}
-}  // namespace
+#include "bench_cpu.hpp"
+
+using starling::bench::process_cpu_s;
 
 int main(int argc, char** argv) try {
   int rank = -1, size = 0, iters = 5;
