@@ -15,10 +15,10 @@
 //                   [--codec none|float16|blockwise8|...|auto]
 #include <algorithm>
 #include <asio/executor_work_guard.hpp>
-#include <ctime>
 #include <asio/io_context.hpp>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <future>

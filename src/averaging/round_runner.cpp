@@ -222,7 +222,8 @@ awaitable<void> RoundRunner::reduce_part(ReduceJob job) {
   const std::uint32_t sub = job.subround, part = job.part;
   const auto begin = static_cast<std::uint64_t>(job.out.data() - output_.data());
   ReduceTask task{std::move(job), compressed() ? cfg_.codecs : nullptr, begin, {}, {}, &codec_ns_};
-  if (task.codecs && !cfg_.result_residual.empty() && begin + task.job.out.size() <= output_.size()) {
+  if (task.codecs && !cfg_.result_residual.empty() &&
+      begin + task.job.out.size() <= output_.size()) {
     task.residual = cfg_.result_residual.subspan(begin, task.job.out.size());
     task.residual_out = cfg_.result_residual_out.subspan(begin, task.job.out.size());
   }
@@ -257,8 +258,7 @@ void RoundRunner::balance_plan() {
       continue;
     }
     for (std::uint32_t j = 0; j < n_; ++j)  // our result to everyone we talk to
-      if (j != self_ && !(i_am_client && group_.members[j].client))
-        p_[j].flow_total += part.size();
+      if (j != self_ && !(i_am_client && group_.members[j].client)) p_[j].flow_total += part.size();
   }
 }
 

@@ -60,8 +60,8 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
         const TimePoint now = Clock::now();
         if (held_since == TimePoint{}) held_since = now;
         if (now - held_since < cfg_.round.balance_hold) {
-          auto r = co_await with_timeout(balance_.wait(), cfg_.round.balance_hold - (now - held_since),
-                                         "balance");
+          auto r = co_await with_timeout(balance_.wait(),
+                                         cfg_.round.balance_hold - (now - held_since), "balance");
           if (!r && r.error() == errc::cancelled) co_return;
           continue;
         }

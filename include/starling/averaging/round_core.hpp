@@ -209,13 +209,13 @@ class RoundCore {
     Bitset alive;  // agreed senders of this sub-round
     // owner side, indexed like my_parts
     std::vector<std::uint32_t> my_parts;
-    std::vector<std::vector<FloatBuffer>> slots;  // [my part idx][member]
-    std::vector<Bitset> have;                     // senders whose values of the part are in
+    std::vector<std::vector<FloatBuffer>> slots;   // [my part idx][member]
+    std::vector<Bitset> have;                      // senders whose values of the part are in
     std::vector<std::uint8_t> requested, reduced;  // reduction handed out / finished
     std::vector<std::uint32_t> owed;               // by member: parts it still owes me
     std::size_t next_unrequested = 0;              // my parts before it are all requested
     std::size_t reduced_count = 0;
-    Bitset mine_counted;                           // intersection of my parts' tags
+    Bitset mine_counted;  // intersection of my parts' tags
     // member side
     Bitset got;                                               // parts held
     std::vector<Bitset> part_counted;                         // tag of each held part
