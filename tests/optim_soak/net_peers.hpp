@@ -75,6 +75,7 @@ class NetFashionPeer {
     const bool at_matchmaking = wait_for([&] { return peer_->finished.load(); }, limit);
     peer_->stop();
     peer_->join();
+    (void)node_->bytes_sent();  // the last count, kept for the report
     node_->freeze();
     peer_->drop_optimizer(Duration::zero());
     node_->crash();
