@@ -139,27 +139,41 @@ class FashionPeer {
       while (!stop_ && opt_->local_epoch() < epochs) {
         if (stop_at_matchmaking_ && last_action_ == optim::Action::begin_matchmaking) break;
         task_.forward_backward(batch_);
+        const auto before = opt_->local_epoch();
         auto rep = opt_->step(batch_);
         if (!rep) {
           ++failures;
           break;
         }
-        if (rep.value().action == optim::Action::download_state && !rep.value().round_error)
-          ++downloads;
+        // A state download that loaded another epoch (not one skipped in a retry backoff).
+        const bool loaded = rep.value().action == optim::Action::download_state &&
+                            !rep.value().round_error && rep.value().epoch != before;
+        if (loaded) ++downloads;
         if (rep.value().round_error) ++round_errors;
         bytes_sent += rep.value().bytes_sent;
         if (rep.value().stepped && rep.value().group_size > 1) ++rounds;
         if (rep.value().stepped)
           stepped_samples += static_cast<std::uint64_t>(rep.value().group_samples);
         last_action_ = rep.value().action;
-        if (log && (rep.value().stepped || rep.value().action == optim::Action::download_state))
+        if (log && (rep.value().stepped || loaded))
           log->add(opt_->local_epoch(), id_, parameter_hash(*task_.model()));
         epoch = opt_->local_epoch();
         samples += batch_;
+        if (pace_ > Duration::zero()) std::this_thread::sleep_for(pace_);
       }
       finished = true;
+      // Serve the final state to peers still behind until stop() (`starling train --linger`):
+      // state is serialised by the training thread.
+      while (linger_ && !stop_) {
+        opt_->serve_state_requests();
+        std::this_thread::sleep_for(20ms);
+      }
     });
   }
+  // After reaching its epochs, the training thread serves state until stop(). Before start().
+  void linger() { linger_ = true; }
+  // Each local step takes at least `d` more (a slower peer or bigger model). Before start().
+  void pace(Duration d) { pace_ = d; }
   void stop() { stop_ = true; }
   // Waits until the training thread ends (it ends by itself at `epochs`, or after stop()).
   void join() {
@@ -217,6 +231,8 @@ class FashionPeer {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> stop_at_matchmaking_{false};
+  bool linger_ = false;
+  Duration pace_{0};
   std::atomic<optim::Action> last_action_{optim::Action::accumulate};
 };
 
