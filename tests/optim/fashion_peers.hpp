@@ -8,6 +8,7 @@
 #include <torch/utils.h>
 
 #include <atomic>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -235,6 +236,18 @@ class FashionPeer {
   Duration pace_{0};
   std::atomic<optim::Action> last_action_{optim::Action::accumulate};
 };
+
+// The alone anchor's options for "same total samples and batch size" as a collaboration whose
+// `epochs` steps averaged `stepped_samples` in all: a step every B samples, B the mean samples
+// per collaborative step rounded to whole local batches.
+inline optim::OptimizerOptions same_samples_alone(optim::OptimizerOptions o,
+                                                  std::uint64_t stepped_samples,
+                                                  std::uint64_t epochs) {
+  const double mean = static_cast<double>(stepped_samples) / static_cast<double>(epochs);
+  const double batch = static_cast<double>(o.batch_size);
+  o.target_batch_size = static_cast<std::uint64_t>(std::max(1.0, std::round(mean / batch)) * batch);
+  return o;
+}
 
 // Trains one process alone (no collaboration) to `epochs` and returns its test accuracy.
 inline double train_alone(const FashionSetup& s, const optim::OptimizerOptions& o,

@@ -25,21 +25,11 @@ namespace {
 using Record = std::map<std::uint64_t, std::vector<torch::Tensor>>;
 
 OptimizerOptions options() {
-  OptimizerOptions o;
-  o.run_id = "netdiloco";
-  o.batch_size = 8;
+  auto o = test::loopback_options("netdiloco", 8);
   // An outer round every 40 local steps of ~20 ms: rounds a second or two apart, well above
   // the progress refresh (with rounds shorter than the refresh, every peer sees the others
   // behind and steps alone).
   o.diloco_steps = 40;
-  o.matchmaking_time = 2s;
-  o.averaging_timeout = 20s;
-  o.load_state_timeout = 30s;
-  o.progress.min_refresh = 100ms;
-  o.progress.max_refresh = 500ms;
-  o.progress.max_publish_interval = 300ms;
-  o.progress.stale_after = 4s;
-  o.progress_ttl = 10s;
   return o;
 }
 
@@ -53,11 +43,7 @@ struct Peer {
   std::atomic<int> failures{0}, rounds{0};
 
   Peer(int seed, const std::vector<net::Multiaddr>& bootstrap) : model(test::make_linear(seed)) {
-    collab::NetCollaborationConfig cfg;
-    cfg.run_id = "netdiloco";
-    cfg.stall_timeout = 6s;
-    cfg.open_timeout = 20s;
-    node = test::CrashableNode::start(bootstrap, cfg);
+    node = test::CrashableNode::start(bootstrap, test::loopback_config(options()));
     opt = Optimizer::create(*model, std::make_unique<torch::optim::SGD>(model->parameters(), 0.05),
                             options(), node->collaboration())
               .value();

@@ -89,10 +89,7 @@ TEST(NetConvergence, FourPeersMatchOneProcessAlone) {
   const auto together = collaborate(*s, o, kEpochs, 10);
   EXPECT_GE(together.rounds, static_cast<int>(kEpochs)) << "the peers rarely averaged together";
   const double mean_step = static_cast<double>(together.stepped_samples) / kEpochs;
-  auto alone_o = o;
-  alone_o.target_batch_size = static_cast<std::uint64_t>(
-      std::max(1.0, std::round(mean_step / static_cast<double>(s->batch))) *
-      static_cast<double>(s->batch));
+  const auto alone_o = test::same_samples_alone(o, together.stepped_samples, kEpochs);
   const auto t0 = Clock::now();
   const double alone = test::train_alone(*s, alone_o, kEpochs);
   const double alone_seconds = seconds_since(t0);

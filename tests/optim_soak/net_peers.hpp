@@ -13,30 +13,10 @@
 
 namespace starling::test {
 
-// Optimizer options for a collaboration on loopback: progress refreshed a few times a second
-// (DHT round trips are milliseconds here, not the internet's hundreds).
 inline optim::OptimizerOptions net_options(std::uint64_t target, std::size_t batch) {
-  optim::OptimizerOptions o;
-  o.run_id = "fashion-net";
+  auto o = loopback_options("fashion-net", batch);
   o.target_batch_size = target;
-  o.batch_size = batch;
-  o.matchmaking_time = 1s;
-  o.averaging_timeout = 20s;
-  o.load_state_timeout = 30s;
-  o.progress.min_refresh = 50ms;
-  o.progress.max_refresh = 300ms;
-  o.progress.max_publish_interval = 200ms;
-  o.progress.stale_after = 4s;
-  o.progress_ttl = 10s;
   return o;
-}
-
-inline collab::NetCollaborationConfig net_config(const optim::OptimizerOptions& o) {
-  collab::NetCollaborationConfig c;
-  c.run_id = o.run_id;
-  c.stall_timeout = 6s;
-  c.open_timeout = 20s;
-  return c;
 }
 
 class NetFashionPeer {
@@ -44,7 +24,7 @@ class NetFashionPeer {
   NetFashionPeer(const FashionSetup& s, const std::vector<net::Multiaddr>& bootstrap,
                  const optim::OptimizerOptions& o, std::uint64_t model_seed,
                  std::uint64_t data_seed)
-      : node_(CrashableNode::start(bootstrap, net_config(o))),
+      : node_(CrashableNode::start(bootstrap, loopback_config(o))),
         peer_(std::make_unique<FashionPeer>(s, node_->collaboration(), o, model_seed,
                                             data_seed)) {}
   // Leaves cleanly (a peer still alive at the end).

@@ -21,8 +21,35 @@
 #include "starling/crypto/keys.hpp"
 #include "starling/dht/node.hpp"
 #include "starling/net/host.hpp"
+#include "starling/optim/optimizer_options.hpp"
 
 namespace starling::test {
+
+// Optimizer options for a collaboration on loopback: progress refreshed a few times a second
+// (DHT round trips take milliseconds here, not the internet's hundreds), rounds of seconds.
+inline optim::OptimizerOptions loopback_options(std::string run_id, std::size_t batch) {
+  optim::OptimizerOptions o;
+  o.run_id = std::move(run_id);
+  o.batch_size = batch;
+  o.matchmaking_time = 1s;
+  o.averaging_timeout = 20s;
+  o.load_state_timeout = 30s;
+  o.progress.min_refresh = 50ms;
+  o.progress.max_refresh = 300ms;
+  o.progress.max_publish_interval = 200ms;
+  o.progress.stale_after = 4s;
+  o.progress_ttl = 10s;
+  return o;
+}
+
+// The collaboration config for those options (group members silent 6 s are dropped).
+inline collab::NetCollaborationConfig loopback_config(const optim::OptimizerOptions& o) {
+  collab::NetCollaborationConfig c;
+  c.run_id = o.run_id;
+  c.stall_timeout = 6s;
+  c.open_timeout = 20s;
+  return c;
+}
 
 class CrashableNode {
  public:
