@@ -207,7 +207,7 @@ class FashionPeer {
   std::atomic<std::uint64_t> samples{0};
   std::atomic<std::uint64_t> bytes_sent{0};
   std::atomic<int> downloads{0};
-  std::atomic<int> rounds{0};  // collaborative steps (a group of two or more)
+  std::atomic<int> rounds{0};                     // collaborative steps (a group of two or more)
   std::atomic<std::uint64_t> stepped_samples{0};  // samples the applied steps averaged over
   std::atomic<int> round_errors{0};
   std::atomic<int> failures{0};
@@ -218,9 +218,9 @@ class FashionPeer {
                         std::shared_ptr<optim::Collaboration> collab) {
     auto adam = std::make_unique<torch::optim::Adam>(task_.model()->parameters(),
                                                      torch::optim::AdamOptions(s.lr));
-    opt_ = optim::Optimizer::create(*task_.model(), std::move(adam), std::move(o),
-                                    std::move(collab))
-               .value();
+    opt_ =
+        optim::Optimizer::create(*task_.model(), std::move(adam), std::move(o), std::move(collab))
+            .value();
   }
 
   IoThread io_;

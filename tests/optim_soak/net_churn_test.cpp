@@ -108,8 +108,7 @@ TEST(NetChurn, KilledPeersNeverStallJoinersCatchUpLivePeersAgreeEveryEpoch) {
   for (auto& p : peers)
     coverage += fmt::format(" peer {}: {} epochs recorded, {} rounds, {} downloads, {} B sent;",
                             p->peer().id(), log.recorded_by(p->peer().id(), 1, last),
-                            p->peer().rounds.load(), p->peer().downloads.load(),
-                            p->bytes_sent());
+                            p->peer().rounds.load(), p->peer().downloads.load(), p->bytes_sent());
   std::printf("churn: epochs 1..%llu, %zu checked by >= 2 peers, %zu disagreements, %.1f s\n%s\n",
               static_cast<unsigned long long>(last), checked, log.disagreements(&checked),
               std::chrono::duration<double>(Clock::now() - t0).count(), coverage.c_str());

@@ -21,8 +21,8 @@ double seconds_since(TimePoint t0) {
 
 struct Outcome {
   double accuracy = 0;
-  std::uint64_t bytes = 0;    // sent, all peers, from their collaborations' counters
-  std::uint64_t samples = 0;  // computed, all peers
+  std::uint64_t bytes = 0;            // sent, all peers, from their collaborations' counters
+  std::uint64_t samples = 0;          // computed, all peers
   std::uint64_t stepped_samples = 0;  // averaged into the steps (peer 0's view)
   int rounds = 0;                     // collaborative steps, all peers
   double seconds = 0;
@@ -34,8 +34,8 @@ Outcome collaborate(const test::FashionSetup& s, const OptimizerOptions& o, std:
                     std::uint64_t data_seed, Duration pace = Duration::zero()) {
   constexpr int kPeers = 4;
   std::vector<std::unique_ptr<NetFashionPeer>> peers;
-  peers.push_back(std::make_unique<NetFashionPeer>(s, std::vector<net::Multiaddr>{}, o, 0,
-                                                   data_seed));
+  peers.push_back(
+      std::make_unique<NetFashionPeer>(s, std::vector<net::Multiaddr>{}, o, 0, data_seed));
   for (int i = 1; i < kPeers; ++i)
     peers.push_back(
         std::make_unique<NetFashionPeer>(s, peers[0]->addresses(), o, 0, data_seed + i));

@@ -25,8 +25,7 @@ class NetFashionPeer {
                  const optim::OptimizerOptions& o, std::uint64_t model_seed,
                  std::uint64_t data_seed)
       : node_(CrashableNode::start(bootstrap, loopback_config(o))),
-        peer_(std::make_unique<FashionPeer>(s, node_->collaboration(), o, model_seed,
-                                            data_seed)) {}
+        peer_(std::make_unique<FashionPeer>(s, node_->collaboration(), o, model_seed, data_seed)) {}
   // Leaves cleanly (a peer still alive at the end).
   ~NetFashionPeer() {
     if (!crashed_) leave();

@@ -63,11 +63,14 @@ class CrashableNode {
     hc.shutdown_timeout = 3s;
     n->host_ = net::Host::create(n->io_->executor(), crypto::KeyPair::generate(), hc);
     auto host = n->host_;
-    check(block_on(n->io_->executor(), [host] { return host->start(); }, 60s), "host start");
+    check(block_on(
+              n->io_->executor(), [host] { return host->start(); }, 60s),
+          "host start");
     n->dht_ = dht::DhtNode::create(n->host_, collab::TrainingNodeConfig::default_dht());
     auto dht = n->dht_;
     auto peers = bootstrap;
-    check(block_on(n->io_->executor(), [dht, peers] { return dht->start(peers); }, 60s),
+    check(block_on(
+              n->io_->executor(), [dht, peers] { return dht->start(peers); }, 60s),
           "DHT bootstrap");
     auto c = collab::NetCollaboration::create(n->host_, n->dht_, std::move(cfg));
     check(c, "collaboration");
@@ -90,8 +93,8 @@ class CrashableNode {
     if (!collab_ || io_->stopped()) return last_sent_;
     auto c = collab_;
     auto r = block_on(
-        io_->executor(),
-        [c]() -> awaitable<result<std::uint64_t>> { co_return c->bytes_sent(); }, 10s);
+        io_->executor(), [c]() -> awaitable<result<std::uint64_t>> { co_return c->bytes_sent(); },
+        10s);
     if (r) last_sent_ = r.value();
     return last_sent_;
   }
