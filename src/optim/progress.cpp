@@ -108,7 +108,7 @@ double ProgressTracker::local_samples_per_second() const noexcept {
 }
 
 void ProgressTracker::report_samples(std::uint64_t samples, Duration compute_time) {
-  samples_ += samples;
+  (background_ ? next_samples_ : samples_) += samples;
   samples_total_ += samples;
   const double dt = std::max(0.0, seconds(compute_time));
   const double decay = std::exp2(-dt / config_.throughput_half_life_s);
@@ -119,6 +119,26 @@ void ProgressTracker::report_samples(std::uint64_t samples, Duration compute_tim
 void ProgressTracker::set_epoch(std::uint64_t epoch) {
   epoch_ = epoch;
   samples_ = 0;
+  background_ = false;
+  next_samples_ = 0;
+}
+
+void ProgressTracker::begin_background_round() {
+  background_ = true;
+  next_samples_ = 0;
+}
+
+void ProgressTracker::end_background_round(bool stepped) {
+  if (!background_) return;
+  const auto next = next_samples_;
+  if (stepped) {
+    set_epoch(epoch_ + 1);
+    samples_ = next;
+  } else {
+    background_ = false;
+    next_samples_ = 0;
+    samples_ += next;
+  }
 }
 
 void ProgressTracker::restore(std::uint64_t epoch, std::uint64_t samples_accumulated,
@@ -253,6 +273,7 @@ Decision ProgressTracker::decide(TimePoint now) {
     return d;
   }
 
+  if (background_) return d;  // the round for epoch_ runs; nothing to decide until it ends
   if (v.global_epoch > epoch_ + config_.epoch_tolerance) {
     d.action = Action::download_state;
     return d;

@@ -132,6 +132,15 @@ class ProgressTracker {
   // The local epoch changed (a step was taken, or state was downloaded at `epoch`): the
   // accumulated samples restart at 0 and matchmaking may begin again.
   void set_epoch(std::uint64_t epoch);
+  // Delayed parameter updates: the round for the current epoch runs in the background. Until
+  // end_background_round(), the published record keeps the epoch and the samples it averaged
+  // (so peers still reaching the target join the same round), samples reported meanwhile count
+  // toward the next epoch, and decide() only says accumulate.
+  void begin_background_round();
+  // The background round finished: `stepped` moves to the next epoch with the samples reported
+  // meanwhile; otherwise they are added to this epoch's (the round is retried).
+  void end_background_round(bool stepped);
+  bool background_round() const noexcept { return background_; }
   // Restores counters from a checkpoint.
   void restore(std::uint64_t epoch, std::uint64_t samples_accumulated, std::uint64_t samples_total);
 
@@ -180,6 +189,8 @@ class ProgressTracker {
   std::optional<TimePoint> last_publish_;
   std::uint64_t published_epoch_ = 0;
   std::optional<std::uint64_t> matchmaking_epoch_;  // epoch matchmaking was begun for
+  bool background_ = false;          // a background round runs for epoch_
+  std::uint64_t next_samples_ = 0;  // samples toward epoch_ + 1 while it runs
 };
 
 }  // namespace starling::optim
