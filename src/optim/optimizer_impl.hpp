@@ -271,17 +271,25 @@ struct Optimizer::Impl {
     rep.bytes_received = r.bytes_received;
   }
 
-  // A round failed: retry after a pause; after kMaxFailedRounds step with the own gradients.
+  // A round failed: retry after a pause; after kMaxFailedRounds, if no other live peer is at
+  // this epoch, step with the own gradients.
   void round_failed(StepReport& rep, const Error& e) {
     rep.round_error = e;
     ++stats.rounds_failed;
     retry_after = Clock::now() + kRetryBackoff;
-    if (++failed_rounds >= kMaxFailedRounds) {
-      log()->warn("epoch {}: {} averaging rounds failed (last: {}); stepping with local data",
+    if (++failed_rounds < kMaxFailedRounds) {
+      log()->info("epoch {}: averaging failed: {}", epoch, e.message());
+    } else if (with_tracker([](ProgressTracker& t) { return t.others_at_epoch(Clock::now()); })) {
+      // Live peers are at this epoch: stepping alone would fork the parameters. Keep trying;
+      // if they step without this peer, it falls behind and downloads their state.
+      log()->warn("epoch {}: {} averaging rounds failed (last: {}); peers are at this epoch, "
+                  "not stepping alone",
+                  epoch, failed_rounds, e.message());
+    } else {
+      log()->warn("epoch {}: {} averaging rounds failed (last: {}); alone, stepping with local "
+                  "data",
                   epoch, failed_rounds, e.message());
       step_alone(rep);
-    } else {
-      log()->info("epoch {}: averaging failed: {}", epoch, e.message());
     }
   }
 

@@ -215,3 +215,43 @@ TEST(DelayedUpdates, ShutdownDuringABackgroundRoundIsBounded) {
   EXPECT_LT(Clock::now() - t0, 15s);
   EXPECT_EQ(p.opt->local_epoch(), 0u);
 }
+
+// Rounds that keep failing never make a peer step alone while a live peer is at its epoch;
+// once it is really alone (the partner's record expired by its ttl), it steps on its own.
+TEST(DelayedUpdates, RepeatedFailuresStepAloneOnlyWhenReallyAlone) {
+  GatedPeer p;
+  p.collab->failures_to_inject = 1000;
+  p.collab->open();
+  ASSERT_TRUE(wait_until([&] { return p.knows_partner(); }, 30s));
+  int errors = 0;
+  const auto until = Clock::now() + 60s;
+  while (errors < 4 && Clock::now() < until) {
+    auto r = p.feed();
+    if (r.round_error) ++errors;
+    EXPECT_FALSE(r.stepped);
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_EQ(errors, 4);  // more than kMaxFailedRounds
+  EXPECT_EQ(p.opt->local_epoch(), 0u);
+  // The partner goes away: its last record lives 1 s.
+  {
+    PeerProgress partner;
+    partner.seq = 2;
+    partner.ttl = 1s;
+    std::lock_guard lk(p.hub->mu);
+    for (auto& [id, v] : p.hub->records)
+      if (id != p.collab->self()) v = {encode_progress(partner), {Clock::now(), 1s}};
+  }
+  bool stepped = false;
+  const auto until2 = Clock::now() + 60s;
+  while (!stepped && Clock::now() < until2) {
+    auto r = p.feed();
+    if (r.stepped) {
+      stepped = true;
+      EXPECT_EQ(r.group_size, 1u);
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_TRUE(stepped);
+  EXPECT_EQ(p.opt->local_epoch(), 1u);
+}
