@@ -39,6 +39,7 @@ struct Args {
   std::size_t part_kb = 1024;
   std::uint64_t bandwidth = 1'000'000'000;
   std::string codec = "none";
+  std::uint32_t max_window_kb = 0;  // 0: the yamux default
 };
 
 Args parse(int argc, char** argv) {
@@ -65,6 +66,8 @@ Args parse(int argc, char** argv) {
       a.bandwidth = std::stoull(v);
     else if (k == "--codec")
       a.codec = v;
+    else if (k == "--max-window-kb")
+      a.max_window_kb = static_cast<std::uint32_t>(std::stoul(v));
     else
       throw std::runtime_error("unknown option " + k);
   }
@@ -111,6 +114,7 @@ int main(int argc, char** argv) try {
   net::HostConfig hc;
   hc.listen = {a.listen};
   hc.idle_timeout = std::chrono::minutes(10);
+  if (a.max_window_kb > 0) hc.yamux.max_window = a.max_window_kb * 1024;
   auto host = net::Host::create(io.get_executor(), crypto::KeyPair::generate(), hc);
   auto st = on(io, [&]() { return host->start(); });
   if (!st) throw std::runtime_error(st.error().message());

@@ -47,6 +47,15 @@ struct RoundRunnerConfig {
   std::span<float> result_residual_out;
 };
 
+// Adds the worker time of the scope it lives in to `ns` (codec time of pool tasks).
+struct Timed {
+  std::atomic<std::int64_t>* ns;
+  TimePoint t0 = Clock::now();
+  ~Timed() {
+    ns->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+  }
+};
+
 class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
  public:
   RoundRunner(net::StreamHost& host, GroupInfo group, std::uint32_t self,
@@ -97,7 +106,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
                          std::shared_ptr<net::BufferedReader> r);
   awaitable<void> timer_loop();
   void pump();
-  awaitable<void> finish_reduction();
+  awaitable<void> reduce_part(ReduceJob job);
   bool compressed() const { return cfg_.codecs && cfg_.codecs->compressed(); }
   void stream_lost(std::uint32_t j, const Error& e, bool blame);
   void fence(std::uint32_t j);
