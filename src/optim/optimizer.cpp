@@ -190,6 +190,7 @@ const std::optional<CheckpointMeta>& Optimizer::resumed_from() const {
 result<void> Optimizer::load_state_from_peers() {
   if (!impl_->io) return make_error(errc::unavailable, "optimizer: training alone, no peers");
   StepReport rep;
+  if (impl_->bg) impl_->finish_background_round(rep, true);  // it owns the optimizer state
   impl_->retry_after = {};
   impl_->download(rep);
   if (rep.round_error) return *rep.round_error;
