@@ -106,8 +106,7 @@ int main(int argc, char** argv) {
   auto o = test::fast_options(target, batch);
   o.delay_optimizer_step = delay;
   std::printf("bench_training: mlp, batch %zu, target %llu, %.0f s per measurement%s\n", batch,
-              static_cast<unsigned long long>(target), seconds,
-              delay ? ", delayed updates" : "");
+              static_cast<unsigned long long>(target), seconds, delay ? ", delayed updates" : "");
   std::printf("%5s %16s %16s %7s %7s\n", "peers", "together samp/s", "alone samp/s", "ratio",
               "epochs");
   nlohmann::json rows = nlohmann::json::array();
@@ -126,12 +125,9 @@ int main(int argc, char** argv) {
                     {"ratio", ratio},
                     {"epochs", together.epochs}});
   }
-  nlohmann::json result = {{"bench", "training"},
-                           {"transport", "in-process hub"},
-                           {"batch", batch},
-                           {"target", target},
-                           {"delayed", delay},
-                           {"rows", rows}};
+  nlohmann::json result = {{"bench", "training"}, {"transport", "in-process hub"},
+                           {"batch", batch},      {"target", target},
+                           {"delayed", delay},    {"rows", rows}};
   std::printf("RESULT %s\n", result.dump().c_str());
   return 0;
 }

@@ -282,13 +282,15 @@ struct Optimizer::Impl {
     } else if (with_tracker([](ProgressTracker& t) { return t.others_at_epoch(Clock::now()); })) {
       // Live peers are at this epoch: stepping alone would fork the parameters. Keep trying;
       // if they step without this peer, it falls behind and downloads their state.
-      log()->warn("epoch {}: {} averaging rounds failed (last: {}); peers are at this epoch, "
-                  "not stepping alone",
-                  epoch, failed_rounds, e.message());
+      log()->warn(
+          "epoch {}: {} averaging rounds failed (last: {}); peers are at this epoch, "
+          "not stepping alone",
+          epoch, failed_rounds, e.message());
     } else {
-      log()->warn("epoch {}: {} averaging rounds failed (last: {}); alone, stepping with local "
-                  "data",
-                  epoch, failed_rounds, e.message());
+      log()->warn(
+          "epoch {}: {} averaging rounds failed (last: {}); alone, stepping with local "
+          "data",
+          epoch, failed_rounds, e.message());
       step_alone(rep);
     }
   }

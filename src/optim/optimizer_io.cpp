@@ -85,7 +85,8 @@ result<T> OptimizerIo::wait_for_io(std::function<awaitable<result<T>>()> make, D
     ScopedJob<T> job{promise, std::move(make)};
     asio::post(executor_, [self, job = std::move(job), what]() mutable {
       if (self->scope_.closed())
-        job.promise->set_value(make_error(errc::closed, fmt::format("{}: optimizer stopped", what)));
+        job.promise->set_value(
+            make_error(errc::closed, fmt::format("{}: optimizer stopped", what)));
       else
         self->scope_.spawn(std::move(job));
     });

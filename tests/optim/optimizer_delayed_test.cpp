@@ -200,8 +200,8 @@ TEST(DelayedUpdates, FailedBackgroundRoundGivesItsGradientsBackAndIsRetried) {
   EXPECT_EQ(p.collab->started, 2);
   // Every gradient computed before the retried round (all on the initial parameters) is in
   // the step: the failed round's samples were given back, not lost.
-  EXPECT_TRUE(torch::allclose(flat_params(*p.model), reference_step(p.batches, second_launch),
-                              1e-5, 1e-6));
+  EXPECT_TRUE(
+      torch::allclose(flat_params(*p.model), reference_step(p.batches, second_launch), 1e-5, 1e-6));
   ASSERT_TRUE(p.opt->shutdown());
 }
 

@@ -200,8 +200,8 @@ class ProgressTracker {
   std::optional<TimePoint> last_publish_;
   std::uint64_t published_epoch_ = 0;
   std::optional<std::uint64_t> matchmaking_epoch_;  // epoch matchmaking was begun for
-  bool background_ = false;          // a background round runs for epoch_
-  std::uint64_t next_samples_ = 0;  // samples toward epoch_ + 1 while it runs
+  bool background_ = false;                         // a background round runs for epoch_
+  std::uint64_t next_samples_ = 0;                  // samples toward epoch_ + 1 while it runs
 };
 
 }  // namespace starling::optim
