@@ -62,6 +62,7 @@ RoundRunner::RoundRunner(net::StreamHost& host, GroupInfo group, std::uint32_t s
       timer_(ex_),
       done_(ex_),
       progress_(ex_),
+      balance_(ex_),
       jobs_done_(ex_) {
   for (auto& p : p_) p.wake = std::make_unique<AsyncEvent>(ex_);
 }
@@ -221,7 +222,8 @@ awaitable<void> RoundRunner::reduce_part(ReduceJob job) {
   const std::uint32_t sub = job.subround, part = job.part;
   const auto begin = static_cast<std::uint64_t>(job.out.data() - output_.data());
   ReduceTask task{std::move(job), compressed() ? cfg_.codecs : nullptr, begin, {}, {}, &codec_ns_};
-  if (task.codecs && !cfg_.result_residual.empty() && begin + task.job.out.size() <= output_.size()) {
+  if (task.codecs && !cfg_.result_residual.empty() &&
+      begin + task.job.out.size() <= output_.size()) {
     task.residual = cfg_.result_residual.subspan(begin, task.job.out.size());
     task.residual_out = cfg_.result_residual_out.subspan(begin, task.job.out.size());
   }
@@ -245,15 +247,49 @@ void RoundRunner::stream_lost(std::uint32_t j, const Error& e, bool blame) {
   pump();
 }
 
+void RoundRunner::balance_plan() {
+  if (core_.subround() == balance_sub_) return;
+  balance_sub_ = core_.subround();
+  const bool i_am_client = group_.members[self_].client;
+  for (auto& P : p_) P.flow_total = P.flow_sent = 0;
+  for (const auto& part : core_.plan().parts) {
+    if (part.owner != self_) {
+      p_[part.owner].flow_total += part.size();  // our values of its part
+      continue;
+    }
+    for (std::uint32_t j = 0; j < n_; ++j)  // our result to everyone we talk to
+      if (j != self_ && !(i_am_client && group_.members[j].client)) p_[j].flow_total += part.size();
+  }
+}
+
+bool RoundRunner::balance_ahead(std::uint32_t j) const {
+  const auto& P = p_[j];
+  if (cfg_.round.balance_slack == 0 || P.flow_total == 0) return false;
+  double slowest = 1.0;
+  bool any = false;
+  for (std::uint32_t k = 0; k < n_; ++k) {
+    const auto& Q = p_[k];
+    if (k == j || k == self_ || Q.fenced || !Q.send || Q.flow_total == 0 ||
+        Q.flow_sent >= Q.flow_total || (Q.queue.empty() && !Q.busy))
+      continue;  // no flow, done, or nothing ready to send: not held back by the link
+    slowest = std::min(slowest, static_cast<double>(Q.flow_sent) / Q.flow_total);
+    any = true;
+  }
+  const double lead = static_cast<double>(P.flow_sent) - slowest * P.flow_total;
+  return any && lead > static_cast<double>(cfg_.round.balance_slack * cfg_.round.part_elems);
+}
+
 void RoundRunner::fence(std::uint32_t j) {
   auto& P = p_[j];
   P.fenced = true;
+  balance_.pulse();
   for (auto& s : P.streams) s->reset();
   P.queue.clear();
   P.wake->set();
 }
 
 void RoundRunner::pump() {
+  balance_plan();
   for (auto& env : core_.take_outbox()) {
     auto& P = p_[env.to];
     if (P.fenced) continue;

@@ -49,9 +49,24 @@ struct DecodeTask {
 
 awaitable<void> RoundRunner::writer(std::uint32_t j) {
   auto& P = p_[j];
+  TimePoint held_since{};  // when this writer began holding back its next frame
   for (;;) {
     if (P.fenced) co_return;
     if (P.send && !P.queue.empty()) {
+      const auto& next = P.queue.front().msg;
+      const bool data_frame =
+          std::holds_alternative<PartMsg>(next) || std::holds_alternative<ResultMsg>(next);
+      if (data_frame && !ending_ && balance_ahead(j)) {
+        const TimePoint now = Clock::now();
+        if (held_since == TimePoint{}) held_since = now;
+        if (now - held_since < cfg_.round.balance_hold) {
+          auto r = co_await with_timeout(balance_.wait(),
+                                         cfg_.round.balance_hold - (now - held_since), "balance");
+          if (!r && r.error() == errc::cancelled) co_return;
+          continue;
+        }
+      }
+      held_since = TimePoint{};
       OutFrame f = std::move(P.queue.front());
       P.queue.pop_front();
       auto s = P.send;
@@ -92,13 +107,20 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
         payload = *encoded;
       }
       const Bytes header = net::length_prefixed(wire::encode_round(f.msg, payload.size()));
+      P.busy = data_frame;
       auto w = co_await s->write(header);
       if (w && !payload.empty()) w = co_await s->write(payload);
+      P.busy = false;
       if (!w) {
         if (!ending_) stream_lost(j, w.error(), false);
         co_return;
       }
       bytes_sent_ += header.size() + payload.size();
+      if (data_frame) {
+        const auto sub = std::visit([](const auto& m) { return m.subround; }, f.msg);
+        if (sub == balance_sub_) P.flow_sent += data.size();
+        balance_.pulse();
+      }
       if (P.queue.empty()) progress_.set();
       continue;
     }

@@ -121,6 +121,11 @@ struct RoundConfig {
   bool reject_non_finite = true;
   // Reduce inside the core as soon as ready (tests); otherwise hand out ReduceJobs.
   bool inline_reduce = true;
+  // For the networked driver (not the core): balanced progress across this member's writers
+  // (0: off). A writer more than `balance_slack` parts ahead of the slowest flow that has data
+  // ready waits for it, at most `balance_hold` per frame.
+  std::size_t balance_slack = 2;
+  Duration balance_hold = 300ms;
 };
 
 struct RoundTimings {
@@ -204,13 +209,13 @@ class RoundCore {
     Bitset alive;  // agreed senders of this sub-round
     // owner side, indexed like my_parts
     std::vector<std::uint32_t> my_parts;
-    std::vector<std::vector<FloatBuffer>> slots;  // [my part idx][member]
-    std::vector<Bitset> have;                     // senders whose values of the part are in
+    std::vector<std::vector<FloatBuffer>> slots;   // [my part idx][member]
+    std::vector<Bitset> have;                      // senders whose values of the part are in
     std::vector<std::uint8_t> requested, reduced;  // reduction handed out / finished
     std::vector<std::uint32_t> owed;               // by member: parts it still owes me
     std::size_t next_unrequested = 0;              // my parts before it are all requested
     std::size_t reduced_count = 0;
-    Bitset mine_counted;                           // intersection of my parts' tags
+    Bitset mine_counted;  // intersection of my parts' tags
     // member side
     Bitset got;                                               // parts held
     std::vector<Bitset> part_counted;                         // tag of each held part
