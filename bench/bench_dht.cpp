@@ -41,8 +41,9 @@ struct Coordinator {
                      std::to_string(k) + ' ' + hex(values[k]));
     int ok = 0;
     double ms = 0;
-    in >> ok >> ms;
-    out.add(ok == 1, ms);
+    std::uint64_t dials = 0;
+    in >> ok >> ms >> dials;
+    out.add(ok == 1, ms, dials);
   }
   void setup() {
     const auto t0 = steady_clock::now();

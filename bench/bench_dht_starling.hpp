@@ -48,6 +48,18 @@ class StarlingSet : public NodeSet {
     return {ok, ms_since(t0)};
   }
 
+  std::uint64_t dials(std::size_t i) const override {
+    std::uint64_t n = 0;  // read on the node's thread
+    auto r = starling::block_on(
+        threads_[i]->executor(),
+        [h = hosts_[i], &n]() -> starling::awaitable<starling::result<void>> {
+          n = h->stats().outbound_connections;
+          co_return starling::success();
+        },
+        std::chrono::seconds(10));
+    return r ? n : 0;
+  }
+
   void stop_node(std::size_t i) override {
     (void)starling::block_on(
         threads_[i]->executor(), [h = hosts_[i], d = nodes_[i]] { return stop_one(h, d); },

@@ -102,6 +102,17 @@ void Host::disconnect(const PeerId& peer) {
   for (auto& c : it->second) scope_.spawn(c->session->close());
 }
 
+// With lazy_select the proposal rides on the first bytes of the next layer (Noise's first
+// handshake message; the first yamux frames), saving a round trip each; a refusal fails that
+// layer's first read with errc::unsupported.
+awaitable<result<ByteStreamPtr>> Host::select_one(ByteStreamPtr s, const char* protocol,
+                                                  TimePoint deadline) {
+  if (cfg_.lazy_select) co_return multistream_select_lazy(std::move(s), protocol);
+  std::vector<std::string> protos{protocol};
+  ST_CO_TRY(auto neg, co_await multistream_select(std::move(s), protos, remaining(deadline)));
+  co_return neg.stream;
+}
+
 awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(Multiaddr addr,
                                                                      std::optional<PeerId> expected,
                                                                      TimePoint deadline) {
@@ -120,13 +131,11 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(Multiaddr a
       ST_CO_TRY(ep, addr.to_tcp_endpoint());
     }
     ST_CO_TRY(auto tcp, co_await tcp_connect(ep, remaining(deadline)));
-    std::vector<std::string> sec_protos{kNoiseProtocol}, mux_protos{kYamuxProtocol};
-    ST_CO_TRY(auto sec, co_await multistream_select(tcp, sec_protos, remaining(deadline)));
-    ST_CO_TRY(auto chan,
-              co_await noise_secure_outbound(sec.stream, key_, expected, remaining(deadline)));
-    ST_CO_TRY(auto mux, co_await multistream_select(chan.stream, mux_protos, remaining(deadline)));
+    ST_CO_TRY(auto sec, co_await select_one(tcp, kNoiseProtocol, deadline));
+    ST_CO_TRY(auto chan, co_await noise_secure_outbound(sec, key_, expected, remaining(deadline)));
+    ST_CO_TRY(auto mux, co_await select_one(chan.stream, kYamuxProtocol, deadline));
     if (stopping_) co_return make_error(errc::cancelled, "host is stopping");
-    auto session = YamuxSession::create(mux.stream, /*is_client=*/true, cfg_.yamux);
+    auto session = YamuxSession::create(mux, /*is_client=*/true, cfg_.yamux);
     ++stats_.outbound_connections;
     co_return add_connection(session, chan.remote_peer, addr.without_peer_id(), true);
   };

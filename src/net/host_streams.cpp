@@ -14,6 +14,8 @@ awaitable<result<ByteStreamPtr>> Host::open_stream(const PeerId& peer, std::stri
     ST_CO_TRY(auto conn, co_await get_or_dial(peer, deadline));
     conn->last_active = Clock::now();
     ST_CO_TRY(auto raw, co_await conn->session->open_stream());
+    // Lazy select: the proposal goes out with the first request bytes, no round trip here.
+    if (cfg_.lazy_select) co_return multistream_select_lazy(raw, protocol);
     std::vector<std::string> protos{protocol};
     auto left = std::max<Duration>(deadline - Clock::now(), Duration::zero());
     ST_CO_TRY(auto neg, co_await multistream_select(raw, protos, left));

@@ -32,6 +32,12 @@ struct HostConfig {
   std::vector<std::string> listen = {"/ip4/127.0.0.1/tcp/0"};
   Duration dial_timeout = 10s;       // TCP connect + security + muxer, per address
   Duration negotiate_timeout = 10s;  // multistream-select on a new stream
+  // Dialer-side multistream-select is lazy (multistream.hpp): open_stream() returns at once
+  // and the protocol proposal travels with the first bytes written, saving a round trip per
+  // stream (and one each for /noise and /yamux when dialling); a refusal shows as
+  // errc::unsupported on the stream's first read (or a write past kLazyOptimisticBytes).
+  // false: every negotiation waits for the listener's answer.
+  bool lazy_select = true;
   Duration idle_timeout = 120s;      // a connection with no streams for this long is closed
   std::size_t max_connections = 1024;
   std::size_t max_pending_inbound = 64;  // inbound connections still handshaking
@@ -119,6 +125,8 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   awaitable<result<std::shared_ptr<Connection>>> dial_addr(Multiaddr addr,
                                                            std::optional<PeerId> expected,
                                                            TimePoint deadline);
+  awaitable<result<ByteStreamPtr>> select_one(ByteStreamPtr s, const char* protocol,
+                                              TimePoint deadline);
   awaitable<result<std::shared_ptr<Connection>>> get_or_dial(const PeerId& peer,
                                                              TimePoint deadline);
   std::shared_ptr<Connection> add_connection(std::shared_ptr<YamuxSession> session, PeerId peer,
