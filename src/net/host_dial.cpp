@@ -96,6 +96,23 @@ void Host::remove_connection(std::uint64_t id, const Error& why) {
   }
 }
 
+void Host::keep_alive(const PeerId& peer, bool on) {
+  if (on) {
+    keep_alive_.insert(peer);
+    return;
+  }
+  if (keep_alive_.erase(peer) == 0) return;
+  // The idle clock starts now, not at the connection's last stream long ago.
+  if (auto it = conns_.find(peer); it != conns_.end())
+    for (auto& c : it->second) c->last_active = Clock::now();
+}
+
+std::size_t Host::connection_count() const {
+  std::size_t n = 0;
+  for (auto& [p, v] : conns_) n += v.size();
+  return n;
+}
+
 void Host::disconnect(const PeerId& peer) {
   auto it = conns_.find(peer);
   if (it == conns_.end()) return;
@@ -131,7 +148,8 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(Multiaddr a
       ST_CO_TRY(ep, addr.to_tcp_endpoint());
     }
     ST_CO_TRY(auto tcp, co_await tcp_connect(ep, remaining(deadline)));
-    ST_CO_TRY(auto sec, co_await select_one(tcp, kNoiseProtocol, deadline));
+    ByteStreamPtr raw = rate_limited(tcp, upload_limit_, download_limit_);
+    ST_CO_TRY(auto sec, co_await select_one(raw, kNoiseProtocol, deadline));
     ST_CO_TRY(auto chan, co_await noise_secure_outbound(sec, key_, expected, remaining(deadline)));
     ST_CO_TRY(auto mux, co_await select_one(chan.stream, kYamuxProtocol, deadline));
     if (stopping_) co_return make_error(errc::cancelled, "host is stopping");

@@ -76,7 +76,11 @@ awaitable<void> Host::idle_sweeper() {
     auto now = Clock::now();
     for (auto& [peer, v] : conns_)
       for (auto& c : v)
-        if (!c->closed && c->session->stream_count() == 0 &&
+        // Only the dialer closes an idle connection: the listener may be the side that wants
+        // it warm (the dialer's keep_alive), and each side closing on its own clock would
+        // make a warm peer redial forever. Inbound connections are bounded by max_connections.
+        if (!c->closed && c->outbound && c->session->stream_count() == 0 &&
+            !keep_alive_.count(peer) &&
             now - c->last_active > cfg_.idle_timeout) {
           logger("net")->debug("closing idle connection to {}", peer.short_string());
           c->closed = true;

@@ -264,3 +264,42 @@ TEST(Host, LazyStreamCarriesItsRequestBeforeThePeerCanAnswer) {
   io_b.stop();
   tb.join();
 }
+
+// Idle connections: the dialer closes the ones it does not keep alive; keep_alive() and the
+// listener's side (inbound connections are left to their dialer) keep the others open.
+TEST(Host, IdleTimeoutSparesKeptAliveAndInboundConnections) {
+  asio::io_context io;
+  HostConfig cfg;
+  cfg.idle_timeout = 200ms;
+  auto a = make_host(io, cfg), b = make_host(io, cfg), c = make_host(io, cfg);
+  test::run_with_deadline(io, [&]() -> awaitable<void> {
+    CO_ASSERT_OK(co_await a->start());
+    CO_ASSERT_OK(co_await b->start());
+    CO_ASSERT_OK(co_await c->start());
+    a->keep_alive(c->local_peer(), true);
+    EXPECT_TRUE(a->kept_alive(c->local_peer()));
+    CO_ASSERT_OK(co_await a->connect(c->listen_addresses().at(0)));
+    CO_ASSERT_OK(co_await a->connect(b->listen_addresses().at(0)));
+    CO_ASSERT_OK(co_await a->wait_identified(c->local_peer(), 5s));
+    CO_ASSERT_OK(co_await a->wait_identified(b->local_peer(), 5s));
+    auto t0 = Clock::now();
+    while (a->is_connected(b->local_peer()) && Clock::now() - t0 < 20s)
+      (void)co_await sleep_for(20ms);
+    EXPECT_FALSE(a->is_connected(b->local_peer())) << "idle outbound connection not closed";
+    // The kept connection was idle as long (it became idle first), and c as the listener
+    // never closes it: both ends still have it several idle periods later.
+    (void)co_await sleep_for(5 * cfg.idle_timeout);
+    EXPECT_TRUE(a->is_connected(c->local_peer()));
+    EXPECT_TRUE(c->is_connected(a->local_peer()));
+    // Kept alive no more: now it idles out too.
+    a->keep_alive(c->local_peer(), false);
+    t0 = Clock::now();
+    while (a->is_connected(c->local_peer()) && Clock::now() - t0 < 20s)
+      (void)co_await sleep_for(20ms);
+    EXPECT_FALSE(a->is_connected(c->local_peer()));
+    EXPECT_EQ(a->connection_count(), 0u);
+    co_await a->stop();
+    co_await b->stop();
+    co_await c->stop();
+  });
+}
