@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   bench::Report r;
   try {
     if (which == "starling")
-      r = bench::run(p, which, [] { return std::make_unique<bench::StarlingSet>(); });
+      r = bench::run(p, which, [p] { return std::make_unique<bench::StarlingSet>(p); });
     else if (which == "opendht")
       r = bench::run(p, which, [p] { return std::make_unique<bench::OpenDhtSet>(p); });
     else

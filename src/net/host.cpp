@@ -20,8 +20,8 @@ Host::Host(asio::any_io_executor ex, crypto::KeyPair key, HostConfig cfg)
       cfg_(std::move(cfg)),
       scope_(ex) {
   if (cfg_.max_upload_bytes_per_second > 0)
-    upload_limit_ = std::make_shared<TokenBucket>(cfg_.max_upload_bytes_per_second,
-                                                  cfg_.bandwidth_burst_bytes);
+    upload_limit_ =
+        std::make_shared<TokenBucket>(cfg_.max_upload_bytes_per_second, cfg_.bandwidth_burst_bytes);
   if (cfg_.max_download_bytes_per_second > 0)
     download_limit_ = std::make_shared<TokenBucket>(cfg_.max_download_bytes_per_second,
                                                     cfg_.bandwidth_burst_bytes);

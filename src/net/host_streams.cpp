@@ -80,8 +80,7 @@ awaitable<void> Host::idle_sweeper() {
         // it warm (the dialer's keep_alive), and each side closing on its own clock would
         // make a warm peer redial forever. Inbound connections are bounded by max_connections.
         if (!c->closed && c->outbound && c->session->stream_count() == 0 &&
-            !keep_alive_.count(peer) &&
-            now - c->last_active > cfg_.idle_timeout) {
+            !keep_alive_.count(peer) && now - c->last_active > cfg_.idle_timeout) {
           logger("net")->debug("closing idle connection to {}", peer.short_string());
           c->closed = true;
           scope_.spawn(c->session->close());

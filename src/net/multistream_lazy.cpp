@@ -23,9 +23,9 @@ result<std::optional<std::size_t>> multistream_parse_answer(BytesView in,
     return make_error(errc::unsupported, "peer does not support " + std::string(protocol) +
                                              " (multistream-select answered na)");
   if (answer->text != protocol)
-    return make_error(errc::protocol_violation, "peer answered '" + answer->text +
-                                                    "' to proposal '" + std::string(protocol) +
-                                                    "'");
+    return make_error(
+        errc::protocol_violation,
+        "peer answered '" + answer->text + "' to proposal '" + std::string(protocol) + "'");
   return Consumed(header->consumed + answer->consumed);
 }
 

@@ -13,7 +13,7 @@ using namespace starling::net;
 
 TEST(TokenBucket, BurstThenRate) {
   const TimePoint t0{};
-  TokenBucket b(1000, 500, t0);  // 1000 B/s, bursts of 500 B
+  TokenBucket b(1000, 500, t0);                     // 1000 B/s, bursts of 500 B
   EXPECT_EQ(b.reserve(500, t0), Duration::zero());  // the burst is free
   EXPECT_EQ(b.reserve(100, t0), 100ms);             // then 100 B cost 100 ms
   EXPECT_EQ(b.reserve(100, t0), 200ms);             // and the debt adds up
@@ -31,8 +31,8 @@ TEST(TokenBucket, BurstThenRate) {
 namespace {
 
 constexpr const char* kSink = "/test/sink/1.0.0";
-constexpr std::uint64_t kRate = 512 * 1024;       // bytes per second
-constexpr std::size_t kBytes = 1024 * 1024;       // two seconds' worth
+constexpr std::uint64_t kRate = 512 * 1024;  // bytes per second
+constexpr std::size_t kBytes = 1024 * 1024;  // two seconds' worth
 constexpr std::uint64_t kBurst = 64 * 1024;
 
 // Reads everything, then answers with one byte.

@@ -221,9 +221,9 @@ TEST(MultistreamLazy, RefusalIsAClearErrorForThatStream) {
       CO_ASSERT_OK(co_await s->write(request));
       using namespace asio::experimental::awaitable_operators;
       std::array<std::uint8_t, 4> buf{};
-      auto [r, l] = co_await (read_exact(*s, buf) &&
-                              multistream_handle(
-                                  b, [](std::string_view) { return false; }, 5s));
+      auto [r, l] =
+          co_await (read_exact(*s, buf) && multistream_handle(
+                                               b, [](std::string_view) { return false; }, 5s));
       CO_ASSERT_FALSE(r);
       EXPECT_EQ(r.error(), errc::unsupported) << r.error().message();
       EXPECT_NE(r.error().message().find(std::string(kLazy)), std::string::npos)
