@@ -3,7 +3,11 @@
 // Processes meet through a FileDirectory in `--dir`, then run `--iters` timed rounds (after one
 // warm-up round that also opens the connections), each after a barrier. Prints one JSON line.
 // The JSON also has cpu_s and runq_wait_s: CPU time of all threads over the whole run, and
-// the time they were runnable but waiting for a CPU (on a loaded machine, that is the gap).
+// the time they were runnable but waiting for a CPU (on a loaded machine, that is the gap);
+// cpu_per_round_s: the process's CPU time (all threads) during each timed step; and
+// cipher_floor_s: the CPU time one thread needs to seal and open the bytes this member moves
+// in a round, 2(n-1)/n of the vector each way, in 65519-byte Noise frames (the part of a
+// round's CPU that encryption alone makes unavoidable).
 // bench/run-allreduce.sh runs it beside Gloo's ring all-reduce (bench/gloo_allreduce.cpp).
 //
 //   bench_allreduce --rank R --size N --dir D [--elems E] [--iters K] [--part-kb P]
@@ -14,6 +18,7 @@
 #include <asio/io_context.hpp>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -21,6 +26,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "bench_cpu.hpp"
+#include "net/aead.hpp"
 #include "starling/averaging/averager.hpp"
 #include "starling/averaging/host_address_sink.hpp"
 #include "starling/averaging/wire.hpp"
@@ -39,6 +46,8 @@ struct Args {
   std::size_t part_kb = 1024;
   std::uint64_t bandwidth = 1'000'000'000;
   std::string codec = "none";
+  std::uint32_t max_window_kb = 0;  // 0: the yamux default
+  long balance_slack = -1;          // -1: the averager's default
 };
 
 Args parse(int argc, char** argv) {
@@ -65,12 +74,41 @@ Args parse(int argc, char** argv) {
       a.bandwidth = std::stoull(v);
     else if (k == "--codec")
       a.codec = v;
+    else if (k == "--balance-slack")
+      a.balance_slack = std::stol(v);
+    else if (k == "--max-window-kb")
+      a.max_window_kb = static_cast<std::uint32_t>(std::stoul(v));
     else
       throw std::runtime_error("unknown option " + k);
   }
   if (a.rank < 0 || a.size < 1 || a.dir.empty())
     throw std::runtime_error("usage: bench_allreduce --rank R --size N --dir D [...]");
   return a;
+}
+
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Thread CPU seconds to seal and then open `bytes` in Noise-sized frames, streaming through
+// a 4 MiB buffer (not one frame kept hot in cache).
+double cipher_floor_s(std::uint64_t bytes) {
+  constexpr std::size_t kFrame = 65519, kTag = 16, kFrames = 64;
+  std::vector<std::uint8_t> buf(kFrames * (kFrame + kTag), 7);
+  std::uint8_t key[32] = {1}, nonce[12] = {0};
+  const std::uint64_t frames = (bytes + kFrame - 1) / kFrame;
+  bool ok = true;
+  const double t0 = thread_cpu_s();
+  for (std::uint64_t i = 0; i < frames; ++i) {
+    std::memcpy(nonce + 4, &i, sizeof i);
+    std::uint8_t* p = buf.data() + (i % kFrames) * (kFrame + kTag);
+    ok = ok && net::noise::aead_seal(key, nonce, nullptr, 0, p, kFrame, p, p + kFrame) &&
+         net::noise::aead_open(key, nonce, nullptr, 0, p, kFrame, p + kFrame, p);
+  }
+  if (!ok) throw std::runtime_error("cipher floor: seal/open failed");
+  return thread_cpu_s() - t0;
 }
 
 template <class F>
@@ -111,6 +149,7 @@ int main(int argc, char** argv) try {
   net::HostConfig hc;
   hc.listen = {a.listen};
   hc.idle_timeout = std::chrono::minutes(10);
+  if (a.max_window_kb > 0) hc.yamux.max_window = a.max_window_kb * 1024;
   auto host = net::Host::create(io.get_executor(), crypto::KeyPair::generate(), hc);
   auto st = on(io, [&]() { return host->start(); });
   if (!st) throw std::runtime_error(st.error().message());
@@ -136,6 +175,7 @@ int main(int argc, char** argv) try {
   cfg.addrs = addrs;
   cfg.round.part_elems = a.part_kb * 1024 / sizeof(float);
   cfg.round.stall_timeout = std::chrono::seconds(60);
+  if (a.balance_slack >= 0) cfg.round.balance_slack = static_cast<std::size_t>(a.balance_slack);
   cfg.open_timeout = std::chrono::seconds(60);
   auto sink = averaging::host_address_sink(host);
   auto avg = Averager::create(host, dir, schema, {{"x", x}}, cfg, sink);
@@ -162,7 +202,7 @@ int main(int argc, char** argv) try {
   std::sort(group.members.begin(), group.members.end(),
             [](const MemberInfo& l, const MemberInfo& r) { return l.peer < r.peer; });
 
-  std::vector<double> times;
+  std::vector<double> times, cpu_times;
   std::uint64_t sent = 0, received = 0;
   double codec_s = 0;
   std::vector<double> allreduce_times;  // the round alone (the step also gathers and scatters)
@@ -178,13 +218,16 @@ int main(int argc, char** argv) try {
     so.group = group;
     so.timeout = std::chrono::seconds(300);
     const auto t0 = Clock::now();
+    const double c0 = bench::process_cpu_s();
     auto r = on(io, [&]() { return avg.value()->step(so); });
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double cpu_round = bench::process_cpu_s() - c0;
     if (!r) throw std::runtime_error("round " + std::to_string(it) + ": " + r.error().message());
     for (std::uint64_t i = 0; i < a.elems; i += 4099)
       max_err = std::max(max_err, std::abs(x[i] - (want0 + static_cast<double>(i % 7))));
     if (it < 0) continue;  // warm-up: connections, first-touch allocations
     times.push_back(secs);
+    cpu_times.push_back(cpu_round);
     allreduce_times.push_back(std::chrono::duration<double>(r.value().allreduce_time).count());
     sent += r.value().bytes_sent;
     received += r.value().bytes_received;
@@ -202,7 +245,8 @@ int main(int argc, char** argv) try {
                      {"bytes_received_per_round", a.iters ? received / a.iters : 0},
                      {"codec", a.codec},
                      {"codec_worker_s_per_round", a.iters ? codec_s / a.iters : 0.0},
-                     {"max_abs_error", max_err}};
+                     {"max_abs_error", max_err},
+                     {"cpu_per_round_s", cpu_times}};
   {  // CPU time of all threads, and time they were runnable but waited for a CPU (load)
     double cpu = 0, wait = 0;
     for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
@@ -215,6 +259,11 @@ int main(int argc, char** argv) try {
     out["cpu_s"] = cpu;
     out["runq_wait_s"] = wait;
   }
+  // Measured after the rounds (a barrier first, so no other process is mid-round).
+  gather(io, *dir, "floor", me, Bytes{1}, a.size);
+  if (a.size > 1)
+    out["cipher_floor_s"] = cipher_floor_s(2 * (a.size - 1) * a.elems * sizeof(float) /
+                                           static_cast<std::uint64_t>(a.size));
   std::cout << out.dump() << std::endl;
   // Let slower peers finish their last round before this host goes away.
   gather(io, *dir, "done", me, Bytes{1}, a.size);

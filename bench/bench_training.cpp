@@ -5,7 +5,7 @@
 // at the same time on the same machine (so CPU sharing cancels out). Prints both and the
 // ratio, then `RESULT {json}`.
 //
-//   bench_training [--seconds S] [--target N] [--batch B] [--peers 1,2,4]
+//   bench_training [--seconds S] [--target N] [--batch B] [--peers 1,2,4] [--delay]
 //
 // What it measures: the optimizer's own cost (accumulation, progress tracking, waiting for
 // the group at each round, applying steps) without network transfer time; the networked
@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   std::uint64_t target = 1024;
   std::size_t batch = 32;
   std::string peers_list = "1,2,4";
+  bool delay = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -84,6 +85,8 @@ int main(int argc, char** argv) {
       batch = std::stoul(next());
     else if (a == "--peers")
       peers_list = next();
+    else if (a == "--delay")
+      delay = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -100,9 +103,10 @@ int main(int argc, char** argv) {
   s.train = std::move(train).value();
   s.test = std::move(test).value();
   s.batch = batch;
-  const auto o = test::fast_options(target, batch);
-  std::printf("bench_training: mlp, batch %zu, target %llu, %.0f s per measurement\n", batch,
-              static_cast<unsigned long long>(target), seconds);
+  auto o = test::fast_options(target, batch);
+  o.delay_optimizer_step = delay;
+  std::printf("bench_training: mlp, batch %zu, target %llu, %.0f s per measurement%s\n", batch,
+              static_cast<unsigned long long>(target), seconds, delay ? ", delayed updates" : "");
   std::printf("%5s %16s %16s %7s %7s\n", "peers", "together samp/s", "alone samp/s", "ratio",
               "epochs");
   nlohmann::json rows = nlohmann::json::array();
@@ -121,11 +125,9 @@ int main(int argc, char** argv) {
                     {"ratio", ratio},
                     {"epochs", together.epochs}});
   }
-  nlohmann::json result = {{"bench", "training"},
-                           {"transport", "in-process hub"},
-                           {"batch", batch},
-                           {"target", target},
-                           {"rows", rows}};
+  nlohmann::json result = {{"bench", "training"}, {"transport", "in-process hub"},
+                           {"batch", batch},      {"target", target},
+                           {"delayed", delay},    {"rows", rows}};
   std::printf("RESULT %s\n", result.dump().c_str());
   return 0;
 }

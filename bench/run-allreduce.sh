@@ -4,7 +4,9 @@
 # ring all-reduce (TCP transport, Debian's libgloo-dev), same run, same sizes. A round's time is
 # the slowest process's; the table shows the median over BENCH_ITERS rounds and the ratios
 # starling/gloo (< 1: Starling faster), without compression and with 8-bit compression
-# (blockwise8 on the wire, BENCH_CODEC to change it).
+# (blockwise8 on the wire, BENCH_CODEC to change it). Load-independent columns: the busiest
+# process's CPU seconds per round (median) for Starling and Gloo, and the cipher floor: the CPU
+# seconds one core needs just to seal and open what a Starling member moves in a round.
 #
 # Then the emulated internet (needs root and network namespaces; skipped with a message
 # otherwise, or with BENCH_NETLAB=0): 4 hosts with 100 Mbit/s links in tools/netlab, Starling
@@ -60,6 +62,9 @@ run_group() {
     return 1
   fi
   jq -s '[.[].times_s] | transpose | map(max)' "$d"/out.* > "$out"
+  # Per round, the busiest process's CPU seconds; and the cipher floor (bench_allreduce only).
+  jq -s '[.[].cpu_per_round_s // []] | transpose | map(max)' "$d"/out.* > "$out.cpu"
+  jq -s 'map(.cipher_floor_s // empty) | max' "$d"/out.* > "$out.floor"
 }
 
 median() { jq 'sort | .[(length / 2 | floor)]' "$1"; }
@@ -75,8 +80,8 @@ limit=${BENCH_PROCESS_TIMEOUT:-300}  # seconds per process (all rounds)
 loopback_json=null
 if [[ $mode != --netlab ]]; then
   rows=()
-  printf "%-24s %11s %11s %11s %8s %8s\n" "$((bytes >> 20)) MiB float32, loopback" "starling s" \
-    "$codec s" "gloo s" "ratio" "ratio8"
+  printf "%-24s %11s %11s %11s %8s %8s %9s %9s %9s\n" "$((bytes >> 20)) MiB float32, loopback" \
+    "starling s" "$codec s" "gloo s" "ratio" "ratio8" "cpu s" "gloo cpu" "floor s"
   for n in $sizes; do
     run_group "$tmp/s$n" "$n" star_local
     run_group "$tmp/c$n" "$n" star_codec
@@ -86,11 +91,17 @@ if [[ $mode != --netlab ]]; then
     g=$(median "$tmp/g$n")
     ratio=$(jq -n "$s / $g")
     ratio8=$(jq -n "$c / $g")
-    printf "%-24s %11.3f %11.3f %11.3f %8.2f %8.2f\n" "$n processes" "$s" "$c" "$g" "$ratio" "$ratio8"
+    scpu=$(median "$tmp/s$n.cpu")
+    gcpu=$(median "$tmp/g$n.cpu")
+    floor=$(cat "$tmp/s$n.floor")
+    printf "%-24s %11.3f %11.3f %11.3f %8.2f %8.2f %9.3f %9.3f %9.3f\n" "$n processes" "$s" "$c" "$g" \
+      "$ratio" "$ratio8" "$scpu" "$gcpu" "$floor"
     rows+=("$(jq -cn --argjson n "$n" --argjson s "$s" --argjson c "$c" --argjson g "$g" \
       --argjson q "$ratio" --argjson q8 "$ratio8" \
+      --argjson sc "$scpu" --argjson gc "$gcpu" --argjson fl "$floor" \
       --slurpfile st "$tmp/s$n" --slurpfile ct "$tmp/c$n" --slurpfile gt "$tmp/g$n" \
       '{processes:$n, starling_s:$s, starling_compressed_s:$c, gloo_s:$g, ratio:$q,
+        starling_cpu_per_round_s:$sc, gloo_cpu_per_round_s:$gc, cipher_floor_cpu_s:$fl,
         ratio_compressed:$q8, starling_rounds_s:$st[0], starling_compressed_rounds_s:$ct[0],
         gloo_rounds_s:$gt[0]}')")
   done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench-training: builds bench_training in the given build directory (default: build,
 # the release preset, which has libtorch) and runs it. Extra arguments go to the benchmark
-# (e.g. --seconds 10 --peers 1,2,4), then bench/training_net.sh (4 `starling train` processes
+# (e.g. --seconds 10 --peers 1,2,4), then again with delayed updates (4 peers), then
+# bench/training_net.sh (4 `starling train` processes
 # collaborating vs alone, NET_SECONDS each). The last line of output is `RESULT {json}`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,5 +11,7 @@ shift || true
 [[ -f "$build/build.ninja" ]] || cmake --preset release -S "$root" >/dev/null
 cmake --build "$build" --target bench_training starling_cli -j"${JOBS:-2}" >/dev/null
 "$build/bin/bench_training" "$@"
+# The same with delayed parameter updates (4 peers).
+"$build/bin/bench_training" --peers 4 "$@" --delay
 # Then real processes over the network (NetCollaboration); its RESULT line ends the output.
 exec "$root/bench/training_net.sh" "$build/bin/starling" "${NET_SECONDS:-45}"

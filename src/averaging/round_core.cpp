@@ -187,7 +187,6 @@ result<void> RoundCore::handle(std::uint32_t from, const RoundMessage& msg, Time
       [&](const auto& m) -> result<void> {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, PartMsg>) return handle_part(from, m);
-        if constexpr (std::is_same_v<T, ReportMsg>) return handle_report(from, m);
         if constexpr (std::is_same_v<T, ResultMsg>) return handle_result(from, m);
         if constexpr (std::is_same_v<T, FinMsg>) return handle_fin(from, m);
       },
@@ -235,29 +234,20 @@ result<void> RoundCore::handle_part(std::uint32_t from, const PartMsg& m) {
                       "part " + std::to_string(m.part) + " sent to a member that does not own it");
   if (!sub_.alive.test(from))
     return make_error(errc::protocol_violation, "part from a member excluded by the group");
-  if (sub_.reduce_requested) return make_error(errc::protocol_violation, "part after reduction");
-  auto& slot = sub_.slots[my_part_index(m.part)][from];
-  if (!slot.empty()) return make_error(errc::protocol_violation, "duplicate part");
+  const std::uint32_t i = my_part_index(m.part);
+  // A part is reduced only once every sender not seen failed delivered it: anything later
+  // from a live sender is a repeat.
+  if (sub_.have[i].test(from) || sub_.requested[i])
+    return make_error(errc::protocol_violation, "duplicate part");
   ST_TRY(check_floats(m.data, spec.size(), "part"));
-  if (spec.size() == 0) return success();
+  auto& slot = sub_.slots[i][from];
   if (owned_ && owned_->data() == m.data.data() && owned_->size() == m.data.size())
     slot = std::move(*owned_);  // the driver's receive buffer: no copy
   else
     slot.assign(m.data.begin(), m.data.end());
+  sub_.have[i].set(from);
   if (sub_.owed[from] == 0) return make_error(errc::internal, "owed count underflow");
   --sub_.owed[from];
-  return success();
-}
-
-result<void> RoundCore::handle_report(std::uint32_t from, const ReportMsg& m) {
-  if (!is_owner()) return make_error(errc::protocol_violation, "report sent to a non-owner");
-  if (sub_.plan.owned[from] == 0)
-    return make_error(errc::protocol_violation, "report from a member that owns nothing");
-  if (m.complete.size() != n_) return make_error(errc::invalid_argument, "report size");
-  if (sub_.reports[from]) return make_error(errc::protocol_violation, "duplicate report");
-  if (!m.complete.test(from))
-    return make_error(errc::protocol_violation, "report omits the owner's own data");
-  sub_.reports[from] = m.complete;
   return success();
 }
 
@@ -293,7 +283,8 @@ std::span<float> RoundCore::result_destination(std::uint32_t from, std::uint32_t
 
 result<void> RoundCore::check_report(const FinReport& r) const {
   if (r.member >= n_) return make_error(errc::invalid_argument, "fin report for unknown member");
-  if (r.missing.size() != sub_.plan.parts.size() || r.failed.size() != n_ || r.blamed.size() != n_)
+  if (r.missing.size() != sub_.plan.parts.size() || r.failed.size() != n_ ||
+      r.blamed.size() != n_ || r.counted.size() != n_)
     return make_error(errc::invalid_argument, "fin report bitset sizes");
   Bitset extra = r.blamed;
   extra &= ~r.failed;

@@ -1,4 +1,4 @@
-// RoundCore: the phase logic (reduce-scatter, report, reduction, all-gather, fin barrier,
+// RoundCore: the phase logic (reduce-scatter, per-part reduction and all-gather, fin barrier,
 // recovery sub-rounds) and timers. See round_core.hpp and docs/averaging.md.
 #include <algorithm>
 #include <tuple>
@@ -27,10 +27,13 @@ void RoundCore::begin_subround(std::uint32_t index, std::vector<Segment> segment
   for (std::uint32_t p = 0; p < nparts; ++p)
     if (s.plan.parts[p].owner == self_) s.my_parts.push_back(p);
   s.slots.assign(s.my_parts.size(), std::vector<FloatBuffer>(n_));
+  s.have.assign(s.my_parts.size(), Bitset(n_));
+  s.requested.assign(s.my_parts.size(), 0);
+  s.reduced.assign(s.my_parts.size(), 0);
+  s.mine_counted = Bitset(n_, true);
   s.owed.assign(n_, 0);
   for (std::uint32_t j = 0; j < n_; ++j)
     if (j != self_ && s.alive.test(j)) s.owed[j] = static_cast<std::uint32_t>(s.my_parts.size());
-  s.reports.assign(n_, std::nullopt);
   s.got = Bitset(nparts);
   s.part_counted.assign(nparts, Bitset());
   s.fin1.assign(n_, std::nullopt);
@@ -69,74 +72,85 @@ void RoundCore::send_parts() {
   }
 }
 
+// Every part of mine has been handed to a reduction.
 bool RoundCore::rs_complete() const {
+  return sub_.next_unrequested == sub_.my_parts.size();
+}
+
+// My part i has arrived from every sender I do not consider failed.
+bool RoundCore::part_ready(std::size_t i) const {
   for (std::uint32_t j = 0; j < n_; ++j) {
     if (j == self_ || !sub_.alive.test(j) || failed_.test(j)) continue;
-    if (sub_.owed[j] > 0) return false;
+    if (!sub_.have[i].test(j)) return false;
   }
   return true;
 }
 
-bool RoundCore::reports_complete() const {
-  for (std::uint32_t q = 0; q < n_; ++q) {
-    if (q == self_ || sub_.plan.owned[q] == 0 || failed_.test(q)) continue;
-    if (!sub_.reports[q]) return false;
-  }
-  return true;
-}
-
-void RoundCore::start_reduction(TimePoint now) {
-  Bitset counted = sub_.alive;
-  for (std::uint32_t q = 0; q < n_; ++q) {
-    if (sub_.plan.owned[q] == 0) continue;
-    if (sub_.reports[q])
-      counted &= *sub_.reports[q];
-    else
-      counted.reset(q);  // an owner whose report never came is dropped as a sender too
-  }
-  if (counted.none()) counted.set(self_);  // nobody complete everywhere: keep own values
-  double total_w = 0;
-  for (auto j : counted.indices()) total_w += members_[j].weight;
-  const double cnt = static_cast<double>(counted.count());
-  std::vector<float> coeffs;
-  for (auto j : counted.indices())
-    coeffs.push_back(static_cast<float>(total_w > 0 ? members_[j].weight / total_w : 1.0 / cnt));
-  for (std::size_t i = 0; i < sub_.my_parts.size(); ++i) {
-    const std::uint32_t p = sub_.my_parts[i];
-    const auto& spec = sub_.plan.parts[p];
+// Hands out a reduction for every part of mine that is ready: the part's tag is the senders
+// it arrived from (and this member), summed in group order.
+void RoundCore::start_reductions(TimePoint now) {
+  Sub& s = sub_;
+  while (s.next_unrequested < s.my_parts.size() && s.requested[s.next_unrequested])
+    ++s.next_unrequested;
+  std::vector<std::size_t> ready;
+  for (std::size_t i = s.next_unrequested; i < s.my_parts.size(); ++i)
+    if (!s.requested[i] && part_ready(i)) ready.push_back(i);
+  for (auto i : ready) {
+    const std::uint32_t p = s.my_parts[i];
+    const auto& spec = s.plan.parts[p];
+    Bitset tag = s.have[i];
+    tag.set(self_);
+    double total_w = 0;
+    for (auto j : tag.indices()) total_w += members_[j].weight;
+    const double cnt = static_cast<double>(tag.count());
     ReduceJob job;
+    job.subround = s.index;
     job.part = p;
     job.out = output_.subspan(spec.begin, spec.size());
-    for (auto j : counted.indices())
+    for (auto j : tag.indices()) {
       job.inputs.push_back(j == self_ ? local_.subspan(spec.begin, spec.size())
-                                      : std::span<const float>(sub_.slots[i][j]));
-    job.coeffs = coeffs;
-    jobs_.push_back(std::move(job));
+                                      : std::span<const float>(s.slots[i][j]));
+      job.coeffs.push_back(
+          static_cast<float>(total_w > 0 ? members_[j].weight / total_w : 1.0 / cnt));
+    }
+    s.part_counted[p] = std::move(tag);
+    s.requested[i] = 1;
+    if (cfg_.inline_reduce) {
+      run_reduce_job(job);
+      finish_part(i);
+    } else {
+      jobs_.push_back(std::move(job));
+    }
   }
-  sub_.counted = std::move(counted);
-  sub_.reduce_requested = true;
-  if (cfg_.inline_reduce) {
-    for (const auto& job : jobs_) run_reduce_job(job);
-    jobs_.clear();
-    finish_reduction(now);
-  }
+  while (s.next_unrequested < s.my_parts.size() && s.requested[s.next_unrequested])
+    ++s.next_unrequested;
+  if (s.index == 0 && rs_complete() && timings_.reduce_scatter_done == TimePoint{})
+    timings_.reduce_scatter_done = now;
 }
 
-void RoundCore::on_reduced(TimePoint now) {
-  if (status_ != Status::running || !sub_.reduce_requested || sub_.reduced) return;
-  finish_reduction(now);
+void RoundCore::on_reduced(std::uint32_t subround, std::uint32_t part, TimePoint now) {
+  if (status_ != Status::running || subround != sub_.index) return;
+  const std::uint32_t i = my_part_index(part);
+  if (i >= sub_.my_parts.size() || sub_.my_parts[i] != part || !sub_.requested[i] ||
+      sub_.reduced[i])
+    return;  // a job of an earlier sub-round, or a repeat
+  finish_part(i);
   advance(now);
 }
 
-void RoundCore::finish_reduction(TimePoint now) {
-  sub_.reduced = true;
-  for (auto p : sub_.my_parts) {
-    sub_.got.set(p);
-    sub_.part_counted[p] = sub_.counted;
-  }
-  // The slots are no longer needed.
-  sub_.slots.clear();
-  (void)now;
+// Part i of mine is reduced: it is held, its inputs are released, and it goes to every
+// member at once.
+void RoundCore::finish_part(std::size_t i) {
+  Sub& s = sub_;
+  const std::uint32_t p = s.my_parts[i];
+  s.reduced[i] = 1;
+  ++s.reduced_count;
+  s.got.set(p);
+  s.mine_counted &= s.part_counted[p];
+  for (auto& b : s.slots[i]) b = FloatBuffer();
+  for (std::uint32_t j = 0; j < n_; ++j)
+    if (j != self_ && s.alive.test(j) && !failed_.test(j))
+      send(j, ResultMsg{s.index, p, s.part_counted[p], part_output(p)});
 }
 
 bool RoundCore::gather_complete() const {
@@ -168,35 +182,14 @@ void RoundCore::advance(TimePoint now) {
     progress = false;
     Sub& s = sub_;
     const std::uint32_t index = s.index;
-    if (is_owner()) {
-      if (!s.reported && rs_complete()) {
-        Bitset complete(n_);
-        complete.set(self_);
-        for (std::uint32_t j = 0; j < n_; ++j)
-          if (j != self_ && s.alive.test(j) && s.owed[j] == 0) complete.set(j);
-        s.reported = true;
-        s.reports[self_] = complete;
-        for (std::uint32_t q = 0; q < n_; ++q)
-          if (q != self_ && s.plan.owned[q] > 0 && !failed_.test(q))
-            send(q, ReportMsg{index, complete});
-        if (index == 0) timings_.reduce_scatter_done = now;
-        progress = true;
-      }
-      if (s.reported && !s.reduce_requested && reports_complete()) {
-        start_reduction(now);
-        progress = true;
-      }
-      if (s.reduced && !s.results_sent) {
-        s.results_sent = true;
-        for (auto p : s.my_parts)
-          for (std::uint32_t j = 0; j < n_; ++j)
-            if (j != self_ && s.alive.test(j) && !failed_.test(j))
-              send(j, ResultMsg{index, p, s.counted, part_output(p)});
-        progress = true;
-      }
+    if (is_owner() && !rs_complete()) {
+      const std::size_t before = jobs_.size() + s.reduced_count;
+      start_reductions(now);
+      if (status_ != Status::running) return;
+      progress = jobs_.size() + s.reduced_count != before;
     }
     if (!s.fin1_sent && gather_complete()) {
-      FinReport mine{self_, ~s.got, failed_, blamed_};
+      FinReport mine{self_, ~s.got, failed_, blamed_, s.mine_counted};
       s.fin1_sent = true;
       if (index == 0) timings_.all_gather_done = now;
       for (std::uint32_t j = 0; j < n_; ++j) {
@@ -255,6 +248,7 @@ void RoundCore::decide(TimePoint now) {
         t->missing |= r.missing;
         t->failed |= r.failed;
         t->blamed |= r.blamed;
+        t->counted &= r.counted;
       }
     }
   }
@@ -262,36 +256,41 @@ void RoundCore::decide(TimePoint now) {
   std::vector<bool> client;
   for (const auto& m : members_) client.push_back(m.cap.client);
   FinDecision d = decide_fin(table, sub_.alive, client, sub_.plan.parts);
-  if (d.missing.none()) {
-    if (!sub_.got.all())
-      return fail(make_error(errc::unavailable,
-                             where + ": this member lost parts the rest of the group holds"));
-    tally(sub_, d.missing);
+  // Redo the missing parts and every part whose tag is not the agreed counted set, so that
+  // all parts settled here count the same members.
+  Bitset redo = d.missing;
+  bool lost_here = false;  // a part this member lacks that the group does not redo
+  for (std::uint32_t p = 0; p < nparts; ++p) {
+    if (redo.test(p)) continue;
+    if (!sub_.got.test(p))
+      lost_here = true;
+    else if (sub_.part_counted[p] != d.counted)
+      redo.set(p);
+  }
+  if (redo.none() && !lost_here) {
+    tally(sub_, redo);
     status_ = Status::done;
     timings_.finished = now;
     if (timings_.reduce_scatter_done == TimePoint{}) timings_.reduce_scatter_done = now;
     return;
   }
-  if (d.excluded.test(self_))
-    return fail(make_error(errc::unavailable, where + ": the group excluded this member"));
-  for (std::uint32_t p = 0; p < nparts; ++p)
-    if (!sub_.got.test(p) && !d.missing.test(p))
-      return fail(make_error(
-          errc::unavailable,
-          where + ": part " + std::to_string(p) + " is lost here but the group does not know it"));
-  tally(sub_, d.missing);
-  std::vector<Segment> segs;
-  for (auto p : d.missing.indices())
-    segs.push_back({sub_.plan.parts[p].begin, sub_.plan.parts[p].end});
-  Bitset alive = sub_.alive;
+  Bitset alive = d.counted;
   alive &= ~d.excluded;
+  if (!alive.test(self_))
+    return fail(make_error(errc::unavailable, where + ": the group excluded this member"));
+  if (lost_here)
+    return fail(make_error(errc::unavailable,
+                           where + ": this member lost parts the rest of the group keeps"));
+  tally(sub_, redo);
+  std::vector<Segment> segs;
+  for (auto p : redo.indices()) segs.push_back({sub_.plan.parts[p].begin, sub_.plan.parts[p].end});
   begin_subround(sub_.index + 1, merge_segments(std::move(segs)), std::move(alive), now);
 }
 
 FinDecision decide_fin(const std::vector<std::optional<FinReport>>& reports, const Bitset& alive,
                        const std::vector<bool>& client, const std::vector<PartSpec>& parts) {
   const std::size_t n = reports.size();
-  FinDecision d{Bitset(n), Bitset(parts.size())};
+  FinDecision d{Bitset(n), Bitset(parts.size()), alive};
   Bitset present(n);
   for (std::size_t j = 0; j < n; ++j)
     if (reports[j] && alive.test(j)) present.set(j);
@@ -333,10 +332,16 @@ FinDecision decide_fin(const std::vector<std::optional<FinReport>>& reports, con
     if (best == n) break;
     d.excluded.set(best);
   }
-  for (std::size_t j = 0; j < n; ++j)
-    if (present.test(j) && !d.excluded.test(j)) d.missing |= reports[j]->missing;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (!present.test(j) || d.excluded.test(j)) continue;
+    d.missing |= reports[j]->missing;
+    d.counted &= reports[j]->counted;
+  }
   // Every part still missing has an excluded owner: a member that stays and lacks a part saw
-  // its owner fail, which is a conflict the cover resolved by excluding one of the two.
+  // its owner fail, which is a conflict the cover resolved by excluding one of the two. That
+  // owner's values of its own parts are gone, so it is counted nowhere. Every member that an
+  // owner that stays left out of a tag is excluded too (the owner saw it fail: a conflict).
+  for (auto p : d.missing.indices()) d.counted.reset(parts[p].owner);
   return d;
 }
 
@@ -347,15 +352,9 @@ Bitset RoundCore::waiting_on() const {
     if (j != self_ && !failed_.test(j)) w.set(j);
   };
   const Sub& s = sub_;
-  if (is_owner()) {
-    if (!s.reported) {
-      for (std::uint32_t j = 0; j < n_; ++j)
-        if (s.alive.test(j) && s.owed[j] > 0) want(j);
-    } else if (!s.reduce_requested) {
-      for (std::uint32_t q = 0; q < n_; ++q)
-        if (s.plan.owned[q] > 0 && !s.reports[q]) want(q);
-    }
-  }
+  if (is_owner() && !rs_complete())
+    for (std::uint32_t j = 0; j < n_; ++j)
+      if (s.alive.test(j) && s.owed[j] > 0) want(j);
   if (!s.fin1_sent) {
     for (std::uint32_t p = 0; p < s.plan.parts.size(); ++p)
       if (!s.got.test(p)) want(s.plan.parts[p].owner);
@@ -397,8 +396,7 @@ std::string RoundCore::phase() const {
   if (status_ == Status::done) return "done";
   if (status_ == Status::failed) return "failed";
   if (!sub_.fin1_sent) {
-    if (is_owner() && !sub_.reported) return "reduce-scatter";
-    if (is_owner() && !sub_.reduced) return "report";
+    if (is_owner() && !rs_complete()) return "reduce-scatter";
     return "all-gather";
   }
   return "fin";

@@ -1,15 +1,11 @@
+// RoundRunner: the round's lifecycle (streams opened and accepted, timers, the core's outbox
+// and reductions pumped, the end drained and closed). Per-stream I/O: round_runner_io.cpp.
 #include "round_runner.hpp"
-
-#include <asio/post.hpp>
-#include <bit>
 
 #include "starling/core/log.hpp"
 #include "starling/core/thread_pool.hpp"
 
 namespace starling::averaging::detail {
-
-static_assert(std::endian::native == std::endian::little,
-              "the all-reduce wire format is little-endian float32");
 
 namespace {
 
@@ -24,56 +20,21 @@ RoundConfig offloaded(RoundConfig c) {
   return c;
 }
 
-BytesView float_bytes(std::span<const float> f) {
-  return {reinterpret_cast<const std::uint8_t*>(f.data()), f.size_bytes()};
-}
-
-constexpr std::size_t kReadChunk = 256 * 1024;
-
-// Pool tasks as plain function objects (GCC 12 mishandles lambdas nested in coroutines). Each
-// adds its worker time to `ns`.
-struct Timed {
-  std::atomic<std::int64_t>* ns;
-  TimePoint t0 = Clock::now();
-  ~Timed() {
-    ns->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
-  }
-};
-// This member's values of a part, for its owner (with error feedback when configured).
-struct EncodeTask {
-  const TensorCodecs* codecs;
+// A pool task as a plain function object (GCC 12 mishandles lambdas nested in coroutines).
+// Runs one reduction; with a codec, then encodes the reduced part and replaces it by its
+// decoded form, so that the owner holds exactly what every other member will decode.
+struct ReduceTask {
+  ReduceJob job;
+  const TensorCodecs* codecs;  // null: uncompressed, nothing to encode
   std::uint64_t begin;
-  std::span<const float> in;
   std::span<const float> residual;
   std::span<float> residual_out;
   std::atomic<std::int64_t>* ns;
   result<Bytes> operator()() const {
+    run_reduce_job(job);
+    if (!codecs) return Bytes{};
     Timed t{ns};
-    return codecs->encode(begin, in, {}, residual, residual_out);
-  }
-};
-// Encodes a reduced part and replaces it by its decoded form, so that the owner holds exactly
-// what every other member will decode.
-struct EncodeOwnTask {
-  const TensorCodecs* codecs;
-  std::uint64_t begin;
-  std::span<float> part;
-  std::span<const float> residual;
-  std::span<float> residual_out;
-  std::atomic<std::int64_t>* ns;
-  result<Bytes> operator()() const {
-    Timed t{ns};
-    return codecs->encode(begin, part, part, residual, residual_out);
-  }
-};
-struct DecodeTask {
-  const Bytes* in;
-  std::size_t max_count;
-  FloatBuffer* out;
-  std::atomic<std::int64_t>* ns;
-  result<void> operator()() const {
-    Timed t{ns};
-    return TensorCodecs::decode(*in, max_count, *out);
+    return codecs->encode(begin, job.out, job.out, residual, residual_out);
   }
 };
 
@@ -101,6 +62,7 @@ RoundRunner::RoundRunner(net::StreamHost& host, GroupInfo group, std::uint32_t s
       timer_(ex_),
       done_(ex_),
       progress_(ex_),
+      balance_(ex_),
       jobs_done_(ex_) {
   for (auto& p : p_) p.wake = std::make_unique<AsyncEvent>(ex_);
 }
@@ -219,179 +181,6 @@ awaitable<void> RoundRunner::serve_inbound(std::uint32_t from, net::ByteStreamPt
   co_await reader(from, stream, std::move(reader_));
 }
 
-awaitable<void> RoundRunner::writer(std::uint32_t j) {
-  auto& P = p_[j];
-  for (;;) {
-    if (P.fenced) co_return;
-    if (P.send && !P.queue.empty()) {
-      OutFrame f = std::move(P.queue.front());
-      P.queue.pop_front();
-      auto s = P.send;
-      std::span<const float> data;
-      if (auto* pm = std::get_if<PartMsg>(&f.msg)) data = pm->data;
-      if (auto* rm = std::get_if<ResultMsg>(&f.msg)) data = rm->data;
-      BytesView payload = float_bytes(data);
-      std::shared_ptr<const Bytes> encoded;
-      if (compressed() && !data.empty()) {
-        if (auto* rm = std::get_if<ResultMsg>(&f.msg)) {
-          auto it = encoded_results_.find({rm->subround, rm->part});
-          if (it != encoded_results_.end()) encoded = it->second;
-        }
-        if (!encoded && std::holds_alternative<ResultMsg>(f.msg)) {
-          // finish_reduction() encodes every result before the core releases it.
-          logger("averaging")->error("all-reduce: result for member {} was not encoded", j);
-          if (!ending_) stream_lost(j, make_error(errc::internal, "unencoded result"), false);
-          co_return;
-        }
-        if (!encoded) {
-          // A part holds this member's own values: a subspan of local_.
-          const auto begin = static_cast<std::uint64_t>(data.data() - local_.data());
-          EncodeTask task{cfg_.codecs, begin, data, {}, {}, &codec_ns_};
-          if (!cfg_.residual.empty() && begin + data.size() <= local_.size()) {
-            task.residual = cfg_.residual.subspan(begin, data.size());
-            task.residual_out = cfg_.residual_out.subspan(begin, data.size());
-          }
-          auto e = co_await pool_.run(task);
-          if (!e) {
-            logger("averaging")
-                ->warn("all-reduce: cannot encode a part for member {}: {}", j,
-                       e.error().message());
-            if (!ending_) stream_lost(j, e.error(), false);
-            co_return;
-          }
-          encoded = std::make_shared<const Bytes>(std::move(e).value());
-        }
-        payload = *encoded;
-      }
-      const Bytes header = net::length_prefixed(wire::encode_round(f.msg, payload.size()));
-      auto w = co_await s->write(header);
-      if (w && !payload.empty()) w = co_await s->write(payload);
-      if (!w) {
-        if (!ending_) stream_lost(j, w.error(), false);
-        co_return;
-      }
-      bytes_sent_ += header.size() + payload.size();
-      if (P.queue.empty()) progress_.set();
-      continue;
-    }
-    if (ending_) co_return;
-    P.wake->reset();
-    auto r = co_await with_timeout(P.wake->wait(), cfg_.keepalive_interval, "keepalive");
-    if (!r && r.error() == errc::cancelled) co_return;
-    if (!r && P.send && P.queue.empty() && !ending_ && !P.fenced) {
-      auto ka = net::length_prefixed(wire::encode_keepalive());
-      auto s = P.send;
-      auto w = co_await s->write(ka);
-      if (!w) {
-        if (!ending_) stream_lost(j, w.error(), false);
-        co_return;
-      }
-      bytes_sent_ += ka.size();
-    }
-  }
-}
-
-void RoundRunner::InPlace::hold(std::pair<std::uint32_t, std::uint32_t> k) {
-  key = k;
-  r->receiving_.insert(k);
-}
-
-RoundRunner::InPlace::~InPlace() {
-  if (key) r->receiving_.erase(*key);
-}
-
-awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
-                                    std::shared_ptr<net::BufferedReader> r) {
-  auto self = shared_from_this();
-  ++readers_;
-  struct Done {
-    RoundRunner* r;
-    ~Done() {
-      --r->readers_;
-      r->progress_.set();
-    }
-  } done{this};
-  if (!r) r = std::make_shared<net::BufferedReader>(*s);
-  for (;;) {
-    auto hdr = co_await r->read_length_prefixed(wire::kMaxFrame);
-    if (!hdr) {
-      if (!ending_) stream_lost(j, hdr.error(), hdr.error() == errc::too_large);
-      co_return;
-    }
-    bytes_received_ += hdr.value().size() + uvarint_size(hdr.value().size());
-    p_[j].heard = true;
-    core_.on_activity(j, Clock::now());
-    auto f = wire::decode_round(hdr.value(), n_);
-    if (!f) {
-      stream_lost(j, f.error(), true);
-      co_return;
-    }
-    if (std::holds_alternative<wire::Keepalive>(f.value().msg)) continue;
-    if (std::holds_alternative<wire::Hello>(f.value().msg)) {
-      stream_lost(j, make_error(errc::protocol_violation, "second hello"), true);
-      co_return;
-    }
-    RoundMessage msg = std::get<RoundMessage>(std::move(f.value().msg));
-    FloatBuffer buf;
-    // An uncompressed result goes straight into the output when the core expects it.
-    std::span<float> direct;
-    InPlace in_place{this};
-    const bool has_data =
-        std::holds_alternative<PartMsg>(msg) || std::holds_alternative<ResultMsg>(msg);
-    if (has_data) {
-      const std::uint64_t len = f.value().payload_len;
-      const std::uint64_t max_len = compressed() ? cfg_.codecs->max_payload(cfg_.round.part_elems)
-                                                 : cfg_.round.part_elems * sizeof(float);
-      if (len > max_len || (!compressed() && len % sizeof(float) != 0)) {
-        stream_lost(
-            j, make_error(errc::invalid_argument, "payload of " + std::to_string(len) + " bytes"),
-            true);
-        co_return;
-      }
-      Bytes raw;
-      auto* rm = std::get_if<ResultMsg>(&msg);
-      if (rm && !compressed() && !receiving_.contains({rm->subround, rm->part})) {
-        direct = core_.result_destination(j, rm->subround, rm->part, len / sizeof(float));
-        if (!direct.empty()) in_place.hold({rm->subround, rm->part});
-      }
-      MutableBytesView dst;
-      if (compressed()) {
-        raw.resize(len);
-        dst = raw;
-      } else if (!direct.empty()) {
-        dst = MutableBytesView(reinterpret_cast<std::uint8_t*>(direct.data()), len);
-      } else {
-        buf.resize(len / sizeof(float));
-        dst = MutableBytesView(reinterpret_cast<std::uint8_t*>(buf.data()), len);
-      }
-      for (std::size_t off = 0; off < len; off += kReadChunk) {
-        const std::size_t take = std::min<std::size_t>(kReadChunk, len - off);
-        auto rd = co_await r->read_exact(dst.subspan(off, take));
-        if (!rd) {
-          if (!ending_) stream_lost(j, rd.error(), false);
-          co_return;
-        }
-        bytes_received_ += take;
-        core_.on_activity(j, Clock::now());
-      }
-      if (compressed()) {
-        DecodeTask task{&raw, cfg_.round.part_elems, &buf, &codec_ns_};
-        auto d = co_await pool_.run(task);
-        if (!d) {
-          stream_lost(j, d.error(), true);
-          co_return;
-        }
-      }
-      if (auto* p = std::get_if<PartMsg>(&msg)) p->data = buf;
-      if (rm) rm->data = direct.empty() ? std::span<const float>(buf) : direct;
-    }
-    if (core_.status() != RoundCore::Status::running) continue;
-    auto res = core_.on_message(j, msg, Clock::now(), &buf);
-    pump();
-    if (!res) co_return;  // the core blamed and fenced j
-  }
-}
-
 awaitable<void> RoundRunner::timer_loop() {
   auto self = shared_from_this();
   while (core_.status() == RoundCore::Status::running && !ending_) {
@@ -420,29 +209,33 @@ void RoundRunner::connecting_grace(TimePoint now) {
   }
 }
 
-// With a lossy codec the owner sends each reduced part encoded once to every member: encode
-// it on the pool, keep the bytes, and replace the part by its decoded form first.
-awaitable<void> RoundRunner::finish_reduction() {
+// One reduction on the pool (and with a lossy codec the encoding of its result, which the
+// owner sends once to every member), then the core sends the result.
+awaitable<void> RoundRunner::reduce_part(ReduceJob job) {
   auto self = shared_from_this();
-  const auto& parts = core_.plan().parts;
-  for (std::uint32_t p = 0; p < parts.size(); ++p) {
-    if (parts[p].owner != self_) continue;
-    const auto out = core_.part_output(p);
-    const auto begin = static_cast<std::uint64_t>(out.data() - output_.data());
-    EncodeOwnTask task{cfg_.codecs, begin, out, {}, {}, &codec_ns_};
-    if (!cfg_.result_residual.empty() && begin + out.size() <= output_.size()) {
-      task.residual = cfg_.result_residual.subspan(begin, out.size());
-      task.residual_out = cfg_.result_residual_out.subspan(begin, out.size());
+  struct InFlight {
+    RoundRunner* r;
+    ~InFlight() {
+      if (--r->jobs_in_flight_ == 0) r->jobs_done_.set();
     }
-    auto e = co_await pool_.run(task);
-    if (!e) {
-      logger("averaging")
-          ->warn("all-reduce: cannot encode reduced part {}: {}", p, e.error().message());
-      co_return;  // the round ends by its deadline; members see this owner fail
-    }
-    encoded_results_[{core_.subround(), p}] = std::make_shared<const Bytes>(std::move(e).value());
+  } in_flight{this};
+  const std::uint32_t sub = job.subround, part = job.part;
+  const auto begin = static_cast<std::uint64_t>(job.out.data() - output_.data());
+  ReduceTask task{std::move(job), compressed() ? cfg_.codecs : nullptr, begin, {}, {}, &codec_ns_};
+  if (task.codecs && !cfg_.result_residual.empty() &&
+      begin + task.job.out.size() <= output_.size()) {
+    task.residual = cfg_.result_residual.subspan(begin, task.job.out.size());
+    task.residual_out = cfg_.result_residual_out.subspan(begin, task.job.out.size());
   }
-  core_.on_reduced(Clock::now());
+  auto e = co_await pool_.run(std::move(task));
+  if (!e) {
+    logger("averaging")
+        ->warn("all-reduce: cannot reduce or encode part {}: {}", part, e.error().message());
+    co_return;  // the round ends by its deadline; members see this owner fail
+  }
+  if (compressed())
+    encoded_results_[{sub, part}] = std::make_shared<const Bytes>(std::move(e).value());
+  core_.on_reduced(sub, part, Clock::now());
   pump();
 }
 
@@ -454,38 +247,59 @@ void RoundRunner::stream_lost(std::uint32_t j, const Error& e, bool blame) {
   pump();
 }
 
+void RoundRunner::balance_plan() {
+  if (core_.subround() == balance_sub_) return;
+  balance_sub_ = core_.subround();
+  const bool i_am_client = group_.members[self_].client;
+  for (auto& P : p_) P.flow_total = P.flow_sent = 0;
+  for (const auto& part : core_.plan().parts) {
+    if (part.owner != self_) {
+      p_[part.owner].flow_total += part.size();  // our values of its part
+      continue;
+    }
+    for (std::uint32_t j = 0; j < n_; ++j)  // our result to everyone we talk to
+      if (j != self_ && !(i_am_client && group_.members[j].client)) p_[j].flow_total += part.size();
+  }
+}
+
+bool RoundRunner::balance_ahead(std::uint32_t j) const {
+  const auto& P = p_[j];
+  if (cfg_.round.balance_slack == 0 || P.flow_total == 0) return false;
+  double slowest = 1.0;
+  bool any = false;
+  for (std::uint32_t k = 0; k < n_; ++k) {
+    const auto& Q = p_[k];
+    if (k == j || k == self_ || Q.fenced || !Q.send || Q.flow_total == 0 ||
+        Q.flow_sent >= Q.flow_total || (Q.queue.empty() && !Q.busy))
+      continue;  // no flow, done, or nothing ready to send: not held back by the link
+    slowest = std::min(slowest, static_cast<double>(Q.flow_sent) / Q.flow_total);
+    any = true;
+  }
+  const double lead = static_cast<double>(P.flow_sent) - slowest * P.flow_total;
+  return any && lead > static_cast<double>(cfg_.round.balance_slack * cfg_.round.part_elems);
+}
+
 void RoundRunner::fence(std::uint32_t j) {
   auto& P = p_[j];
   P.fenced = true;
+  balance_.pulse();
   for (auto& s : P.streams) s->reset();
   P.queue.clear();
   P.wake->set();
 }
 
 void RoundRunner::pump() {
+  balance_plan();
   for (auto& env : core_.take_outbox()) {
     auto& P = p_[env.to];
     if (P.fenced) continue;
     P.queue.push_back({std::move(env.msg)});
     P.wake->set();
   }
-  auto jobs = core_.take_reduce_jobs();
-  if (!jobs.empty()) {
-    auto self = shared_from_this();
-    jobs_in_flight_ += jobs.size();
-    for (auto& job : jobs)
-      (void)pool_.submit([self, job = std::move(job)] {
-        run_reduce_job(job);
-        asio::post(self->ex_, [self] {
-          if (--self->jobs_in_flight_ > 0) return;
-          self->jobs_done_.set();
-          if (self->compressed())
-            self->scope_.spawn(self->finish_reduction());
-          else
-            self->core_.on_reduced(Clock::now());
-          self->pump();
-        });
-      });
+  for (auto& job : core_.take_reduce_jobs()) {
+    if (scope_.closed()) break;  // the round is over: a task would not start
+    ++jobs_in_flight_;
+    scope_.spawn(reduce_part(std::move(job)));
   }
   for (std::uint32_t j = 0; j < n_; ++j)
     if (j != self_ && core_.failed().test(j) && !p_[j].fenced) fence(j);

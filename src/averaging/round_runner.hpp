@@ -47,6 +47,15 @@ struct RoundRunnerConfig {
   std::span<float> result_residual_out;
 };
 
+// Adds the worker time of the scope it lives in to `ns` (codec time of pool tasks).
+struct Timed {
+  std::atomic<std::int64_t>* ns;
+  TimePoint t0 = Clock::now();
+  ~Timed() {
+    ns->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+  }
+};
+
 class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
  public:
   RoundRunner(net::StreamHost& host, GroupInfo group, std::uint32_t self,
@@ -89,6 +98,9 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
     bool fenced = false;
     bool inbound_seen = false;
     bool heard = false;  // a frame arrived from this peer
+    bool busy = false;   // a part or result is being written
+    // Balanced progress (balance_ahead()): elements of parts and results this sub-round.
+    std::uint64_t flow_total = 0, flow_sent = 0;
   };
 
   awaitable<void> connect(std::uint32_t j);
@@ -97,9 +109,14 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
                          std::shared_ptr<net::BufferedReader> r);
   awaitable<void> timer_loop();
   void pump();
-  awaitable<void> finish_reduction();
+  awaitable<void> reduce_part(ReduceJob job);
   bool compressed() const { return cfg_.codecs && cfg_.codecs->compressed(); }
   void stream_lost(std::uint32_t j, const Error& e, bool blame);
+  // Balanced progress: the writers share this member's uplink, and TCP shares it unevenly, so
+  // a writer whose flow is ahead of the slowest flow with data ready holds its next part or
+  // result back a little (bounded) and lets the others catch up.
+  void balance_plan();
+  bool balance_ahead(std::uint32_t j) const;
   void fence(std::uint32_t j);
   bool drained() const;
 
@@ -119,6 +136,8 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   TaskScope scope_;
   asio::steady_timer timer_;
   AsyncEvent done_, progress_;
+  AsyncEvent balance_;  // pulsed when a flow progresses
+  std::uint32_t balance_sub_ = ~0u;
   std::size_t jobs_in_flight_ = 0;
   // (sub-round, part)
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::shared_ptr<const Bytes>> encoded_results_;

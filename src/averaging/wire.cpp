@@ -211,9 +211,6 @@ Bytes encode_round(const RoundMessage& msg, std::uint64_t payload_len) {
           m.set_kind(pb::RoundFrame::PART);
           m.set_part(x.part);
           m.set_payload_len(payload_len);
-        } else if constexpr (std::is_same_v<T, ReportMsg>) {
-          m.set_kind(pb::RoundFrame::REPORT);
-          m.set_members(to_str(x.complete.encode()));
         } else if constexpr (std::is_same_v<T, ResultMsg>) {
           m.set_kind(pb::RoundFrame::RESULT);
           m.set_part(x.part);
@@ -228,6 +225,7 @@ Bytes encode_round(const RoundMessage& msg, std::uint64_t payload_len) {
             o->set_missing(to_str(r.missing.encode()));
             o->set_failed(to_str(r.failed.encode()));
             o->set_blamed(to_str(r.blamed.encode()));
+            o->set_counted(to_str(r.counted.encode()));
             m.set_part(static_cast<std::uint32_t>(r.missing.size()));  // parts in the sub-round
           }
         }
@@ -255,11 +253,6 @@ result<RoundFrame> decode_round(BytesView b, std::size_t members) {
       out.msg = RoundMessage{PartMsg{m.subround(), m.part(), {}}};
       return out;
     }
-    case pb::RoundFrame::REPORT: {
-      ST_TRY(auto bits, get_bits(m.members(), members, "report"));
-      out.msg = RoundMessage{ReportMsg{m.subround(), std::move(bits)}};
-      return out;
-    }
     case pb::RoundFrame::RESULT: {
       if (!m.has_payload_len()) return bad("result without payload length");
       ST_TRY(auto bits, get_bits(m.members(), members, "result"));
@@ -281,6 +274,7 @@ result<RoundFrame> decode_round(BytesView b, std::size_t members) {
         ST_TRY(fr.missing, get_bits(r.missing(), m.part(), "fin missing"));
         ST_TRY(fr.failed, get_bits(r.failed(), members, "fin failed"));
         ST_TRY(fr.blamed, get_bits(r.blamed(), members, "fin blamed"));
+        ST_TRY(fr.counted, get_bits(r.counted(), members, "fin counted"));
         f.reports.push_back(std::move(fr));
       }
       out.msg = RoundMessage{std::move(f)};

@@ -55,23 +55,58 @@ OptimizerIo::OptimizerIo(std::shared_ptr<Collaboration> collab, ProgressTracker 
       wake_(executor_),
       snapshot_ready_(executor_) {}
 
+namespace {
+
+// Runs one io-thread job inside the optimizer's scope (so stop() cancels it) and hands its
+// result (or its exception) to the waiting thread.
+template <class T>
+struct ScopedJob {
+  std::shared_ptr<std::promise<result<T>>> promise;
+  std::function<awaitable<result<T>>()> make;
+  awaitable<void> operator()() const {
+    try {
+      auto r = co_await make();
+      promise->set_value(std::move(r));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  }
+};
+
+}  // namespace
+
 template <class T>
 result<T> OptimizerIo::wait_for_io(std::function<awaitable<result<T>>()> make, Duration bound,
-                                   const char* what) {
+                                   const char* what, bool scoped) {
   auto promise = std::make_shared<std::promise<result<T>>>();
   auto fut = promise->get_future();
   auto self = shared_from_this();
-  asio::co_spawn(
-      executor_,
-      [self, promise, make = std::move(make)]() -> awaitable<void> {
-        promise->set_value(co_await make());
-      },
-      [promise](std::exception_ptr e) {
-        if (e) promise->set_exception(e);
-      });
+  if (scoped) {
+    ScopedJob<T> job{promise, std::move(make)};
+    asio::post(executor_, [self, job = std::move(job), what]() mutable {
+      if (self->scope_.closed())
+        job.promise->set_value(
+            make_error(errc::closed, fmt::format("{}: optimizer stopped", what)));
+      else
+        self->scope_.spawn(std::move(job));
+    });
+  } else {
+    asio::co_spawn(
+        executor_,
+        [self, promise, make = std::move(make)]() -> awaitable<void> {
+          promise->set_value(co_await make());
+        },
+        [promise](std::exception_ptr e) {
+          if (e) promise->set_exception(e);
+        });
+  }
   if (fut.wait_for(bound) != std::future_status::ready)
     return make_error(errc::timeout, fmt::format("{}: the io thread did not answer", what));
-  return fut.get();
+  try {
+    return fut.get();
+  } catch (const std::exception& e) {
+    return make_error(errc::cancelled, fmt::format("{}: {}", what, e.what()));
+  }
 }
 
 result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, RoundOptions options,
@@ -91,7 +126,7 @@ result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, Round
         auto op = self->collab_->average(spans, options);
         co_return co_await with_timeout(std::move(op), budget + 1s, std::move(what));
       },
-      wait_bound, "averaging round");
+      wait_bound, "averaging round", true);
 }
 
 result<Collaboration::State> OptimizerIo::download_state(Duration timeout, Duration wait_bound) {
@@ -101,7 +136,7 @@ result<Collaboration::State> OptimizerIo::download_state(Duration timeout, Durat
         auto op = self->collab_->download_state(Clock::now() + timeout);
         co_return co_await with_timeout(std::move(op), timeout + 1s, "state download");
       },
-      wait_bound, "state download");
+      wait_bound, "state download", true);
 }
 
 void OptimizerIo::prepare_round(std::string key, TimePoint expected_start) {
@@ -196,7 +231,7 @@ result<void> OptimizerIo::stop(Duration timeout) {
         ST_CO_TRY(co_await self->scope_.close(timeout));
         co_return true;
       },
-      timeout + 5s, "optimizer shutdown");
+      timeout + 5s, "optimizer shutdown", false);
   if (!r) return r.error();
   return success();
 }

@@ -79,8 +79,10 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   awaitable<result<Collaboration::State>> provide_state();
   static awaitable<result<Collaboration::State>> provide_state_of(std::weak_ptr<OptimizerIo> weak);
   template <class T>
+  // Runs make() on the io thread and waits at most `bound` for its result. `scoped`: inside
+  // scope_, so that stop() cancels it (rounds and downloads; stop() itself is not).
   result<T> wait_for_io(std::function<awaitable<result<T>>()> make, Duration bound,
-                        const char* what);
+                        const char* what, bool scoped);
 
   std::shared_ptr<Collaboration> collab_;
   asio::any_io_executor executor_;

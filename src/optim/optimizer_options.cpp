@@ -42,6 +42,8 @@ result<void> validate(const OptimizerOptions& o) {
   if (o.progress_ttl < o.progress.stale_after)
     return bad("progress_ttl is shorter than stale_after");
   if (o.auxiliary && o.diloco_steps > 0) return bad("an auxiliary peer cannot use DiLoCo");
+  if (o.delay_optimizer_step && o.diloco_steps > 0)
+    return bad("delay_optimizer_step is for synchronous steps, not DiLoCo");
   if (!(o.outer.lr > 0) || !(o.outer.momentum >= 0) || !(o.outer.momentum < 1))
     return bad("outer lr must be > 0 and momentum in [0, 1)");
   return success();

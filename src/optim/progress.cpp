@@ -52,6 +52,7 @@ Bytes encode_progress(const PeerProgress& p) {
   m.set_samples_total(p.samples_total);
   m.set_client_mode(p.client_mode);
   m.set_auxiliary(p.auxiliary);
+  m.set_publish_interval_ms(to_ms(p.publish_interval));
   Bytes out(m.ByteSizeLong());
   m.SerializeToArray(out.data(), static_cast<int>(out.size()));
   return out;
@@ -71,7 +72,7 @@ result<PeerProgress> decode_progress(BytesView in, const ProgressLimits& limits)
   if (m.samples_accumulated() > limits.max_samples || m.samples_total() > limits.max_samples)
     return make_error(errc::invalid_argument, "progress record: sample count out of range");
   const auto max_age_ms = to_ms(limits.max_age);
-  if (m.age_ms() > max_age_ms || m.ttl_ms() > max_age_ms)
+  if (m.age_ms() > max_age_ms || m.ttl_ms() > max_age_ms || m.publish_interval_ms() > max_age_ms)
     return make_error(errc::invalid_argument, "progress record: age or ttl out of range");
   PeerProgress p;
   p.epoch = m.epoch();
@@ -83,6 +84,7 @@ result<PeerProgress> decode_progress(BytesView in, const ProgressLimits& limits)
   p.samples_total = m.samples_total();
   p.client_mode = m.client_mode();
   p.auxiliary = m.auxiliary();
+  p.publish_interval = Millis(m.publish_interval_ms());
   if (p.auxiliary && sps != 0)
     return make_error(errc::invalid_argument, "progress record: auxiliary peer claims samples/s");
   return p;
@@ -108,7 +110,7 @@ double ProgressTracker::local_samples_per_second() const noexcept {
 }
 
 void ProgressTracker::report_samples(std::uint64_t samples, Duration compute_time) {
-  samples_ += samples;
+  (background_ ? next_samples_ : samples_) += samples;
   samples_total_ += samples;
   const double dt = std::max(0.0, seconds(compute_time));
   const double decay = std::exp2(-dt / config_.throughput_half_life_s);
@@ -119,6 +121,26 @@ void ProgressTracker::report_samples(std::uint64_t samples, Duration compute_tim
 void ProgressTracker::set_epoch(std::uint64_t epoch) {
   epoch_ = epoch;
   samples_ = 0;
+  background_ = false;
+  next_samples_ = 0;
+}
+
+void ProgressTracker::begin_background_round() {
+  background_ = true;
+  next_samples_ = 0;
+}
+
+void ProgressTracker::end_background_round(bool stepped) {
+  if (!background_) return;
+  const auto next = next_samples_;
+  if (stepped) {
+    set_epoch(epoch_ + 1);
+    samples_ = next;
+  } else {
+    background_ = false;
+    next_samples_ = 0;
+    samples_ += next;
+  }
 }
 
 void ProgressTracker::restore(std::uint64_t epoch, std::uint64_t samples_accumulated,
@@ -132,7 +154,7 @@ void ProgressTracker::observe(const net::PeerId& peer, const PeerProgress& recor
                               TimePoint now) {
   if (peer == self_ || !peer.valid()) return;
   if (age < Duration::zero()) age = Duration::zero();
-  if (age > config_.stale_after) return;
+  if (age > lifetime(record)) return;
   const TimePoint observed_at = now - age;
   auto it = peers_.find(peer);
   if (it == peers_.end()) {
@@ -149,8 +171,22 @@ void ProgressTracker::expire(TimePoint now) {
   std::erase_if(peers_, [&](const auto& kv) { return !live(kv.second, now); });
 }
 
+Duration ProgressTracker::lifetime(const PeerProgress& r) const {
+  Duration d = config_.stale_after;
+  if (r.ttl > Duration::zero()) d = std::min(d, r.ttl);
+  if (r.publish_interval > Duration::zero())
+    d = std::min(d, 2 * r.publish_interval + config_.publish_grace);
+  return d;
+}
+
 bool ProgressTracker::live(const Held& h, TimePoint now) const {
-  return now - h.observed_at <= config_.stale_after;
+  return now - h.observed_at <= lifetime(h.record);
+}
+
+bool ProgressTracker::others_at_epoch(TimePoint now) const {
+  for (const auto& [id, h] : peers_)
+    if (live(h, now) && !h.record.auxiliary && h.record.epoch >= epoch_) return true;
+  return false;
 }
 
 std::uint64_t ProgressTracker::extrapolate(const Held& h, TimePoint now) const {
@@ -253,6 +289,7 @@ Decision ProgressTracker::decide(TimePoint now) {
     return d;
   }
 
+  if (background_) return d;  // the round for epoch_ runs; nothing to decide until it ends
   if (v.global_epoch > epoch_ + config_.epoch_tolerance) {
     d.action = Action::download_state;
     return d;
@@ -287,6 +324,7 @@ PeerProgress ProgressTracker::make_record(TimePoint now, Duration ttl) {
   p.samples_total = samples_total_;
   p.client_mode = config_.client_mode;
   p.auxiliary = config_.auxiliary;
+  p.publish_interval = config_.max_publish_interval;
   last_publish_ = now;
   published_epoch_ = epoch_;
   return p;

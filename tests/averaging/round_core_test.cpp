@@ -66,6 +66,22 @@ Bitset counted_anywhere(RoundSim& sim, std::uint32_t member) {
   return b;
 }
 
+// After a single crash, the victim's contribution is in every part of the result or in none
+// (never in some parts only), and every survivor is counted everywhere.
+void expect_all_or_nothing(RoundSim& sim, std::uint32_t victim,
+                           const std::vector<std::uint32_t>& done, std::size_t elems) {
+  for (auto i : done) {
+    const auto& ce = sim.core(i).counted_elements();
+    EXPECT_TRUE(ce[victim] == 0 || ce[victim] == elems)
+        << "member " << i << " counts the victim in " << ce[victim] << " of " << elems;
+    for (std::uint32_t j = 0; j < sim.n(); ++j) {
+      if (j != victim) {
+        EXPECT_EQ(ce[j], elems) << "member " << i << " on survivor " << j;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TEST(RoundCore, ExactWeightedMeanWithoutFailures) {
@@ -129,10 +145,85 @@ TEST(RoundCore, ReduceJobsOffTheCore) {
   EXPECT_EQ(c.status(), RoundCore::Status::running);
   auto jobs = c.take_reduce_jobs();
   ASSERT_EQ(jobs.size(), 1u);
-  for (auto& j : jobs) run_reduce_job(j);
-  c.on_reduced(TimePoint{});
+  for (auto& j : jobs) {
+    run_reduce_job(j);
+    c.on_reduced(j.subround, j.part, TimePoint{});
+  }
   EXPECT_EQ(c.status(), RoundCore::Status::done);
   EXPECT_EQ(out, local);
+}
+
+// No barrier between the phases: an owner reduces a part and sends it to everyone as soon as
+// every sender delivered it, while its other parts are still arriving.
+TEST(RoundCore, EachPartIsReducedAndSentOnceItsInputsAreIn) {
+  std::vector<float> local(100, 1.0f), out(100);
+  std::vector<RoundMember> ms(3, RoundMember{{10, false}, 1.0});
+  RoundConfig cfg;
+  cfg.part_elems = 10;
+  TimePoint t0{};
+  RoundCore c(ms, 0, local, out, cfg, t0, t0 + 10s);
+  ASSERT_TRUE(c.start(t0));
+  (void)c.take_outbox();  // this member's parts for the others
+  std::vector<std::uint32_t> mine;
+  for (std::uint32_t p = 0; p < c.plan().parts.size(); ++p)
+    if (c.plan().parts[p].owner == 0) mine.push_back(p);
+  ASSERT_GE(mine.size(), 2u);
+  std::vector<float> v1(10, 2.0f), v2(10, 4.0f);
+  const std::uint32_t first = mine[0], second = mine[1];
+  ASSERT_TRUE(c.on_message(1, PartMsg{0, first, v1}, t0));
+  EXPECT_TRUE(c.take_outbox().empty()) << "reduced before member 2's values arrived";
+  ASSERT_TRUE(c.on_message(2, PartMsg{0, first, v2}, t0));
+  auto sent = c.take_outbox();
+  ASSERT_EQ(sent.size(), 2u);  // the result to members 1 and 2, the other parts still owed
+  for (const auto& e : sent) {
+    const auto* r = std::get_if<ResultMsg>(&e.msg);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->part, first);
+    EXPECT_EQ(r->counted.count(), 3u);
+    EXPECT_NEAR(r->data[0], (1.0f + 2.0f + 4.0f) / 3.0f, 1e-6);
+  }
+  EXPECT_EQ(c.phase(), "reduce-scatter");
+  // Member 2 fails before sending `second`: that part is reduced without it at once.
+  ASSERT_TRUE(c.on_message(1, PartMsg{0, second, v1}, t0));
+  EXPECT_TRUE(c.take_outbox().empty());
+  c.on_peer_failed(2, "reset", t0);
+  sent = c.take_outbox();
+  bool second_sent = false;
+  for (const auto& e : sent)
+    if (const auto* r = std::get_if<ResultMsg>(&e.msg); r && r->part == second) {
+      second_sent = true;
+      EXPECT_EQ(e.to, 1u);
+      EXPECT_FALSE(r->counted.test(2));
+      EXPECT_EQ(r->data[0], 1.5f);
+    }
+  EXPECT_TRUE(second_sent);
+}
+
+// A sender lost while its parts are in flight reached some owners and not others. The fin
+// decision drops it from every part: those that counted it are reduced again without it.
+TEST(RoundCore, LostSenderIsCountedEverywhereOrNowhere) {
+  int redone = 0;
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    SimOptions o;
+    o.seed = seed + 500;
+    o.n = 4 + seed % 3;
+    o.clients.assign(o.n, false);
+    const std::uint32_t victim = static_cast<std::uint32_t>(o.n - 1);
+    o.clients[victim] = true;  // sends parts, owns none
+    RoundSim sim(o);
+    // Right after sending its parts: half of them are lost in flight.
+    sim.kill_on_phase(victim, "all-gather", seed % 2 == 0);
+    sim.run();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    auto done = check_round(sim);
+    EXPECT_EQ(done.size(), o.n - 1);
+    expect_all_or_nothing(sim, victim, done, o.elems);
+    if (!done.empty() && sim.core(done[0]).subround() > 0) {
+      ++redone;
+      EXPECT_EQ(sim.core(done[0]).counted_elements()[victim], 0u);
+    }
+  }
+  EXPECT_GT(redone, 0) << "no case had parts that counted the lost sender";
 }
 
 // --- faults: one member lost in each phase, with and without a transport notice ---
@@ -172,6 +263,7 @@ TEST_P(RoundFault, SurvivorsFinishIdentical) {
       // An owner lost before reporting is dropped from every part.
       EXPECT_FALSE(counted_anywhere(sim, done[0]).test(victim));
     }
+    expect_all_or_nothing(sim, victim, done, o.elems);
   }
 }
 
@@ -212,6 +304,7 @@ TEST(RoundCore, CrashAtRandomTimes) {
     // the mean, either way alone. With more, every live member must finish.
     auto done = check_round(sim);
     EXPECT_EQ(done.size(), o.n - 1);
+    expect_all_or_nothing(sim, victim, done, o.elems);
     for (auto i : done) recovered += sim.core(i).subround() > 0;
   }
   EXPECT_GT(recovered, 0) << "no case exercised a recovery sub-round";
@@ -316,14 +409,14 @@ TEST(RoundCore, RejectsProtocolViolations) {
     auto c = make();
     const std::size_t np = c->plan().parts.size();
     // A fin1 that reports a part missing without reporting its owner failed.
-    FinReport r{2, Bitset(np), Bitset(3), Bitset(3)};
+    FinReport r{2, Bitset(np), Bitset(3), Bitset(3), Bitset(3, true)};
     r.missing.set(0);
     EXPECT_EQ(c->on_message(2, FinMsg{0, 1, {r}}, t0).error(), errc::protocol_violation);
   }
   {
     auto c = make();
     // A fin1 carrying someone else's report.
-    FinReport r{1, Bitset(c->plan().parts.size()), Bitset(3), Bitset(3)};
+    FinReport r{1, Bitset(c->plan().parts.size()), Bitset(3), Bitset(3), Bitset(3, true)};
     EXPECT_EQ(c->on_message(2, FinMsg{0, 1, {r}}, t0).error(), errc::protocol_violation);
   }
   {
@@ -370,7 +463,9 @@ TEST(FinDecision, ExcludesTheAbsentAndResolvesConflicts) {
   std::vector<PartSpec> parts{{0, 0, 10}, {1, 10, 20}, {2, 20, 30}, {3, 30, 40}};
   std::vector<bool> client{false, false, false, false, true};
   Bitset alive(5, true);
-  auto rep = [&](std::uint32_t m) { return FinReport{m, Bitset(4), Bitset(5), Bitset(5)}; };
+  auto rep = [&](std::uint32_t m) {
+    return FinReport{m, Bitset(4), Bitset(5), Bitset(5), Bitset(5, true)};
+  };
   std::vector<std::optional<FinReport>> t(5);
   for (std::uint32_t m = 0; m < 5; ++m) t[m] = rep(m);
   // Nobody lost anything.
@@ -408,6 +503,33 @@ TEST(FinDecision, ExcludesTheAbsentAndResolvesConflicts) {
   d = decide_fin(t, alive, client, parts);
   EXPECT_EQ(d.excluded.indices(), std::vector<std::uint32_t>{2});
   EXPECT_EQ(d.missing.indices(), std::vector<std::uint32_t>{2});
+  // Counted set: the intersection of the tags the remaining owners report, minus the owners
+  // of missing parts. Client 4 lost mid reduce-scatter: owner 1 reduced without it.
+  for (std::uint32_t m = 0; m < 5; ++m) t[m] = rep(m);
+  d = decide_fin(t, alive, client, parts);
+  EXPECT_EQ(d.counted.count(), 5u);
+  t[4].reset();
+  t[1]->failed.set(4);
+  t[1]->counted.reset(4);
+  d = decide_fin(t, alive, client, parts);
+  EXPECT_EQ(d.excluded.indices(), std::vector<std::uint32_t>{4});
+  EXPECT_TRUE(d.missing.none());
+  EXPECT_EQ(d.counted.indices(), (std::vector<std::uint32_t>{0, 1, 2, 3}));
+  // Owner 3 lost in all-gather after everyone counted it: its own part is missing, so it is
+  // dropped from the counted set (its parts' values are gone).
+  for (std::uint32_t m = 0; m < 5; ++m) t[m] = rep(m);
+  t[3].reset();
+  t[0]->failed.set(3);
+  t[0]->missing.set(3);
+  d = decide_fin(t, alive, client, parts);
+  EXPECT_EQ(d.missing.indices(), std::vector<std::uint32_t>{3});
+  EXPECT_EQ(d.counted.indices(), (std::vector<std::uint32_t>{0, 1, 2, 4}));
+  // A client lost after delivering everything stays counted: nothing to redo.
+  for (std::uint32_t m = 0; m < 5; ++m) t[m] = rep(m);
+  t[4].reset();
+  d = decide_fin(t, alive, client, parts);
+  EXPECT_EQ(d.excluded.indices(), std::vector<std::uint32_t>{4});
+  EXPECT_EQ(d.counted.count(), 5u);
   // Two clients never talk: a client "accusing" a client is no conflict.
   std::vector<bool> two_clients{false, false, false, true, true};
   for (std::uint32_t m = 0; m < 5; ++m) t[m] = rep(m);

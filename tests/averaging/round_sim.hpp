@@ -152,7 +152,7 @@ class RoundSim {
         after(i);
       });
     }
-    static const std::vector<std::string> order{"reduce-scatter", "report", "all-gather", "fin"};
+    static const std::vector<std::string> order{"reduce-scatter", "all-gather", "fin"};
     auto rank = [&](const std::string& p) {
       return std::find(order.begin(), order.end(), p) - order.begin();
     };

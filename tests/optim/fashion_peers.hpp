@@ -3,10 +3,12 @@
 // Used by the convergence-parity, churn and DiLoCo tests.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <torch/optim/adam.h>
 #include <torch/utils.h>
 
 #include <atomic>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -25,6 +27,22 @@ struct FashionSetup {
   double lr = 2e-3;
   std::size_t batch = 32;
 };
+
+// The dataset, loaded once per process (nullptr if dataset-fashion-mnist is not installed);
+// torch computes on one thread per peer.
+inline const FashionSetup* fashion_setup() {
+  static const FashionSetup* s = []() -> const FashionSetup* {
+    auto train = optim::load_fashion_mnist(optim::kFashionMnistDefaultDir, optim::Split::train);
+    auto test = optim::load_fashion_mnist(optim::kFashionMnistDefaultDir, optim::Split::test);
+    if (!train || !test) return nullptr;
+    auto* out = new FashionSetup;
+    out->train = std::move(train).value();
+    out->test = std::move(test).value();
+    torch::set_num_threads(1);
+    return out;
+  }();
+  return s;
+}
 
 // Optimizer options for quick in-process runs: epochs of a fraction of a second, so progress is
 // published and fetched far more often than the defaults (tuned for the internet) do.
@@ -50,13 +68,24 @@ inline torch::Tensor flat_parameters(torch::nn::Module& m) {
   return torch::cat(v);
 }
 
-// Parameters of every peer after each of its epochs (for agreement checks).
+// FNV-1a over the bytes of the flattened parameters (identical parameters, identical hash).
+inline std::uint64_t parameter_hash(torch::nn::Module& m) {
+  auto flat = flat_parameters(m).contiguous();
+  const auto* p = static_cast<const unsigned char*>(flat.data_ptr());
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0, n = flat.numel() * flat.element_size(); i < n; ++i)
+    h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// Every peer's parameter hash after each of its epochs (for agreement checks).
 struct ParameterLog {
   std::mutex mu;
-  std::map<std::uint64_t, std::vector<torch::Tensor>> by_epoch;
-  void add(std::uint64_t epoch, torch::Tensor t) {
+  // epoch -> (peer, hash) in the order recorded
+  std::map<std::uint64_t, std::vector<std::pair<std::uint64_t, std::uint64_t>>> by_epoch;
+  void add(std::uint64_t epoch, std::uint64_t peer, std::uint64_t hash) {
     std::lock_guard lk(mu);
-    by_epoch[epoch].push_back(std::move(t));
+    by_epoch[epoch].emplace_back(peer, hash);
   }
   // Epochs recorded by >= 2 peers where some peer differs from the first.
   std::size_t disagreements(std::size_t* checked) {
@@ -67,24 +96,37 @@ struct ParameterLog {
       if (v.size() < 2) continue;
       ++*checked;
       for (std::size_t i = 1; i < v.size(); ++i)
-        if (!torch::equal(v[0], v[i])) {
+        if (v[0].second != v[i].second) {
           ++bad;
           break;
         }
     }
     return bad;
   }
+  // Epochs in [from, to] that `peer` recorded.
+  std::size_t recorded_by(std::uint64_t peer, std::uint64_t from, std::uint64_t to) {
+    std::lock_guard lk(mu);
+    std::size_t n = 0;
+    for (auto it = by_epoch.lower_bound(from); it != by_epoch.end() && it->first <= to; ++it)
+      for (auto& [who, h] : it->second) n += who == peer;
+    return n;
+  }
 };
 
 class FashionPeer {
  public:
+  // Over the Hub double (nullptr: alone).
   FashionPeer(const FashionSetup& s, std::shared_ptr<Hub> hub, optim::OptimizerOptions o,
               std::uint64_t model_seed, std::uint64_t data_seed)
-      : task_(s.train, s.model, model_seed, data_seed), batch_(s.batch) {
-    if (hub) collab_ = std::make_shared<FakeCollaboration>(hub, io_.executor());
-    auto adam = std::make_unique<torch::optim::Adam>(task_.model()->parameters(),
-                                                     torch::optim::AdamOptions(s.lr));
-    opt_ = optim::Optimizer::create(*task_.model(), std::move(adam), o, collab_).value();
+      : task_(s.train, s.model, model_seed, data_seed), batch_(s.batch), id_(data_seed) {
+    if (hub) fake_ = std::make_shared<FakeCollaboration>(hub, io_.executor());
+    create_optimizer(s, std::move(o), fake_);
+  }
+  // Over any collaboration (a NetCollaboration: its node runs its own io thread).
+  FashionPeer(const FashionSetup& s, std::shared_ptr<optim::Collaboration> collab,
+              optim::OptimizerOptions o, std::uint64_t model_seed, std::uint64_t data_seed)
+      : task_(s.train, s.model, model_seed, data_seed), batch_(s.batch), id_(data_seed) {
+    create_optimizer(s, std::move(o), std::move(collab));
   }
   ~FashionPeer() {
     stop();
@@ -96,24 +138,43 @@ class FashionPeer {
   void start(std::uint64_t epochs, ParameterLog* log = nullptr) {
     thread_ = std::thread([this, epochs, log] {
       while (!stop_ && opt_->local_epoch() < epochs) {
+        if (stop_at_matchmaking_ && last_action_ == optim::Action::begin_matchmaking) break;
         task_.forward_backward(batch_);
+        const auto before = opt_->local_epoch();
         auto rep = opt_->step(batch_);
         if (!rep) {
           ++failures;
           break;
         }
-        if (rep.value().action == optim::Action::download_state && !rep.value().round_error)
-          ++downloads;
+        // A state download that loaded another epoch (not one skipped in a retry backoff).
+        const bool loaded = rep.value().action == optim::Action::download_state &&
+                            !rep.value().round_error && rep.value().epoch != before;
+        if (loaded) ++downloads;
         if (rep.value().round_error) ++round_errors;
         bytes_sent += rep.value().bytes_sent;
-        if (log && (rep.value().stepped || rep.value().action == optim::Action::download_state))
-          log->add(opt_->local_epoch(), flat_parameters(*task_.model()));
+        if (rep.value().stepped && rep.value().group_size > 1) ++rounds;
+        if (rep.value().stepped)
+          stepped_samples += static_cast<std::uint64_t>(rep.value().group_samples);
+        last_action_ = rep.value().action;
+        if (log && (rep.value().stepped || loaded))
+          log->add(opt_->local_epoch(), id_, parameter_hash(*task_.model()));
         epoch = opt_->local_epoch();
         samples += batch_;
+        if (pace_ > Duration::zero()) std::this_thread::sleep_for(pace_);
       }
       finished = true;
+      // Serve the final state to peers still behind until stop() (`starling train --linger`):
+      // state is serialised by the training thread.
+      while (linger_ && !stop_) {
+        opt_->serve_state_requests();
+        std::this_thread::sleep_for(20ms);
+      }
     });
   }
+  // After reaching its epochs, the training thread serves state until stop(). Before start().
+  void linger() { linger_ = true; }
+  // Each local step takes at least `d` more (a slower peer or bigger model). Before start().
+  void pace(Duration d) { pace_ = d; }
   void stop() { stop_ = true; }
   // Waits until the training thread ends (it ends by itself at `epochs`, or after stop()).
   void join() {
@@ -123,8 +184,19 @@ class FashionPeer {
   void kill() {
     stop();
     join();
-    if (collab_) collab_->leave();
+    if (fake_) fake_->leave();
   }
+  // Ends the training thread right after a step() that began matchmaking for a round (the
+  // moment a death hurts the others most: they count on this peer joining the round).
+  void stop_at_matchmaking() { stop_at_matchmaking_ = true; }
+  // Shuts the optimizer down (bounded by `timeout` plus its own grace) and destroys it; the
+  // model stays. After the training thread ended.
+  void drop_optimizer(Duration timeout) {
+    if (!opt_) return;
+    (void)opt_->shutdown(timeout);
+    opt_.reset();
+  }
+  std::uint64_t id() const { return id_; }
   optim::Evaluation evaluate(const optim::FashionData& test) {
     return optim::evaluate(task_.model(), test);
   }
@@ -135,19 +207,59 @@ class FashionPeer {
   std::atomic<std::uint64_t> samples{0};
   std::atomic<std::uint64_t> bytes_sent{0};
   std::atomic<int> downloads{0};
+  std::atomic<int> rounds{0};                     // collaborative steps (a group of two or more)
+  std::atomic<std::uint64_t> stepped_samples{0};  // samples the applied steps averaged over
   std::atomic<int> round_errors{0};
   std::atomic<int> failures{0};
   std::atomic<bool> finished{false};
 
  private:
+  void create_optimizer(const FashionSetup& s, optim::OptimizerOptions o,
+                        std::shared_ptr<optim::Collaboration> collab) {
+    auto adam = std::make_unique<torch::optim::Adam>(task_.model()->parameters(),
+                                                     torch::optim::AdamOptions(s.lr));
+    opt_ =
+        optim::Optimizer::create(*task_.model(), std::move(adam), std::move(o), std::move(collab))
+            .value();
+  }
+
   IoThread io_;
-  std::shared_ptr<FakeCollaboration> collab_;
+  std::shared_ptr<FakeCollaboration> fake_;
   optim::FashionTask task_;
   std::size_t batch_;
+  std::uint64_t id_;
   std::unique_ptr<optim::Optimizer> opt_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_at_matchmaking_{false};
+  bool linger_ = false;
+  Duration pace_{0};
+  std::atomic<optim::Action> last_action_{optim::Action::accumulate};
 };
+
+// The alone anchor's options for "same total samples and batch size" as a collaboration whose
+// `epochs` steps averaged `stepped_samples` in all: a step every B samples, B the mean samples
+// per collaborative step rounded to whole local batches.
+inline optim::OptimizerOptions same_samples_alone(optim::OptimizerOptions o,
+                                                  std::uint64_t stepped_samples,
+                                                  std::uint64_t epochs) {
+  const double mean = static_cast<double>(stepped_samples) / static_cast<double>(epochs);
+  const double batch = static_cast<double>(o.batch_size);
+  o.target_batch_size = static_cast<std::uint64_t>(std::max(1.0, std::round(mean / batch)) * batch);
+  return o;
+}
+
+// Trains one process alone (no collaboration) to `epochs` and returns its test accuracy.
+inline double train_alone(const FashionSetup& s, const optim::OptimizerOptions& o,
+                          std::uint64_t epochs) {
+  const std::shared_ptr<Hub> none;
+  FashionPeer alone(s, none, o, 0, 1);
+  alone.start(epochs);
+  alone.join();
+  EXPECT_EQ(alone.optimizer().local_epoch(), epochs);
+  optim::FashionData test(s.test);
+  return alone.evaluate(test).accuracy;
+}
 
 inline bool wait_for(const std::function<bool()>& pred, Duration limit) {
   const auto end = Clock::now() + limit;

@@ -53,7 +53,9 @@ struct Peer {
   std::atomic<int> downloads{0}, failures{0}, rounds{0};
   std::atomic<std::int64_t> averaging_ms{0};
 
-  Peer(int seed, const std::vector<net::Multiaddr>& bootstrap) : model(make_linear(seed)) {
+  Peer(int seed, const std::vector<net::Multiaddr>& bootstrap,
+       const OptimizerOptions& opts = options())
+      : model(make_linear(seed)) {
     collab::TrainingNodeConfig cfg;
     cfg.initial_peers = bootstrap;
     cfg.collab.run_id = "nettest";
@@ -64,7 +66,7 @@ struct Peer {
     node = std::move(n).value();
     auto o =
         Optimizer::create(*model, std::make_unique<torch::optim::SGD>(model->parameters(), 0.05),
-                          options(), node->collaboration());
+                          opts, node->collaboration());
     if (!o) throw std::runtime_error(o.error().message());
     opt = std::move(o).value();
   }
@@ -161,6 +163,38 @@ TEST(NetCollaboration, PeersStepTogetherJoinerCatchesUpLeaverDoesNotStall) {
       static_cast<double>(peers[2]->averaging_ms.load()) / 1000,
       static_cast<unsigned long long>(sent), before, after);
   // Every peer leaves within its bound.
+  for (auto& p : peers) {
+    const auto t0 = Clock::now();
+    p.reset();
+    EXPECT_LT(Clock::now() - t0, 30s);
+  }
+}
+
+// Delayed parameter updates over the network: rounds and steps run in the background, every
+// epoch still ends with identical parameters on all peers.
+TEST(NetCollaboration, DelayedUpdatesKeepPeersIdentical) {
+  std::mutex mu;
+  std::map<std::uint64_t, std::vector<torch::Tensor>> record;
+  auto o = options();
+  o.delay_optimizer_step = true;
+  std::vector<std::unique_ptr<Peer>> peers;
+  peers.push_back(std::make_unique<Peer>(1, std::vector<net::Multiaddr>{}, o));
+  const auto seed_addrs = peers[0]->node->listen_addresses();
+  for (int i = 1; i < 3; ++i) peers.push_back(std::make_unique<Peer>(1, seed_addrs, o));
+  for (int i = 0; i < 3; ++i) peers[i]->start(100 + i, mu, record);
+  ASSERT_TRUE(wait_until([&] { return test::min_live_epoch(peers) >= 5; }, 150s)) << "no progress";
+  int rounds = 0;
+  for (auto& p : peers) {
+    p->stop = true;
+    if (p->thread.joinable()) p->thread.join();
+    EXPECT_EQ(p->failures, 0);
+    rounds += p->rounds;
+  }
+  {
+    std::lock_guard lk(mu);
+    test::expect_agreement(record, 3);
+  }
+  EXPECT_GT(rounds, 0) << "no collaborative round";
   for (auto& p : peers) {
     const auto t0 = Clock::now();
     p.reset();

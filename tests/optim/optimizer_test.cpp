@@ -273,3 +273,25 @@ TEST(OptimizerCollaboration, PeersStepTogetherJoinersCatchUpDeadPeersDoNotStall)
               static_cast<unsigned long long>(peers[1]->epoch.load()),
               static_cast<unsigned long long>(hub->rounds_closed), before, after);
 }
+
+// Delayed parameter updates with three peers: rounds and steps run in the background, and
+// after every epoch all peers hold identical parameters (same averaged gradient, same step).
+TEST(OptimizerCollaboration, DelayedUpdatesKeepPeersIdentical) {
+  auto hub = std::make_shared<test::Hub>(500ms);
+  auto o = options(2000, 8);
+  o.delay_optimizer_step = true;
+  std::mutex mu;
+  std::map<std::uint64_t, std::vector<torch::Tensor>> record;
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i) peers.push_back(std::make_unique<Peer>(hub, 1, o));
+  for (int i = 0; i < 3; ++i) peers[i]->start(300 + i, mu, record);
+  ASSERT_TRUE(wait_until([&] { return test::min_live_epoch(peers) >= 8; }, 90s)) << "no progress";
+  for (auto& p : peers) {
+    p->stop = true;
+    if (p->thread.joinable()) p->thread.join();
+    EXPECT_EQ(p->failures, 0);
+  }
+  std::lock_guard lk(mu);
+  expect_agreement(record, 6);
+  EXPECT_GE(hub->rounds_closed, 8u);
+}

@@ -440,3 +440,52 @@ TEST(ProgressTracker, SimulatedCollaborationStepsTogether) {
     EXPECT_LE(samples_per_epoch[i], kTarget * 11 / 10) << "epoch " << i << " overshoots";
   }
 }
+
+// A dead peer stops counting once its record is older than twice its publish interval plus
+// the grace (or its ttl), long before stale_after.
+TEST(ProgressTracker, DeadPeerExpiresByItsPublishIntervalAndTtl) {
+  auto cfg = config(1000);
+  cfg.publish_grace = 1s;
+  ProgressTracker t(make_peer(), cfg);
+  auto b = make_peer(), c = make_peer();
+  auto now = t0();
+  auto rb = rec(0, 100, 10);
+  rb.publish_interval = 2s;  // dead after 2 x 2 s + 1 s = 5 s
+  t.observe(b, rb, 0s, now);
+  auto rc = rec(0, 100, 10);
+  rc.ttl = 3s;  // dead after 3 s
+  t.observe(c, rc, 0s, now);
+  EXPECT_EQ(t.view(now + 2900ms).num_peers, 3u);
+  EXPECT_EQ(t.view(now + 3100ms).num_peers, 2u);
+  EXPECT_EQ(t.view(now + 4900ms).num_peers, 2u);
+  EXPECT_EQ(t.view(now + 5100ms).num_peers, 1u);
+  t.expire(now + 5100ms);
+  EXPECT_EQ(t.known_peers(), 0u);
+  EXPECT_LT(now + 5100ms, now + cfg.stale_after);
+  // A record already too old on arrival is not taken.
+  t.observe(b, rb, 6s, now);
+  EXPECT_EQ(t.known_peers(), 0u);
+  // The interval travels in the record.
+  auto d = decode_progress(encode_progress(rb));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d.value().publish_interval, 2s);
+  ProgressTracker u(make_peer(), cfg);
+  EXPECT_EQ(u.make_record(now, 60s).publish_interval, cfg.max_publish_interval);
+}
+
+// A peer is "alone at its epoch" only if no live computing peer is at its epoch or ahead.
+TEST(ProgressTracker, OthersAtEpoch) {
+  auto cfg = config(1000);
+  ProgressTracker t(make_peer(), cfg);
+  auto now = t0();
+  t.set_epoch(5);
+  EXPECT_FALSE(t.others_at_epoch(now));
+  t.observe(make_peer(), rec(4, 0, 10), 0s, now);  // behind
+  auto aux = rec(5, 0, 0);
+  aux.auxiliary = true;
+  t.observe(make_peer(), aux, 0s, now);
+  EXPECT_FALSE(t.others_at_epoch(now));
+  t.observe(make_peer(), rec(5, 0, 10), 0s, now);
+  EXPECT_TRUE(t.others_at_epoch(now));
+  EXPECT_FALSE(t.others_at_epoch(now + cfg.stale_after + 1s));
+}

@@ -45,7 +45,7 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option("--compression", o.compression, "gradient compression: none, float16, uint8")
       ->capture_default_str();
   cmd.add_flag("--delay-step", o.delay_step,
-               "delayed parameter updates (accepted; not implemented yet)");
+               "delayed parameter updates: the round and the step run in the background");
   cmd.add_option("--max-epochs", o.max_epochs, "stop when the collaboration reaches this epoch");
   cmd.add_option("--max-samples", o.max_samples, "stop after contributing this many samples");
   cmd.add_option("--max-seconds", o.max_seconds, "stop after this many seconds");

@@ -5,32 +5,36 @@
 //
 // Protocol (docs/averaging.md has the full rules and what happens to a lost peer per phase).
 // A round is a sequence of sub-rounds; sub-round 0 covers the whole vector, sub-round k+1
-// re-reduces only the parts the group agreed were lost in sub-round k. Each sub-round:
+// re-reduces only the parts the group agreed to redo in sub-round k. Each sub-round:
 //   1. reduce-scatter: every sender (every member not agreed failed) sends its values of each
 //      part to the part's owner (plan from make_plan(): bandwidth-optimal shares);
-//   2. report: when an owner has every sender's data complete or the sender failed, it sends
-//      the set of senders it holds completely to the other owners; once it has every owner's
-//      report (or the owner failed) it counts C = intersection of the reports, minus owners
-//      whose report never came, and reduces each of its parts over C in group order:
-//      sum_s (w_s / W) * x_s, W = sum of the counted weights (equal weights if W == 0);
-//   3. all-gather: the owner sends each reduced part (tagged with C) to every member;
+//   2. per-part reduction: as soon as an owner holds a part from every sender it does not
+//      consider failed, it reduces that part over the senders it holds it from (its tag T_p),
+//      in group order: sum_s (w_s / W) * x_s, W = sum of the weights in T_p (equal weights if
+//      W == 0), and
+//   3. all-gather: sends the reduced part, tagged with T_p, to every member at once, while
+//      its other parts may still be arriving (no barrier between the phases);
 //   4. fin: each member, once it holds every part or knows the part's owner failed, sends
-//      Fin1 {parts missing, members it saw fail, members that sent it garbage} to every
-//      non-client; each non-client, once it has Fin1 from every live member, relays all the
-//      Fin1s it got as Fin2 to every member; each member merges the Fin2s into the same
-//      table D and decides (decide_fin()): excluded = members with no Fin1 in D, plus a
-//      deterministic cover of the conflicts among the others (two members that lost each
-//      other cannot both stay); missing = parts reported missing by non-excluded members.
-//      Nothing missing: done. Otherwise the missing parts are re-partitioned among the
-//      members not excluded (sub-round k+1) and every member, including one that already
-//      held such a part, adopts the new values.
+//      Fin1 {parts missing, members it saw fail, members that sent it garbage, intersection
+//      of the tags of the parts it owns} to every non-client; each non-client, once it has
+//      Fin1 from every live member, relays all the Fin1s it got as Fin2 to every member; each
+//      member merges the Fin2s into the same table D and decides (decide_fin()): excluded =
+//      members with no Fin1 in D, plus a deterministic cover of the conflicts among the
+//      others (two members that lost each other cannot both stay); missing = parts reported
+//      missing by non-excluded members; counted C = the intersection of the non-excluded
+//      members' tag intersections, minus the owners of missing parts. A part is redone if it
+//      is missing or its tag differs from C. Nothing to redo: done. Otherwise the parts to
+//      redo are re-partitioned among C minus the excluded (sub-round k+1) and every member,
+//      including one that already held such a part, adopts the new values.
 // Every part's final value therefore comes from exactly one owner, so members that succeed
-// hold bit-identical results. A member that finds itself in D.failed, loses every non-client,
-// or reaches the deadline fails (errc::timeout / unavailable) and must not use output().
+// hold bit-identical results, and every part settled in a sub-round counts the same members
+// (a lost member's contribution is dropped from all of them or from none). A member that
+// finds itself excluded, loses every non-client, or reaches the deadline fails
+// (errc::timeout / unavailable) and must not use output().
 //
 // Threading rule: single-threaded (the node's I/O thread). The only exception: ReduceJobs
-// handed out by take_reduce_jobs() may run on any thread; the core touches neither their
-// inputs nor outputs until on_reduced() is called.
+// handed out by take_reduce_jobs() may run on any thread; the core touches neither a job's
+// inputs nor its output until on_reduced() is called for its part.
 #pragma once
 
 #include <cstdint>
@@ -53,10 +57,6 @@ struct PartMsg {  // sender -> owner: the sender's values of one part
   std::uint32_t part = 0;
   std::span<const float> data;
 };
-struct ReportMsg {  // owner -> owners: senders whose data this owner holds completely
-  std::uint32_t subround = 0;
-  Bitset complete;  // over members
-};
 struct ResultMsg {  // owner -> members: one reduced part
   std::uint32_t subround = 0;
   std::uint32_t part = 0;
@@ -69,6 +69,8 @@ struct FinReport {
   Bitset missing;  // over the sub-round's parts: parts it does not hold (their owner failed)
   Bitset failed;   // over members: members it saw fail (lost, stalled or misbehaving)
   Bitset blamed;   // subset of failed: members that sent it malformed data
+  // Over members: the intersection of the tags of the parts it owns (all set if it owns none).
+  Bitset counted;
   friend bool operator==(const FinReport&, const FinReport&) = default;
 };
 // Stage 1: member -> non-clients, exactly its own report. Stage 2: non-client -> members,
@@ -78,7 +80,7 @@ struct FinMsg {
   std::uint8_t stage = 1;
   std::vector<FinReport> reports;
 };
-using RoundMessage = std::variant<PartMsg, ReportMsg, ResultMsg, FinMsg>;
+using RoundMessage = std::variant<PartMsg, ResultMsg, FinMsg>;
 
 struct Envelope {
   std::uint32_t to = 0;  // member index
@@ -90,12 +92,14 @@ struct Envelope {
 struct FinDecision {
   Bitset excluded;  // over members
   Bitset missing;   // over parts
+  Bitset counted;   // over members: the counted set every part settled in this sub-round has
 };
 FinDecision decide_fin(const std::vector<std::optional<FinReport>>& reports, const Bitset& alive,
                        const std::vector<bool>& client, const std::vector<PartSpec>& parts);
 
 // A reduction to run (anywhere): out = sum_j coeffs[j] * inputs[j], summed in j order.
 struct ReduceJob {
+  std::uint32_t subround = 0;
   std::uint32_t part = 0;
   std::span<float> out;
   std::vector<std::span<const float>> inputs;
@@ -117,6 +121,11 @@ struct RoundConfig {
   bool reject_non_finite = true;
   // Reduce inside the core as soon as ready (tests); otherwise hand out ReduceJobs.
   bool inline_reduce = true;
+  // For the networked driver (not the core): balanced progress across this member's writers
+  // (0: off). A writer more than `balance_slack` parts ahead of the slowest flow that has data
+  // ready waits for it, at most `balance_hold` per frame.
+  std::size_t balance_slack = 2;
+  Duration balance_hold = 300ms;
 };
 
 struct RoundTimings {
@@ -158,9 +167,10 @@ class RoundCore {
                       bool blame = false);
   // Advances timers (stall detection, deadline).
   void tick(TimePoint now);
-  // With inline_reduce == false: reductions ready to run, then on_reduced() once all ran.
+  // With inline_reduce == false: reductions ready to run (one per part), then on_reduced()
+  // for each part once its job ran (the driver may re-encode part_output() before that).
   std::vector<ReduceJob> take_reduce_jobs();
-  void on_reduced(TimePoint now);
+  void on_reduced(std::uint32_t subround, std::uint32_t part, TimePoint now);
 
   std::vector<Envelope> take_outbox();
   // Earliest time tick() has something to do.
@@ -197,13 +207,15 @@ class RoundCore {
     std::uint32_t index = 0;
     RoundPlan plan;
     Bitset alive;  // agreed senders of this sub-round
-    // owner side
+    // owner side, indexed like my_parts
     std::vector<std::uint32_t> my_parts;
-    std::vector<std::vector<FloatBuffer>> slots;  // [my part idx][member]
-    std::vector<std::uint32_t> owed;              // parts each sender still owes me
-    std::vector<std::optional<Bitset>> reports;   // by owner
-    bool reported = false, reduce_requested = false, reduced = false, results_sent = false;
-    Bitset counted;
+    std::vector<std::vector<FloatBuffer>> slots;   // [my part idx][member]
+    std::vector<Bitset> have;                      // senders whose values of the part are in
+    std::vector<std::uint8_t> requested, reduced;  // reduction handed out / finished
+    std::vector<std::uint32_t> owed;               // by member: parts it still owes me
+    std::size_t next_unrequested = 0;              // my parts before it are all requested
+    std::size_t reduced_count = 0;
+    Bitset mine_counted;  // intersection of my parts' tags
     // member side
     Bitset got;                                               // parts held
     std::vector<Bitset> part_counted;                         // tag of each held part
@@ -219,9 +231,9 @@ class RoundCore {
   void send_parts();
   void advance(TimePoint now);
   bool rs_complete() const;
-  bool reports_complete() const;
-  void start_reduction(TimePoint now);
-  void finish_reduction(TimePoint now);
+  bool part_ready(std::size_t i) const;
+  void start_reductions(TimePoint now);
+  void finish_part(std::size_t i);
   bool gather_complete() const;
   bool fin1_complete() const;
   bool fin2_complete() const;
@@ -232,7 +244,6 @@ class RoundCore {
   void send(std::uint32_t to, RoundMessage m);
   result<void> handle(std::uint32_t from, const RoundMessage& msg, TimePoint now);
   result<void> handle_part(std::uint32_t from, const PartMsg& m);
-  result<void> handle_report(std::uint32_t from, const ReportMsg& m);
   result<void> handle_result(std::uint32_t from, const ResultMsg& m);
   result<void> handle_fin(std::uint32_t from, const FinMsg& m);
   result<void> check_floats(std::span<const float> d, std::uint64_t want, const char* what) const;

@@ -32,6 +32,7 @@ struct PeerProgress {
   std::uint64_t samples_total = 0;  // contributed over the run
   bool client_mode = false;
   bool auxiliary = false;
+  Duration publish_interval{0};  // the publisher republishes at least this often (0: unknown)
 
   friend bool operator==(const PeerProgress&, const PeerProgress&) = default;
 };
@@ -74,6 +75,10 @@ struct ProgressConfig {
   // The own record is republished at least this often (must be well below stale_after) and
   // at once when the epoch changes.
   Duration max_publish_interval = 5s;
+  // A record also stops counting once older than its ttl, or than twice its publisher's
+  // publish interval plus this grace (a publication may take a few seconds): a dead peer
+  // stops counting after ~15 s with the defaults, not stale_after.
+  Duration publish_grace = 5s;
   // Half-life of the local throughput estimate, in seconds of compute.
   double throughput_half_life_s = 10;
   // A peer whose epoch is more than this behind the collaboration's downloads state
@@ -132,13 +137,25 @@ class ProgressTracker {
   // The local epoch changed (a step was taken, or state was downloaded at `epoch`): the
   // accumulated samples restart at 0 and matchmaking may begin again.
   void set_epoch(std::uint64_t epoch);
+  // Delayed parameter updates: the round for the current epoch runs in the background. Until
+  // end_background_round(), the published record keeps the epoch and the samples it averaged
+  // (so peers still reaching the target join the same round), samples reported meanwhile count
+  // toward the next epoch, and decide() only says accumulate.
+  void begin_background_round();
+  // The background round finished: `stepped` moves to the next epoch with the samples reported
+  // meanwhile; otherwise they are added to this epoch's (the round is retried).
+  void end_background_round(bool stepped);
+  bool background_round() const noexcept { return background_; }
   // Restores counters from a checkpoint.
   void restore(std::uint64_t epoch, std::uint64_t samples_accumulated, std::uint64_t samples_total);
 
   // A record fetched at `now`, `age` old on this peer's clock (see record_age()). Records of
   // this peer itself are ignored; an older record of a peer than the one held is ignored.
   void observe(const net::PeerId& peer, const PeerProgress& record, Duration age, TimePoint now);
-  // Drops every record older than stale_after at `now`.
+  // Whether a live computing peer other than this one is at this peer's epoch or ahead (if
+  // not, this peer is really alone at its epoch and may step on its own).
+  bool others_at_epoch(TimePoint now) const;
+  // Drops every record that no longer counts at `now` (see live()).
   void expire(TimePoint now);
   std::size_t known_peers() const noexcept { return peers_.size(); }
 
@@ -162,6 +179,9 @@ class ProgressTracker {
     PeerProgress record;
     TimePoint observed_at;  // now - age when fetched
   };
+  // How long a record counts after its publication: stale_after, its ttl, or twice its
+  // publisher's interval plus publish_grace, whichever is shortest.
+  Duration lifetime(const PeerProgress& r) const;
   bool live(const Held& h, TimePoint now) const;
   Duration fetch_interval(const CollaborationView& v, TimePoint now) const;
   // A peer's samples at `now`, extrapolated from its record (at most stale_after ahead).
@@ -180,6 +200,8 @@ class ProgressTracker {
   std::optional<TimePoint> last_publish_;
   std::uint64_t published_epoch_ = 0;
   std::optional<std::uint64_t> matchmaking_epoch_;  // epoch matchmaking was begun for
+  bool background_ = false;                         // a background round runs for epoch_
+  std::uint64_t next_samples_ = 0;                  // samples toward epoch_ + 1 while it runs
 };
 
 }  // namespace starling::optim

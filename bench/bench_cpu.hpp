@@ -1,0 +1,18 @@
+// CPU time of the whole process (all threads, user + system), in seconds: the load-independent
+// cost of a round that bench_allreduce and gloo_allreduce print beside their wall times.
+#pragma once
+
+#include <sys/resource.h>
+
+namespace starling::bench {
+
+inline double process_cpu_s() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+}  // namespace starling::bench

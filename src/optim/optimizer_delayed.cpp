@@ -1,0 +1,122 @@
+// Delayed parameter updates (OptimizerOptions::delay_optimizer_step): the averaging round of
+// an epoch and the optimizer step run on a background thread while the training thread
+// computes the next epoch's gradients on the current (one step stale) parameters; the step is
+// applied at the next step() call after it finished.
+//
+// Every peer still ends each epoch with bit-identical parameters: the inner optimizer steps
+// `master` (the parameters as of the last applied step, identical on every peer) with the
+// round's averaged gradient, exactly as the synchronous path would; only the moment the
+// result is copied into the model's parameters changes. At most one round is in flight, so
+// the gradients of epoch e+1 are computed on the parameters of epoch e at worst (staleness
+// of one step). A failed background round gives its gradients and samples back to the
+// accumulators and is retried like a failed synchronous round.
+#include "optimizer_impl.hpp"
+
+namespace starling::optim {
+
+struct Optimizer::Impl::BackgroundRound {
+  std::thread thread;
+  std::atomic<bool> done{false};
+  std::uint64_t epoch = 0;  // the epoch the round averages
+  torch::Tensor acc;        // the accumulators (sums) it took, given back on failure
+  std::uint64_t samples = 0;
+  torch::Tensor mine;  // the contribution, averaged in place
+  std::shared_ptr<RoundBuffer> buf;
+  RoundOptions options;
+  // Written by the background thread before `done`.
+  result<RoundResult> outcome = make_error(errc::internal, "background round did not run");
+  Duration averaging_time{0};
+};
+
+Optimizer::Impl::~Impl() {
+  if (bg && bg->thread.joinable()) bg->thread.join();
+}
+
+void Optimizer::Impl::init_master() {
+  torch::NoGradGuard no_grad;
+  auto& state = inner->state();
+  for (const auto& p : params) {
+    auto m = p.detach().clone();
+    m.set_requires_grad(true);
+    // torch keys per-parameter optimizer state by the tensor's address.
+    auto it = state.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    if (it != state.end()) {
+      auto st = std::move(it->second);
+      state.erase(it);
+      state[c10::guts::to_string(m.unsafeGetTensorImpl())] = std::move(st);
+    }
+    for (auto& g : inner->param_groups())
+      for (auto& q : g.params())
+        if (q.unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) q = m;
+    master.push_back(std::move(m));
+  }
+}
+
+void Optimizer::Impl::publish_master() {
+  if (!delayed()) return;
+  torch::NoGradGuard no_grad;
+  std::lock_guard lk(master_mu);
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(master[i]);
+}
+
+void Optimizer::Impl::reload_master() {
+  if (!delayed()) return;
+  torch::NoGradGuard no_grad;
+  std::lock_guard lk(master_mu);
+  for (std::size_t i = 0; i < params.size(); ++i) master[i].detach().copy_(params[i]);
+}
+
+void Optimizer::Impl::run_background_round(BackgroundRound& b) {
+  const auto t0 = Clock::now();
+  try {
+    b.outcome = run_round(b.buf, b.options);
+    b.averaging_time = Clock::now() - t0;
+    if (b.outcome) {
+      std::lock_guard lk(master_mu);
+      apply(b.mine);
+    }
+  } catch (const std::exception& e) {
+    b.outcome = make_error(errc::internal, fmt::format("background step: {}", e.what()));
+  }
+  b.done = true;
+}
+
+void Optimizer::Impl::start_background_round(StepReport& rep, std::size_t expected_members) {
+  if (Clock::now() < retry_after) return;
+  auto b = std::make_shared<BackgroundRound>();
+  b->epoch = epoch;
+  b->samples = local_samples;
+  b->acc = acc_flat.clone();
+  b->mine = contribution().contiguous();
+  std::tie(b->buf, b->options) = make_round(b->mine, expected_members);
+  acc_flat.zero_();
+  local_samples = 0;
+  with_tracker([](ProgressTracker& t) { t.begin_background_round(); });
+  b->thread = std::thread([this, raw = b.get()] { run_background_round(*raw); });
+  bg = std::move(b);
+  rep.round_in_background = true;
+}
+
+bool Optimizer::Impl::finish_background_round(StepReport& rep, bool block) {
+  if (!bg || (!block && !bg->done)) return false;
+  bg->thread.join();
+  auto b = std::move(bg);
+  bg.reset();
+  rep.averaging_time += b->averaging_time;
+  if (!b->outcome) {
+    // Like a failed synchronous round: the gradients and samples go back to this epoch.
+    acc_flat.add_(b->acc);
+    local_samples += b->samples;
+    with_tracker([](ProgressTracker& t) { t.end_background_round(false); });
+    round_failed(rep, b->outcome.error());
+    return true;
+  }
+  note_round(rep, b->outcome.value());
+  publish_master();
+  rep.stepped = true;
+  with_tracker([](ProgressTracker& t) { t.end_background_round(true); });
+  enter_epoch(b->epoch + 1);
+  return true;
+}
+
+}  // namespace starling::optim

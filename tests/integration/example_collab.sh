@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The README's example (examples/collaborative_training.cpp): a user's own libtorch loop made
+# collaborative with starling::Optimizer. A `starling dht` bootstrap node and two example
+# processes join through it and train together: both must finish, average in groups of two,
+# learn (test accuracy far above chance), and hold identical parameters when they end at the
+# same epoch. Skips (77) when the Fashion-MNIST dataset is not installed.
+set -euo pipefail
+bin=$1
+example=$2
+data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+[[ -e $data/train-images-idx3-ubyte.gz || -e $data/train-images-idx3-ubyte ]] || {
+  echo "dataset-fashion-mnist is not installed: skipping"; exit 77; }
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+"$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addr" \
+  > "$dir/boot.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [[ -s $dir/boot.addr ]] && break; sleep 0.1; done
+[[ -s $dir/boot.addr ]] || { echo "bootstrap node did not start"; cat "$dir/boot.log"; exit 1; }
+boot=$(head -1 "$dir/boot.addr")
+
+epochs=8
+peers=()
+for p in a b; do
+  timeout -k 5 240 "$example" --initial-peers "$boot" --run-id example-test --epochs $epochs \
+    --target-batch 2048 --data-dir "$data" > "$dir/$p.log" 2>&1 &
+  peers+=($!)
+done
+rc=0
+for p in "${peers[@]}"; do wait "$p" || rc=$?; done
+for p in a b; do echo "--- peer $p"; tail -4 "$dir/$p.log"; done
+[[ $rc == 0 ]] || { echo "an example process failed (exit $rc)"; cat "$dir"/*.log; exit 1; }
+
+field() { sed -n "s/^done .*$2 \([^ ]*\).*/\1/p" "$dir/$1.log"; }
+for p in a b; do
+  [[ -n $(field $p epoch) ]] || { echo "peer $p printed no result"; exit 1; }
+  (( $(field $p epoch) >= epochs )) || { echo "peer $p stopped at epoch $(field $p epoch)"; exit 1; }
+  awk -v a="$(field $p accuracy)" 'BEGIN { exit !(a > 0.5) }' ||
+    { echo "peer $p accuracy $(field $p accuracy) (chance is 0.1)"; exit 1; }
+done
+grep -q "group 2" "$dir/a.log" "$dir/b.log" || { echo "the peers never averaged together"; exit 1; }
+if [[ $(field a epoch) == $(field b epoch) && $(field a param_hash) != $(field b param_hash) ]]; then
+  echo "same epoch, different parameters"; exit 1
+fi
+echo "example_collab: ok"

@@ -1,0 +1,257 @@
+// Delayed parameter updates (OptimizerOptions::delay_optimizer_step) over a gated test double:
+// the round and the step run in the background while step() keeps returning, the finished
+// step is applied by a later step() and equals the synchronous step, a failed background
+// round gives its gradients back and is retried, and shutdown during a round is bounded.
+#include <gtest/gtest.h>
+
+#include <torch/nn.h>
+#include <torch/optim/sgd.h>
+
+#include <atomic>
+
+#include "optim/fake_collaboration.hpp"
+#include "optim/linear_task.hpp"
+#include "starling/optim/optimizer.hpp"
+
+using namespace starling;
+using namespace starling::optim;
+
+namespace {
+
+using test::batch;
+using test::flat_params;
+using test::make_linear;
+using test::wait_until;
+
+// A collaboration whose rounds wait until the test opens the gate; a round then "averages"
+// with one imaginary partner holding the same values (the spans are left as they are), or
+// fails if the test asked for failures.
+class GatedCollaboration : public test::FakeCollaboration {
+ public:
+  GatedCollaboration(std::shared_ptr<test::Hub> hub, asio::any_io_executor ex)
+      : FakeCollaboration(std::move(hub), ex), gate_(ex) {}
+
+  void open() {
+    asio::post(executor(), [this] { gate_.set(); });
+  }
+  std::atomic<int> started{0}, finished{0}, failures_to_inject{0};
+
+  awaitable<result<RoundResult>> average(std::span<NamedSpan>, RoundOptions options) override {
+    ++started;
+    auto waited = co_await with_timeout(
+        gate_.wait(), std::max<Duration>(options.deadline - Clock::now(), 1ms), "gate");
+    ++finished;
+    if (!waited) co_return waited.error();
+    if (failures_to_inject > 0) {
+      --failures_to_inject;
+      co_return make_error(errc::unavailable, "injected failure");
+    }
+    RoundResult r;
+    r.members.push_back({self(), options.weight});
+    r.members.push_back({partner_, options.weight});
+    r.total_weight = 2 * options.weight;
+    co_return r;
+  }
+
+ private:
+  AsyncEvent gate_;
+  net::PeerId partner_ = net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
+};
+
+OptimizerOptions delayed_options() {
+  OptimizerOptions o;
+  o.run_id = "delayed";
+  o.target_batch_size = 64;
+  o.batch_size = 8;
+  o.delay_optimizer_step = true;
+  o.matchmaking_time = 1s;
+  o.averaging_timeout = 60s;
+  o.load_state_timeout = 10s;
+  o.progress.min_refresh = 50ms;
+  o.progress.max_refresh = 200ms;
+  o.progress.max_publish_interval = 200ms;
+  o.progress.stale_after = 600s;  // the partner's record below never goes stale
+  o.progress_ttl = 600s;
+  return o;
+}
+
+// One peer over a GatedCollaboration, with a partner's progress record in the hub so that it
+// averages rather than stepping alone.
+struct GatedPeer {
+  std::shared_ptr<test::Hub> hub = std::make_shared<test::Hub>();
+  test::IoThread io;
+  std::shared_ptr<GatedCollaboration> collab;
+  torch::nn::Linear model = make_linear(1);
+  std::unique_ptr<Optimizer> opt;
+  torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(11);
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;  // every batch fed
+
+  GatedPeer() {
+    collab = std::make_shared<GatedCollaboration>(hub, io.executor());
+    PeerProgress partner;
+    partner.epoch = 0;
+    partner.seq = 1;
+    partner.ttl = 600s;
+    {
+      std::lock_guard lk(hub->mu);
+      auto id = net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
+      hub->records[id] = {encode_progress(partner), {Clock::now(), 600s}};
+    }
+    opt = Optimizer::create(*model, std::make_unique<torch::optim::SGD>(model->parameters(), 0.05),
+                            delayed_options(), collab)
+              .value();
+  }
+  bool knows_partner() { return opt->status().collaboration.num_peers == 2; }
+  StepReport feed() {
+    auto [x, y] = batch(gen, 8);
+    batches.emplace_back(x, y);
+    torch::mse_loss(model->forward(x), y).backward();
+    auto r = opt->step();
+    EXPECT_TRUE(r);
+    return r ? r.value() : StepReport{};
+  }
+};
+
+// The parameters after one SGD step (lr 0.05) from make_linear(1) on the mean gradient of
+// batches [0, n).
+torch::Tensor reference_step(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& b,
+                             std::size_t n) {
+  auto ref = make_linear(1);
+  torch::optim::SGD sgd(ref->parameters(), 0.05);
+  std::vector<torch::Tensor> xs, ys;
+  for (std::size_t i = 0; i < n; ++i) {
+    xs.push_back(b[i].first);
+    ys.push_back(b[i].second);
+  }
+  torch::mse_loss(ref->forward(torch::cat(xs)), torch::cat(ys)).backward();
+  sgd.step();
+  return flat_params(*ref);
+}
+
+}  // namespace
+
+TEST(DelayedUpdates, StepRunsInBackgroundWhileTheLoopContinues) {
+  GatedPeer p;
+  ASSERT_TRUE(wait_until([&] { return p.knows_partner(); }, 30s));
+  const auto initial = flat_params(*p.model);
+  // 64 samples reach the target: the 8th call starts the round in the background.
+  for (int i = 0; i < 8; ++i) {
+    auto r = p.feed();
+    EXPECT_FALSE(r.stepped);
+    EXPECT_EQ(r.round_in_background, i == 7) << i;
+  }
+  ASSERT_TRUE(wait_until([&] { return p.collab->started == 1; }, 30s));
+  // The loop is not blocked: with the round waiting at the gate, step() keeps returning, on
+  // the same (now one step stale) parameters, toward the next epoch.
+  for (int i = 0; i < 4; ++i) {
+    auto r = p.feed();
+    EXPECT_FALSE(r.stepped);
+    EXPECT_TRUE(r.round_in_background);
+    EXPECT_EQ(r.epoch, 0u);
+    EXPECT_TRUE(torch::equal(flat_params(*p.model), initial));
+  }
+  p.collab->open();
+  ASSERT_TRUE(wait_until([&] { return p.collab->finished == 1; }, 30s));
+  // The finished step is applied by the next call: exactly the synchronous step on the 64
+  // samples of epoch 0.
+  auto applied = p.feed();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        if (applied.stepped) return true;
+        applied = p.feed();
+        return applied.stepped;
+      },
+      30s));
+  EXPECT_EQ(applied.epoch, 1u);
+  EXPECT_EQ(applied.group_size, 2u);
+  EXPECT_TRUE(torch::allclose(flat_params(*p.model), reference_step(p.batches, 8), 1e-5, 1e-6));
+  // The 4+ batches computed meanwhile count toward epoch 1.
+  EXPECT_GE(p.opt->status().local_samples, 32u);
+  ASSERT_TRUE(p.opt->shutdown());
+}
+
+TEST(DelayedUpdates, FailedBackgroundRoundGivesItsGradientsBackAndIsRetried) {
+  GatedPeer p;
+  p.collab->failures_to_inject = 1;
+  p.collab->open();
+  ASSERT_TRUE(wait_until([&] { return p.knows_partner(); }, 30s));
+  const auto initial = flat_params(*p.model);
+  bool failed = false;
+  std::size_t second_launch = 0;  // batches fed when the retried round started
+  StepReport r;
+  const auto until = Clock::now() + 60s;
+  while (Clock::now() < until) {
+    r = p.feed();
+    if (r.round_error) {
+      EXPECT_FALSE(r.stepped);
+      EXPECT_EQ(r.epoch, 0u);
+      failed = true;
+    }
+    if (failed && r.round_in_background && second_launch == 0) second_launch = p.batches.size();
+    if (r.stepped) break;
+    if (second_launch == 0) {
+      EXPECT_TRUE(torch::equal(flat_params(*p.model), initial));
+    }
+    std::this_thread::sleep_for(2ms);  // pacing (the retry comes after a 2 s backoff)
+  }
+  ASSERT_TRUE(failed);
+  ASSERT_TRUE(r.stepped);
+  EXPECT_EQ(r.epoch, 1u);
+  EXPECT_EQ(p.collab->started, 2);
+  // Every gradient computed before the retried round (all on the initial parameters) is in
+  // the step: the failed round's samples were given back, not lost.
+  EXPECT_TRUE(
+      torch::allclose(flat_params(*p.model), reference_step(p.batches, second_launch), 1e-5, 1e-6));
+  ASSERT_TRUE(p.opt->shutdown());
+}
+
+TEST(DelayedUpdates, ShutdownDuringABackgroundRoundIsBounded) {
+  GatedPeer p;
+  ASSERT_TRUE(wait_until([&] { return p.knows_partner(); }, 30s));
+  for (int i = 0; i < 8; ++i) p.feed();
+  ASSERT_TRUE(wait_until([&] { return p.collab->started == 1; }, 30s));
+  const auto t0 = Clock::now();
+  (void)p.opt->shutdown(2s);  // the round (60 s timeout) is cancelled
+  EXPECT_LT(Clock::now() - t0, 15s);
+  EXPECT_EQ(p.opt->local_epoch(), 0u);
+}
+
+// Rounds that keep failing never make a peer step alone while a live peer is at its epoch;
+// once it is really alone (the partner's record expired by its ttl), it steps on its own.
+TEST(DelayedUpdates, RepeatedFailuresStepAloneOnlyWhenReallyAlone) {
+  GatedPeer p;
+  p.collab->failures_to_inject = 1000;
+  p.collab->open();
+  ASSERT_TRUE(wait_until([&] { return p.knows_partner(); }, 30s));
+  int errors = 0;
+  const auto until = Clock::now() + 60s;
+  while (errors < 4 && Clock::now() < until) {
+    auto r = p.feed();
+    if (r.round_error) ++errors;
+    EXPECT_FALSE(r.stepped);
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_EQ(errors, 4);  // more than kMaxFailedRounds
+  EXPECT_EQ(p.opt->local_epoch(), 0u);
+  // The partner goes away: its last record lives 1 s.
+  {
+    PeerProgress partner;
+    partner.seq = 2;
+    partner.ttl = 1s;
+    std::lock_guard lk(p.hub->mu);
+    for (auto& [id, v] : p.hub->records)
+      if (id != p.collab->self()) v = {encode_progress(partner), {Clock::now(), 1s}};
+  }
+  bool stepped = false;
+  const auto until2 = Clock::now() + 60s;
+  while (!stepped && Clock::now() < until2) {
+    auto r = p.feed();
+    if (r.stepped) {
+      stepped = true;
+      EXPECT_EQ(r.group_size, 1u);
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_TRUE(stepped);
+  EXPECT_EQ(p.opt->local_epoch(), 1u);
+}
