@@ -41,8 +41,9 @@ struct Coordinator {
                      std::to_string(k) + ' ' + hex(values[k]));
     int ok = 0;
     double ms = 0;
-    in >> ok >> ms;
-    out.add(ok == 1, ms);
+    std::uint64_t dials = 0;
+    in >> ok >> ms >> dials;
+    out.add(ok == 1, ms, dials);
   }
   void setup() {
     const auto t0 = steady_clock::now();
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
   bench::Report r;
   try {
     if (which == "starling")
-      r = bench::run(p, which, [] { return std::make_unique<bench::StarlingSet>(); });
+      r = bench::run(p, which, [p] { return std::make_unique<bench::StarlingSet>(p); });
     else if (which == "opendht")
       r = bench::run(p, which, [p] { return std::make_unique<bench::OpenDhtSet>(p); });
     else

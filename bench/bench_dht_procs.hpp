@@ -6,7 +6,7 @@
 // peer pair). Commands (reply: one line starting with "ok" or "err"):
 //   start <first global index> <count> <seed address>...  -> ok <address of each new node>
 //   join                                                   -> ok        (wait until joined)
-//   store|get <local index> <key index> <hex value>        -> ok <0|1> <ms>
+//   store|get <local index> <key index> <hex value>        -> ok <0|1> <ms> <connections opened>
 //   kill <local index>                                     -> ok
 //   stats                                                  -> ok <rss KiB> <open fds>
 //   quit                                                   -> ok        (every node stopped)
@@ -40,6 +40,8 @@ class NodeSet {
   // Store / get key `k` through node `i`: (success, latency in ms).
   virtual std::pair<bool, double> store(std::size_t i, std::size_t k, const Blob& v) = 0;
   virtual std::pair<bool, double> get(std::size_t i, std::size_t k, const Blob& want) = 0;
+  // Connections node `i` has opened so far (0 for a connectionless system).
+  virtual std::uint64_t dials(std::size_t /*i*/) const { return 0; }
   virtual void stop_node(std::size_t i) = 0;
   virtual void stop_all() = 0;
 };
@@ -95,8 +97,9 @@ inline int worker_main(NodeSet& set, const Params& p, FILE* in, FILE* out) {
       std::size_t i = 0, k = 0;
       std::string v;
       line >> i >> k >> v;
+      const auto dials0 = set.dials(i);
       auto [ok, ms] = cmd == "store" ? set.store(i, k, unhex(v)) : set.get(i, k, unhex(v));
-      reply << ' ' << (ok ? 1 : 0) << ' ' << ms;
+      reply << ' ' << (ok ? 1 : 0) << ' ' << ms << ' ' << set.dials(i) - dials0;
     } else if (cmd == "kill") {
       std::size_t i = 0;
       line >> i;

@@ -4,6 +4,10 @@
 // thread hop, as OpenDHT's callbacks are) and times it.
 #pragma once
 
+#include <sys/resource.h>
+
+#include <thread>
+
 #include "bench_dht_procs.hpp"
 #include "starling/core/blocking.hpp"
 #include "starling/dht/node.hpp"
@@ -14,6 +18,10 @@ namespace sdht = starling::dht;
 
 class StarlingSet : public NodeSet {
  public:
+  explicit StarlingSet(const Params& p) {
+    per_proc_ = p.per_proc;
+    nodes_total_ = p.nodes;
+  }
   std::string start_node(std::uint64_t seed, const std::vector<std::string>& seeds) override {
     using namespace std::chrono;
     std::vector<starling::net::Multiaddr> addrs;
@@ -26,6 +34,24 @@ class StarlingSet : public NodeSet {
     hosts_.push_back(s.host);
     nodes_.push_back(s.node);
     return s.host->listen_addresses().at(0).with_peer_id(s.host->local_peer()).to_string();
+  }
+
+  // Joined = every node's warm connections are up (or max_s passed).
+  void wait_joined(double max_s) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      for (;;) {
+        auto w = starling::block_on(
+            threads_[i]->executor(),
+            [d = nodes_[i]]() -> starling::awaitable<starling::result<sdht::WarmStats>> {
+              co_return d->warm_stats();
+            },
+            std::chrono::seconds(10));
+        if (!w || (w.value().dialing == 0 && w.value().connected >= w.value().wanted)) break;
+        if (ms_since(t0) > max_s * 1000) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
   }
 
   std::pair<bool, double> store(std::size_t i, std::size_t k, const Blob& v) override {
@@ -46,6 +72,18 @@ class StarlingSet : public NodeSet {
         std::chrono::seconds(60));
     const bool ok = r && r.value() && r.value()->plain && r.value()->plain->value == want;
     return {ok, ms_since(t0)};
+  }
+
+  std::uint64_t dials(std::size_t i) const override {
+    std::uint64_t n = 0;  // read on the node's thread
+    auto r = starling::block_on(
+        threads_[i]->executor(),
+        [h = hosts_[i], &n]() -> starling::awaitable<starling::result<void>> {
+          n = h->stats().outbound_connections;
+          co_return starling::success();
+        },
+        std::chrono::seconds(10));
+    return r ? n : 0;
   }
 
   void stop_node(std::size_t i) override {
@@ -78,6 +116,20 @@ class StarlingSet : public NodeSet {
     return std::move(r).value();
   }
 
+  // Warm connections per node: the default, or less when the fd limit of a worker would not
+  // allow it (a node holds at most min(2 x this, N - 1) connections, see DhtNodeConfig).
+  // BENCH_WARM overrides.
+  static std::size_t warm_cap() {
+    if (const char* e = std::getenv("BENCH_WARM")) return std::strtoul(e, nullptr, 10);
+    rlimit rl{};
+    std::size_t cap = sdht::DhtNodeConfig{}.warm_connections;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && per_proc_ > 0) {
+      const std::size_t budget = rl.rlim_cur * 8 / 10 / per_proc_;  // connections per node
+      if (nodes_total_ > budget) cap = std::min(cap, budget / 2);
+    }
+    return cap;
+  }
+
   static sdht::RecordKey key_of(std::size_t k) {
     return sdht::RecordKey::from_string("bench-key-" + std::to_string(k));
   }
@@ -91,6 +143,7 @@ class StarlingSet : public NodeSet {
     ST_CO_TRY(co_await host->start());
     sdht::DhtNodeConfig cfg;
     cfg.seed = seed;
+    cfg.warm_connections = warm_cap();
     auto node = sdht::DhtNode::create(host, cfg);
     ST_CO_TRY(co_await node->start(seeds));
     co_return Started{host, node};
@@ -107,6 +160,7 @@ class StarlingSet : public NodeSet {
   std::vector<std::shared_ptr<starling::net::Host>> hosts_;
   std::vector<std::shared_ptr<sdht::DhtNode>> nodes_;
   std::vector<bool> stopped_;
+  static inline std::size_t per_proc_ = 0, nodes_total_ = 0;
 };
 
 }  // namespace bench

@@ -51,8 +51,10 @@ inline long rss_kib() {
 struct Series {
   std::vector<double> ms;
   std::size_t ok = 0, total = 0;
-  void add(bool success, double latency_ms) {
+  std::uint64_t dials = 0;  // connections the operating node opened during the operations
+  void add(bool success, double latency_ms, std::uint64_t opened = 0) {
     ++total;
+    dials += opened;
     if (success) {
       ++ok;
       ms.push_back(latency_ms);
@@ -73,6 +75,7 @@ struct Series {
             {"mean_ms", mean},
             {"ok", ok},
             {"total", total},
+            {"dials_per_op", total ? static_cast<double>(dials) / static_cast<double>(total) : 0.0},
             {"success", total ? static_cast<double>(ok) / static_cast<double>(total) : 0.0}};
   }
 };

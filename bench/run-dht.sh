@@ -27,6 +27,7 @@ for op in store store_again get get_after_churn; do
     printf "%-28s %12.2f %12.2f %10.2f\n" "$op $q" "$a" "$b" "$(ratio "$a" "$b")"
   done
   printf "%-28s %12.3f %12.3f\n" "$op success" "$(jq ".$op.success" <<< "$s")" "$(jq ".$op.success" <<< "$o")"
+  printf "%-28s %12.2f %12s\n" "$op connections opened/op" "$(jq ".$op.dials_per_op" <<< "$s")" "-"
 done
 printf "%-28s %12.0f %12.0f\n" "KiB per node" "$(jq .kib_per_node <<< "$s")" "$(jq .kib_per_node <<< "$o")"
 printf "%-28s %12.0f %12.0f\n" "fds, busiest process" "$(jq .max_fds_per_proc <<< "$s")" \

@@ -1,5 +1,6 @@
 // Fuzzes the multistream-select codec: arbitrary bytes must decode or be rejected, never
-// crash; whatever decodes must re-encode to the same bytes.
+// crash; whatever decodes must re-encode to the same bytes. The same bytes as a listener's
+// answer to a lazy proposal must parse or be rejected, consuming no more than given.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -10,6 +11,8 @@ using namespace starling;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   BytesView in(data, size);
+  auto answer = net::multistream_parse_answer(in, "/x/1.0.0");
+  if (answer && answer.value() && (*answer.value() == 0 || *answer.value() > size)) std::abort();
   while (!in.empty()) {
     auto r = net::multistream_decode(in);
     if (!r || !r.value()) break;

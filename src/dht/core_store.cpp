@@ -221,8 +221,12 @@ void DhtCore::republish(const Now& now) {
     }
     ++it;
   }
+  // The same quorum as a caller's store (a majority of the replicas by default): a republish
+  // that reaches fewer of its remembered replicas falls back to a lookup of the current
+  // closest nodes, which is what republishing is for.
+  const std::size_t replicas = cfg_.effective_replicas();
   for (auto& [key, slot] : due)
-    start_store(key, std::move(slot), cfg_.effective_replicas(), 0, true, now);
+    start_store(key, std::move(slot), replicas, cfg_.effective_store_quorum(replicas), true, now);
 }
 
 }  // namespace starling::dht

@@ -80,6 +80,7 @@ awaitable<result<void>> DhtNode::start(std::vector<net::Multiaddr> initial_peers
   }
   auto self = shared_from_this();
   scope_.spawn([self]() { return self->timer_loop(); });
+  if (cfg_.warm_connections > 0) scope_.spawn(warm_loop(self));
   dht_log().info("dht node {} started ({} mode)", peer().short_string(),
                  cfg_.dht.client_mode ? "client" : "server");
   if (initial_peers.empty()) co_return success();
@@ -91,6 +92,8 @@ awaitable<void> DhtNode::stop() {
   stopping_ = true;
   server_.reset();  // unregisters the protocol: new calls are refused
   timer_.cancel();
+  for (const auto& p : warm_kept_) host_->keep_alive(p, false);
+  warm_kept_.clear();
   auto waiters = std::move(waiters_);
   waiters_.clear();
   for (auto& [id, w] : waiters) {

@@ -18,7 +18,14 @@ Host::Host(asio::any_io_executor ex, crypto::KeyPair key, HostConfig cfg)
       key_(std::move(key)),
       id_(PeerId::from_public_key(key_.public_key())),
       cfg_(std::move(cfg)),
-      scope_(ex) {}
+      scope_(ex) {
+  if (cfg_.max_upload_bytes_per_second > 0)
+    upload_limit_ =
+        std::make_shared<TokenBucket>(cfg_.max_upload_bytes_per_second, cfg_.bandwidth_burst_bytes);
+  if (cfg_.max_download_bytes_per_second > 0)
+    download_limit_ = std::make_shared<TokenBucket>(cfg_.max_download_bytes_per_second,
+                                                    cfg_.bandwidth_burst_bytes);
+}
 
 Host::~Host() {
   for (auto& acc : acceptors_) {
@@ -88,8 +95,7 @@ awaitable<void> Host::accept_loop(std::shared_ptr<asio::ip::tcp::acceptor> acc) 
       if (!co_await sleep_for(50ms)) co_return;
       continue;
     }
-    std::size_t total = 0;
-    for (auto& [p, v] : conns_) total += v.size();
+    const std::size_t total = connection_count();
     if (total >= cfg_.max_connections || pending_inbound_ >= cfg_.max_pending_inbound) {
       ++stats_.rejected_connections;
       logger("net")->warn(
@@ -112,10 +118,11 @@ awaitable<void> Host::handle_inbound(std::shared_ptr<TcpStream> tcp) {
     ~Dec() { --n; }
   } dec{pending_inbound_};
   auto remote = endpoint_addr(tcp->remote_endpoint());
+  ByteStreamPtr raw = rate_limited(tcp, upload_limit_, download_limit_);
   auto upgrade = [&]() -> awaitable<result<std::shared_ptr<Connection>>> {
     ST_CO_TRY(auto sec,
               co_await multistream_handle(
-                  tcp, [](std::string_view p) { return p == kNoiseProtocol; }, cfg_.dial_timeout));
+                  raw, [](std::string_view p) { return p == kNoiseProtocol; }, cfg_.dial_timeout));
     ST_CO_TRY(auto chan, co_await noise_secure_inbound(sec.stream, key_, cfg_.dial_timeout));
     ST_CO_TRY(auto mux, co_await multistream_handle(
                             chan.stream, [](std::string_view p) { return p == kYamuxProtocol; },

@@ -96,10 +96,38 @@ void Host::remove_connection(std::uint64_t id, const Error& why) {
   }
 }
 
+void Host::keep_alive(const PeerId& peer, bool on) {
+  if (on) {
+    keep_alive_.insert(peer);
+    return;
+  }
+  if (keep_alive_.erase(peer) == 0) return;
+  // The idle clock starts now, not at the connection's last stream long ago.
+  if (auto it = conns_.find(peer); it != conns_.end())
+    for (auto& c : it->second) c->last_active = Clock::now();
+}
+
+std::size_t Host::connection_count() const {
+  std::size_t n = 0;
+  for (auto& [p, v] : conns_) n += v.size();
+  return n;
+}
+
 void Host::disconnect(const PeerId& peer) {
   auto it = conns_.find(peer);
   if (it == conns_.end()) return;
   for (auto& c : it->second) scope_.spawn(c->session->close());
+}
+
+// With lazy_select the proposal rides on the first bytes of the next layer (Noise's first
+// handshake message; the first yamux frames), saving a round trip each; a refusal fails that
+// layer's first read with errc::unsupported.
+awaitable<result<ByteStreamPtr>> Host::select_one(ByteStreamPtr s, const char* protocol,
+                                                  TimePoint deadline) {
+  if (cfg_.lazy_select) co_return multistream_select_lazy(std::move(s), protocol);
+  std::vector<std::string> protos{protocol};
+  ST_CO_TRY(auto neg, co_await multistream_select(std::move(s), protos, remaining(deadline)));
+  co_return neg.stream;
 }
 
 awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(Multiaddr addr,
@@ -120,13 +148,12 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(Multiaddr a
       ST_CO_TRY(ep, addr.to_tcp_endpoint());
     }
     ST_CO_TRY(auto tcp, co_await tcp_connect(ep, remaining(deadline)));
-    std::vector<std::string> sec_protos{kNoiseProtocol}, mux_protos{kYamuxProtocol};
-    ST_CO_TRY(auto sec, co_await multistream_select(tcp, sec_protos, remaining(deadline)));
-    ST_CO_TRY(auto chan,
-              co_await noise_secure_outbound(sec.stream, key_, expected, remaining(deadline)));
-    ST_CO_TRY(auto mux, co_await multistream_select(chan.stream, mux_protos, remaining(deadline)));
+    ByteStreamPtr raw = rate_limited(tcp, upload_limit_, download_limit_);
+    ST_CO_TRY(auto sec, co_await select_one(raw, kNoiseProtocol, deadline));
+    ST_CO_TRY(auto chan, co_await noise_secure_outbound(sec, key_, expected, remaining(deadline)));
+    ST_CO_TRY(auto mux, co_await select_one(chan.stream, kYamuxProtocol, deadline));
     if (stopping_) co_return make_error(errc::cancelled, "host is stopping");
-    auto session = YamuxSession::create(mux.stream, /*is_client=*/true, cfg_.yamux);
+    auto session = YamuxSession::create(mux, /*is_client=*/true, cfg_.yamux);
     ++stats_.outbound_connections;
     co_return add_connection(session, chan.remote_peer, addr.without_peer_id(), true);
   };

@@ -14,6 +14,8 @@ awaitable<result<ByteStreamPtr>> Host::open_stream(const PeerId& peer, std::stri
     ST_CO_TRY(auto conn, co_await get_or_dial(peer, deadline));
     conn->last_active = Clock::now();
     ST_CO_TRY(auto raw, co_await conn->session->open_stream());
+    // Lazy select: the proposal goes out with the first request bytes, no round trip here.
+    if (cfg_.lazy_select) co_return multistream_select_lazy(raw, protocol);
     std::vector<std::string> protos{protocol};
     auto left = std::max<Duration>(deadline - Clock::now(), Duration::zero());
     ST_CO_TRY(auto neg, co_await multistream_select(raw, protos, left));
@@ -74,8 +76,11 @@ awaitable<void> Host::idle_sweeper() {
     auto now = Clock::now();
     for (auto& [peer, v] : conns_)
       for (auto& c : v)
-        if (!c->closed && c->session->stream_count() == 0 &&
-            now - c->last_active > cfg_.idle_timeout) {
+        // Only the dialer closes an idle connection: the listener may be the side that wants
+        // it warm (the dialer's keep_alive), and each side closing on its own clock would
+        // make a warm peer redial forever. Inbound connections are bounded by max_connections.
+        if (!c->closed && c->outbound && c->session->stream_count() == 0 &&
+            !keep_alive_.count(peer) && now - c->last_active > cfg_.idle_timeout) {
           logger("net")->debug("closing idle connection to {}", peer.short_string());
           c->closed = true;
           scope_.spawn(c->session->close());

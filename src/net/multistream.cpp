@@ -59,6 +59,11 @@ class MessageReader {
     }
   }
   Bytes rest() { return Bytes(buf_.begin() + static_cast<std::ptrdiff_t>(pos_), buf_.end()); }
+  // True if a whole message (or a malformed one) is already buffered.
+  bool has_message() const {
+    auto m = multistream_decode(BytesView(buf_).subspan(pos_));
+    return !m || m.value().has_value();
+  }
 
  private:
   ByteStream& s_;
@@ -94,21 +99,31 @@ awaitable<result<Negotiated>> select_impl(ByteStreamPtr stream, std::vector<std:
   co_return make_error(errc::unsupported, "peer supports none of: " + names);
 }
 
+// `refused`: set once a proposal was answered "na" (see multistream_handle).
 awaitable<result<Negotiated>> handle_impl(ByteStreamPtr stream,
-                                          std::function<bool(std::string_view)> supported) {
+                                          std::function<bool(std::string_view)> supported,
+                                          bool& refused) {
   MessageReader reader(*stream);
   ST_CO_TRY(auto header, co_await reader.next());
   if (header != kMultistreamHeader)
     co_return make_error(errc::protocol_violation,
                          "unexpected multistream header '" + header + "'");
-  ST_CO_TRY(co_await stream->write(multistream_encode(kMultistreamHeader)));
+  // A dialer that pipelined its proposal (or sent it lazily with data) gets the header and the
+  // answer in one write; one that waits for our header gets it now.
+  Bytes out = multistream_encode(kMultistreamHeader);
+  if (!reader.has_message()) {
+    ST_CO_TRY(co_await stream->write(out));
+    out.clear();
+  }
   for (int i = 0; i < kMaxProposals; ++i) {
     ST_CO_TRY(auto proposal, co_await reader.next());
-    if (proposal != "ls" && supported(proposal)) {
-      ST_CO_TRY(co_await stream->write(multistream_encode(proposal)));
-      co_return Negotiated{std::move(proposal), with_prefix(stream, reader.rest())};
-    }
-    ST_CO_TRY(co_await stream->write(multistream_encode("na")));
+    const bool accept = proposal != "ls" && supported(proposal);
+    auto answer = multistream_encode(accept ? std::string_view(proposal) : "na");
+    out.insert(out.end(), answer.begin(), answer.end());
+    ST_CO_TRY(co_await stream->write(out));
+    out.clear();
+    if (accept) co_return Negotiated{std::move(proposal), with_prefix(stream, reader.rest())};
+    refused = true;
   }
   co_return make_error(errc::protocol_violation,
                        "peer made more than " + std::to_string(kMaxProposals) + " proposals");
@@ -130,11 +145,17 @@ awaitable<result<Negotiated>> multistream_handle(ByteStreamPtr stream,
                                                  std::function<bool(std::string_view)> supported,
                                                  Duration timeout) {
   auto desc = stream->describe();
-  auto r = co_await with_timeout(handle_impl(stream, std::move(supported)), timeout,
+  bool refused = false;
+  auto r = co_await with_timeout(handle_impl(stream, std::move(supported), refused), timeout,
                                  "multistream-select on " + desc);
   if (!r) {
     logger("net")->debug("negotiation failed on {}: {}", desc, r.error().message());
-    stream->reset();
+    // After a refusal, a lazy dialer's data follows its proposal and does not parse: close
+    // our side gracefully so it still reads the "na" (a reset could discard it unread).
+    if (refused && r.error() != errc::timeout && r.error() != errc::reset)
+      (void)co_await stream->close_write();
+    else
+      stream->reset();
   }
   co_return r;
 }

@@ -101,6 +101,9 @@ Error ClientCall::fail(Error e) {
     e = Error(errc::timeout, describe_ + ": deadline of " + ms_string(timeout_) + " ms exceeded");
   else if (e == errc::cancelled)
     e = Error(errc::cancelled, describe_ + ": cancelled");
+  else if (e == errc::unsupported)  // a lazily negotiated stream refused ("na") on first read
+    e = Error(make_error_code(rpc_errc::unimplemented),
+              describe_ + ": protocol not supported by the peer (" + e.message() + ")");
   else if (!is_remote_error(e))
     e = e.with_context(describe_);
   if (!finished_) {

@@ -28,13 +28,15 @@ inline DhtNodeConfig quick_config(bool client = false) {
 
 class NodeCluster {
  public:
-  explicit NodeCluster(asio::any_io_executor ex) : ex_(std::move(ex)) {}
+  explicit NodeCluster(asio::any_io_executor ex) : ex_(std::move(ex)) {
+    host_config.shutdown_timeout = 3s;
+  }
+  net::HostConfig host_config;  // for the hosts added from now on
 
   // Starts a host and a DHT node; bootstraps it through node 0 and one random earlier
   // server (none for the first node).
   awaitable<result<std::shared_ptr<DhtNode>>> add(DhtNodeConfig cfg) {
-    net::HostConfig hc;
-    hc.shutdown_timeout = 3s;
+    net::HostConfig hc = host_config;
     auto host = net::Host::create(ex_, crypto::KeyPair::generate(), hc);
     ST_CO_TRY(co_await host->start());
     cfg.seed = ++seed_;
@@ -58,6 +60,7 @@ class NodeCluster {
     co_return success();
   }
 
+  net::Host& host(std::size_t i) { return *hosts_.at(i); }
   net::Multiaddr addr(std::size_t i) const { return hosts_.at(i)->listen_addresses().at(0); }
   DhtNode& node(std::size_t i) { return *nodes_.at(i); }
   std::shared_ptr<DhtNode> node_ptr(std::size_t i) { return nodes_.at(i); }

@@ -74,3 +74,28 @@ TEST(DhtStore, SilentNodeIsPassedOverAfterAFewRoundTrips) {
   EXPECT_GE(fixed, 1s);
   EXPECT_LT(adaptive, 500ms);
 }
+
+TEST(DhtStore, RepublishNeedsAMajorityOfTheRememberedReplicas) {
+  // Republishing within the replica cache's lifetime goes to the remembered replicas; with
+  // only one of them left alive (below the majority quorum) it must look up the current
+  // closest nodes and restore the replica count, not settle for the one survivor.
+  SimOptions o;
+  o.config = small_config();  // 4 replicas, quorum 3
+  o.config.republish_interval = 20s;
+  o.config.store_cache_ttl = 10min;
+  auto net = network(40, o);
+  const auto key = RecordKey::from_string("republished");
+  auto s = store(net, 0, key, {plain("v", 1, 30min)});
+  ASSERT_TRUE(s.status) << s.status.error().message();
+  net.run_for(5s);
+  std::size_t spared = 0;
+  for (std::size_t i = 1; i < net.size(); ++i)
+    if (!net.core(i).records().records(key.id(), net.time()).empty()) {
+      if (spared++ > 0) net.kill(i);
+    }
+  ASSERT_GE(spared, 3u);  // the replicas other than the writer (an early store may add one)
+  const std::size_t before = holders(net, key);
+  ASSERT_LE(before, 2u);  // the survivor, and the writer if it is a replica
+  net.run_for(40s);       // one republish (and its fallback lookup) at least
+  EXPECT_GE(holders(net, key), 4u);
+}

@@ -4,6 +4,10 @@
 #include <sodium.h>
 #include <asio/experimental/awaitable_operators.hpp>
 
+#include <future>
+#include <thread>
+
+#include "starling/core/blocking.hpp"
 #include "starling/core/log.hpp"
 #include "starling/net/echo.hpp"
 #include "starling/net/host.hpp"
@@ -113,12 +117,17 @@ TEST(Host, DialErrorsNameThePeerAddressAndCause) {
     CO_ASSERT_FALSE(w);
     EXPECT_FALSE(a->is_connected(c->local_peer()));
     EXPECT_FALSE(a->is_connected(b->local_peer()));
-    // Unknown protocol: a clear error, the connection survives.
+    // Unknown protocol: a clear error on the (lazily negotiated) stream's first read, the
+    // connection survives.
     auto u = co_await a->open_stream(c->local_peer(), "/nope/1.0.0", 5s);
-    EXPECT_FALSE(u);
-    if (!u) {
-      EXPECT_EQ(u.error(), errc::unsupported) << u.error().message();
-    }
+    CO_ASSERT_OK(u);
+    CO_ASSERT_OK(co_await u.value()->write(as_bytes("request")));
+    Bytes buf(16);
+    auto ur = co_await with_timeout(u.value()->read_some(buf), 5s, "read from refused stream");
+    CO_ASSERT_FALSE(ur);
+    EXPECT_EQ(ur.error(), errc::unsupported) << ur.error().message();
+    EXPECT_NE(ur.error().message().find("/nope/1.0.0"), std::string::npos) << ur.error().message();
+    EXPECT_TRUE(a->is_connected(c->local_peer()));
     co_await a->stop();
     co_await c->stop();
   });
@@ -192,5 +201,107 @@ TEST(Host, GarbageFromAPeerOnlyCostsThatConnection) {
     EXPECT_GE(a->stats().failed_handshakes, 3u);
     co_await a->stop();
     co_await b->stop();
+  });
+}
+
+// Lazy select saves the negotiation round trip: with the peer's io thread frozen (it cannot
+// answer anything), open_stream() returns and the request is written; a host negotiating
+// strictly cannot even open the stream. Once the peer thaws, the request is answered.
+TEST(Host, LazyStreamCarriesItsRequestBeforeThePeerCanAnswer) {
+  asio::io_context io, io_b;
+  auto a = make_host(io);
+  HostConfig strict_cfg;
+  strict_cfg.lazy_select = false;
+  auto strict = make_host(io, strict_cfg);
+  auto b = make_host(io_b);
+  install_echo(*b);
+  auto work = asio::make_work_guard(io_b);
+  std::thread tb([&] { io_b.run(); });
+  ASSERT_TRUE(block_on(
+      io_b.get_executor(), [&] { return b->start(); }, 10s));
+  std::promise<void> frozen;
+  struct Thaw {  // b's thread is released whatever happens to the test
+    std::promise<void> p;
+    bool done = false;
+    void operator()() {
+      if (!done) p.set_value();
+      done = true;
+    }
+    ~Thaw() { (*this)(); }
+  } thaw;
+  auto thawed = thaw.p.get_future().share();
+  test::run_with_deadline(io, [&]() -> awaitable<void> {
+    CO_ASSERT_OK(co_await a->start());
+    CO_ASSERT_OK(co_await strict->start());
+    CO_ASSERT_OK(co_await a->connect(b->listen_addresses().at(0)));
+    CO_ASSERT_OK(co_await strict->connect(b->listen_addresses().at(0)));
+    CO_ASSERT_OK(co_await a->wait_identified(b->local_peer(), 10s));
+    CO_ASSERT_OK(co_await strict->wait_identified(b->local_peer(), 10s));
+    asio::post(io_b, [&frozen, thawed] {
+      frozen.set_value();
+      thawed.wait();
+    });
+    frozen.get_future().wait();  // b's thread now answers nothing
+    auto s = co_await a->open_stream(b->local_peer(), kEchoProtocol, 5s);
+    CO_ASSERT_OK(s);
+    CO_ASSERT_OK(co_await s.value()->write(as_bytes("ping")));
+    auto t = co_await strict->open_stream(b->local_peer(), kEchoProtocol, 300ms);
+    CO_ASSERT_FALSE(t);
+    EXPECT_EQ(t.error(), errc::timeout) << t.error().message();
+    thaw();
+    std::array<std::uint8_t, 4> buf{};
+    CO_ASSERT_OK(co_await with_timeout(read_exact(*s.value(), buf), 10s, "echo"));
+    EXPECT_EQ(as_string(buf), "ping");
+    co_await a->stop();
+    co_await strict->stop();
+  });
+  thaw();
+  (void)block_on(
+      io_b.get_executor(),
+      [&]() -> awaitable<result<void>> {
+        co_await b->stop();
+        co_return success();
+      },
+      10s);
+  work.reset();
+  io_b.stop();
+  tb.join();
+}
+
+// Idle connections: the dialer closes the ones it does not keep alive; keep_alive() and the
+// listener's side (inbound connections are left to their dialer) keep the others open.
+TEST(Host, IdleTimeoutSparesKeptAliveAndInboundConnections) {
+  asio::io_context io;
+  HostConfig cfg;
+  cfg.idle_timeout = 200ms;
+  auto a = make_host(io, cfg), b = make_host(io, cfg), c = make_host(io, cfg);
+  test::run_with_deadline(io, [&]() -> awaitable<void> {
+    CO_ASSERT_OK(co_await a->start());
+    CO_ASSERT_OK(co_await b->start());
+    CO_ASSERT_OK(co_await c->start());
+    a->keep_alive(c->local_peer(), true);
+    EXPECT_TRUE(a->kept_alive(c->local_peer()));
+    CO_ASSERT_OK(co_await a->connect(c->listen_addresses().at(0)));
+    CO_ASSERT_OK(co_await a->connect(b->listen_addresses().at(0)));
+    CO_ASSERT_OK(co_await a->wait_identified(c->local_peer(), 5s));
+    CO_ASSERT_OK(co_await a->wait_identified(b->local_peer(), 5s));
+    auto t0 = Clock::now();
+    while (a->is_connected(b->local_peer()) && Clock::now() - t0 < 20s)
+      (void)co_await sleep_for(20ms);
+    EXPECT_FALSE(a->is_connected(b->local_peer())) << "idle outbound connection not closed";
+    // The kept connection was idle as long (it became idle first), and c as the listener
+    // never closes it: both ends still have it several idle periods later.
+    (void)co_await sleep_for(5 * cfg.idle_timeout);
+    EXPECT_TRUE(a->is_connected(c->local_peer()));
+    EXPECT_TRUE(c->is_connected(a->local_peer()));
+    // Kept alive no more: now it idles out too.
+    a->keep_alive(c->local_peer(), false);
+    t0 = Clock::now();
+    while (a->is_connected(c->local_peer()) && Clock::now() - t0 < 20s)
+      (void)co_await sleep_for(20ms);
+    EXPECT_FALSE(a->is_connected(c->local_peer()));
+    co_await a->stop();
+    co_await b->stop();
+    co_await c->stop();
   });
 }

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -59,6 +60,26 @@ struct DhtNodeConfig {
   Duration dial_timeout = 5s;
   Duration stop_timeout = 5s;
   std::uint64_t seed = 0;  // routing randomness (0 = from std::random_device)
+  // Warm connections: the node keeps connections open to up to `warm_connections` of its
+  // routing-table nodes (far buckets first: each of their nodes covers more keys), dialling
+  // missing ones in the background, `warm_parallel` at a time, so that lookups do not pay
+  // TCP + Noise + yamux on their critical path. It dials only while its host holds fewer than
+  // 2 * `warm_connections` connections in all, inbound ones included (the bound on file
+  // descriptors: one per connection), and marks the warm ones keep-alive in the host; a node
+  // that leaves the set (or the table) falls back to the host's idle timeout (which only the
+  // dialling side applies). A failed warm dial is retried after `warm_retry`. 0 = off.
+  std::size_t warm_connections = 256;
+  std::size_t warm_parallel = 2;
+  Duration warm_interval = 1s;  // how often the set is recomputed from the routing table
+  Duration warm_retry = 30s;
+};
+
+// What the warm-connection keeper is doing (diagnostics, tests, the benchmark).
+struct WarmStats {
+  std::size_t wanted = 0;     // routing-table nodes in the warm set now
+  std::size_t connected = 0;  // of those, with an open connection
+  std::size_t dialing = 0;    // warm dials in flight
+  std::uint64_t dials = 0, failed = 0;
 };
 
 // One live value: the bytes, the remaining time-to-live when the get finished, and the
@@ -137,6 +158,7 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   // Addresses announced to peers (binary multiaddrs as the core sends them, as text here).
   std::vector<net::Multiaddr> announced() const;
   std::uint64_t bad_messages() const noexcept { return bad_messages_; }
+  WarmStats warm_stats() const;
 
  private:
   struct Waiter;
@@ -155,6 +177,11 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
                                                                      net::PeerId from,
                                                                      std::string request);
   awaitable<result<std::vector<Contact>>> seeds_of(const std::vector<net::Multiaddr>& addrs);
+  // Warm connections (node_warm.cpp).
+  std::vector<Contact> warm_candidates() const;
+  void refresh_warm();
+  awaitable<void> warm_dial(Contact c);
+  static awaitable<void> warm_loop(std::shared_ptr<DhtNode> self);
 
   std::shared_ptr<net::Host> host_;
   DhtNodeConfig cfg_;
@@ -166,6 +193,9 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   std::unordered_map<std::uint64_t, std::shared_ptr<Waiter>> waiters_;
   bool started_ = false, stopping_ = false;
   std::uint64_t bad_messages_ = 0;
+  std::set<net::PeerId> warm_kept_, warm_dialing_;
+  std::map<net::PeerId, TimePoint> warm_retry_at_;
+  std::uint64_t warm_dials_ = 0, warm_failed_ = 0;
 };
 
 // Blocking facade for threads other than the node's io thread (training loops, tools): each

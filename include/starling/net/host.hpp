@@ -27,16 +27,33 @@
 
 namespace starling::net {
 
+class TokenBucket;  // tcp.hpp
+
 struct HostConfig {
   // Addresses to listen on; port 0 picks a free port (listen_addresses() reports it).
   std::vector<std::string> listen = {"/ip4/127.0.0.1/tcp/0"};
   Duration dial_timeout = 10s;       // TCP connect + security + muxer, per address
   Duration negotiate_timeout = 10s;  // multistream-select on a new stream
-  Duration idle_timeout = 120s;      // a connection with no streams for this long is closed
+  // Dialer-side multistream-select is lazy (multistream.hpp): open_stream() returns at once
+  // and the protocol proposal travels with the first bytes written, saving a round trip per
+  // stream (and one each for /noise and /yamux when dialling); a refusal shows as
+  // errc::unsupported on the stream's first read (or a write past kLazyOptimisticBytes).
+  // false: every negotiation waits for the listener's answer.
+  bool lazy_select = true;
+  // A connection we dialled with no streams for this long is closed, unless keep_alive() is
+  // on for its peer. Inbound ones are left to their dialer (max_connections bounds them).
+  Duration idle_timeout = 120s;
   std::size_t max_connections = 1024;
   std::size_t max_pending_inbound = 64;  // inbound connections still handshaking
   Duration shutdown_timeout = 5s;        // bound for stop()
   std::string agent_version = "starling/0.1.0";
+  // Bandwidth limits for the whole host, in bytes per second (0 = unlimited): every
+  // connection's raw TCP bytes (handshakes, every protocol, both directions counted
+  // separately) share one token bucket per direction, with bursts of up to
+  // bandwidth_burst_bytes (0 = max(16 KiB, 100 ms worth of the rate)).
+  std::uint64_t max_upload_bytes_per_second = 0;
+  std::uint64_t max_download_bytes_per_second = 0;
+  std::uint64_t bandwidth_burst_bytes = 0;
   YamuxConfig yamux;
 };
 
@@ -83,6 +100,12 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   awaitable<result<void>> connect(const PeerId& peer, std::optional<Duration> timeout = {});
   // Closes every connection to `peer`.
   void disconnect(const PeerId& peer);
+  // Keeps the connections to `peer` open while idle (the idle timeout skips them), for
+  // protocols that want warm connections to chosen peers (the DHT's routing-table
+  // neighbours). Off again: the idle timeout applies from the last activity.
+  void keep_alive(const PeerId& peer, bool on);
+  bool kept_alive(const PeerId& peer) const { return keep_alive_.count(peer) > 0; }
+  std::size_t connection_count() const;
 
   awaitable<result<ByteStreamPtr>> open_stream(const PeerId& peer, std::string protocol,
                                                Duration timeout) override;
@@ -119,6 +142,8 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   awaitable<result<std::shared_ptr<Connection>>> dial_addr(Multiaddr addr,
                                                            std::optional<PeerId> expected,
                                                            TimePoint deadline);
+  awaitable<result<ByteStreamPtr>> select_one(ByteStreamPtr s, const char* protocol,
+                                              TimePoint deadline);
   awaitable<result<std::shared_ptr<Connection>>> get_or_dial(const PeerId& peer,
                                                              TimePoint deadline);
   std::shared_ptr<Connection> add_connection(std::shared_ptr<YamuxSession> session, PeerId peer,
@@ -145,6 +170,7 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   std::vector<Multiaddr> listen_addrs_;
   std::map<PeerId, std::vector<std::shared_ptr<Connection>>> conns_;
   std::map<PeerId, std::shared_ptr<PendingDial>> dialing_;
+  std::set<PeerId> keep_alive_;
   std::map<std::string, StreamHandler> handlers_;
   std::map<PeerId, PeerInfo> peers_;
   std::map<PeerId, std::shared_ptr<AsyncEvent>> identify_waiters_;
@@ -152,6 +178,7 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   std::uint64_t next_conn_id_ = 1;
   std::vector<PeerCallback> on_connected_, on_disconnected_;
   Stats stats_;
+  std::shared_ptr<TokenBucket> upload_limit_, download_limit_;  // null: unlimited
 };
 
 inline constexpr const char* kIdentifyProtocol = "/ipfs/id/1.0.0";

@@ -22,7 +22,9 @@ class StreamHost {
  public:
   virtual ~StreamHost() = default;
   // Opens a new stream to `peer` (connecting first if needed) negotiated to `protocol`.
-  // Errors name the peer, the protocol and the cause; errc::timeout after `timeout`.
+  // Errors name the peer, the protocol and the cause; errc::timeout after `timeout`. A host
+  // may negotiate lazily (net::Host does by default): then a peer that does not serve
+  // `protocol` shows as errc::unsupported on the stream's first read, not here.
   virtual awaitable<result<ByteStreamPtr>> open_stream(const PeerId& peer, std::string protocol,
                                                        Duration timeout) = 0;
   // Registers (or replaces) the handler for `protocol`.

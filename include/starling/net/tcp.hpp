@@ -27,6 +27,35 @@ class TcpStream final : public ByteStream {
   std::string describe_;
 };
 
+// A token bucket shared by every connection of a host, per direction: `rate` bytes per
+// second on average, bursts up to `burst` bytes. Callers take what they send or receive and
+// wait for the debt to be paid back (so concurrent connections share the rate).
+//
+// Threading rule: one executor (the host's); reserve() itself is pure arithmetic.
+class TokenBucket {
+ public:
+  // burst 0 = max(16 KiB, rate / 10): 100 ms worth of the rate.
+  TokenBucket(std::uint64_t rate, std::uint64_t burst = 0, TimePoint now = Clock::now());
+  // Takes `n` bytes at time `now` (the balance may go negative); returns how long the caller
+  // must wait before using them (zero while the bucket covers them).
+  Duration reserve(std::size_t n, TimePoint now);
+  // reserve() and wait; errc::cancelled if cancelled while waiting.
+  awaitable<result<void>> take(std::size_t n);
+  std::uint64_t rate() const noexcept { return rate_; }
+  std::uint64_t burst() const noexcept { return burst_; }
+
+ private:
+  std::uint64_t rate_, burst_;
+  double tokens_;
+  TimePoint last_;
+};
+
+// Wraps a connection's byte stream so that its writes take from `up` and its reads from
+// `down` (either may be null: unlimited). Reads return at most one burst at a time and wait
+// for their bytes' tokens before returning, so a peer is slowed by TCP flow control.
+ByteStreamPtr rate_limited(ByteStreamPtr inner, std::shared_ptr<TokenBucket> up,
+                           std::shared_ptr<TokenBucket> down);
+
 // Connects to `ep` within `timeout`. Sets TCP_NODELAY and large socket buffers.
 awaitable<result<std::shared_ptr<TcpStream>>> tcp_connect(asio::ip::tcp::endpoint ep,
                                                           Duration timeout);
