@@ -23,6 +23,8 @@ result<std::unique_ptr<TrainingNode>> TrainingNode::start(crypto::KeyPair key,
   net::HostConfig hc;
   hc.listen = cfg.listen;
   hc.shutdown_timeout = 3s;
+  hc.max_upload_bytes_per_second = cfg.max_upload_bytes_per_second;
+  hc.max_download_bytes_per_second = cfg.max_download_bytes_per_second;
   if (cfg.dht.dht.client_mode || cfg.collab.client_mode) hc.listen.clear();
   t->host_ = net::Host::create(t->io_->executor(), std::move(key), hc);
   auto host = t->host_;

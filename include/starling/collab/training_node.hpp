@@ -22,6 +22,10 @@ struct TrainingNodeConfig {
   dht::DhtNodeConfig dht = default_dht();
   NetCollaborationConfig collab;
   Duration start_timeout = 60s;  // host start + DHT bootstrap
+  // Bandwidth limits of the whole host in bytes/s (0: unlimited): every connection's raw TCP
+  // bytes (all protocols, handshakes included) share one token bucket per direction.
+  std::uint64_t max_upload_bytes_per_second = 0;
+  std::uint64_t max_download_bytes_per_second = 0;
 
   static dht::DhtNodeConfig default_dht();
 };
