@@ -13,7 +13,7 @@
 //   o.target_batch_size = 4096;
 //   auto opt = starling::Optimizer::create(
 //       *model, std::make_unique<torch::optim::Adam>(model->parameters(), 1e-3), o,
-//       node.collaboration(o.run_id)).value();          // nullptr: train alone
+//       node->collaboration()).value();   // a collab::TrainingNode; nullptr: train alone
 //   for (auto& [x, y] : loader) {
 //     torch::nn::functional::cross_entropy(model->forward(x), y).backward();
 //     opt->step(x.size(0));                              // instead of adam.step()
