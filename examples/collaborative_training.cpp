@@ -140,6 +140,7 @@ int main(int argc, char** argv) {
       std::printf("epoch %llu loss %.4f group %zu\n",
                   static_cast<unsigned long long>(r.value().epoch), loss.item<double>(),
                   r.value().group_size);
+    std::fflush(stdout);
   }
 
   torch::NoGradGuard no_grad;

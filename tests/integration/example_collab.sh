@@ -26,7 +26,7 @@ for _ in $(seq 100); do [[ -s $dir/boot.addr ]] && break; sleep 0.1; done
 [[ -s $dir/boot.addr ]] || { echo "bootstrap node did not start"; cat "$dir/boot.log"; exit 1; }
 boot=$(head -1 "$dir/boot.addr")
 
-epochs=8
+epochs=60
 peers=()
 start_peer() {
   timeout -k 5 240 "$example" --initial-peers "$boot" --run-id example-test --epochs $epochs \
