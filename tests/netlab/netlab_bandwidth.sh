@@ -3,6 +3,11 @@
 # change made with `netlab shape`, and for a host behind NAT (caps sit on its router's uplink).
 # The expected numbers are the configured caps; iperf3 reports TCP goodput, which is ~4.5%
 # below the tbf rate (Ethernet/IP/TCP headers), well inside the tolerance.
+# iperf3 uses cubic when the kernel has it: the test measures the shaper, and this machine's
+# default (bbr) on a path with ~0.1 ms RTT swings between 32 and 48 Mbit/s on a 50 Mbit/s cap
+# from run to run (BBR paces at its own bandwidth estimate); cubic fills the tbf queue and
+# measures 47.5-47.8 every time. Namespaces cannot change their default (the kernel allows
+# only tcp_allowed_congestion_control there), so the choice is per socket (root may).
 source "$(dirname "$0")/lib.sh"
 need_cmd iperf3
 need_root --nat
@@ -13,12 +18,17 @@ for h in h1 h2 h3 h4; do
 done
 for h in h1 h2 h3 h4; do wait_listen "$h" 5201; done
 
+CC=()
+if grep -qw cubic /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null; then
+  CC=(-C cubic)
+fi
+
 # measure FROM_HOST TO_HOST [extra iperf3 args]: prints receiver Mbit/s of a client on FROM
 measure() {
   local from=$1 to=$2
   shift 2
   local out
-  out=$(nl exec "$from" -- timeout 20 iperf3 -c "$(nl addr "$to" --outside)" -p 5201 -f m -t 3 -O 1 "$@" 2>&1) || {
+  out=$(nl exec "$from" -- timeout 20 iperf3 -c "$(nl addr "$to" --outside)" -p 5201 -f m -t 3 -O 1 "${CC[@]}" "$@" 2>&1) || {
     echo "# iperf3 failed: $out" >&2
     echo 0
     return
