@@ -10,7 +10,12 @@ build=${1:-build}
 bin=$build/bin/starling
 dir=$(mktemp -d)
 node_pid=""
-cleanup() { [[ -n $node_pid ]] && kill "$node_pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$dir"; }
+cleanup() {
+  local rc=$?
+  [[ -n $node_pid ]] && kill "$node_pid" 2>/dev/null
+  wait 2>/dev/null || true
+  if ((rc == 0)); then rm -rf "$dir"; else echo "== logs of the failed run kept in $dir"; fi
+}
 trap cleanup EXIT
 
 echo "== starting node A (identity $dir/a.key)"

@@ -32,7 +32,7 @@ echo "   bootstrap node: $boot"
 declare -A tpid
 start_trainer() {
   local i=$1
-  "$bin" train --identity "$dir/t$i.key" --initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 \
+  STARLING_LOG=${STARLING_LOG:-info} "$bin" train --identity "$dir/t$i.key" --initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 \
     --run-id demo --target-batch-size "$target" --batch-size 64 --threads 1 --lr "$lr" \
     --max-epochs "$epochs" --progress-every 20 --report "$dir/t$i.json" > "$dir/t$i.log" 2>&1 &
   tpid[$i]=$!

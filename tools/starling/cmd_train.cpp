@@ -150,6 +150,8 @@ int train_main(const TrainOptions& o) {
   const auto t0 = Clock::now();
   std::uint64_t last_eval_epoch = opt.local_epoch();
   std::string stop_reason = "interrupted";
+  const auto train_log = logger("train");
+  std::uint64_t logged_epoch = opt.local_epoch();
   while (g_signals.load() == 0) {
     progress.loss(task.forward_backward(o.batch_size));
     auto rep = opt.step(o.batch_size);
@@ -157,6 +159,18 @@ int train_main(const TrainOptions& o) {
       std::cerr << "\nerror: " << rep.error().message() << "\n";
       stop_reason = "error";
       break;
+    }
+    if (opt.local_epoch() != logged_epoch) {
+      // Each epoch's origin and parameter hash (STARLING_LOG=info): peers that agree print the
+      // same hash at the same epoch, so a fork shows where it began.
+      if (train_log->should_log(spdlog::level::info)) {
+        const auto& r = rep.value();
+        train_log->info("epoch {} -> {}: {} (group {}, {:.0f} samples) param_hash {}",
+                        logged_epoch, opt.local_epoch(),
+                        !r.stepped ? "downloaded" : r.group_size > 1 ? "averaged" : "alone",
+                        r.group_size, r.group_samples, parameter_hash(*task.model()));
+      }
+      logged_epoch = opt.local_epoch();
     }
     auto st = opt.status();
     progress.print(st, o, false);
