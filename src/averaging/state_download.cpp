@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "starling/averaging/schema.hpp"
 #include "starling/averaging/wire.hpp"
@@ -101,13 +102,15 @@ result<void> StateDownload::choose_snapshot() {
                                              std::to_string(target_.max_bytes) + " bytes");
     return make_error(errc::unavailable, "load_state: no donor answered with a usable manifest");
   }
-  auto best = by_snap.begin();
-  for (auto it = by_snap.begin(); it != by_snap.end(); ++it) {
+  // Preferred metadata first, then the highest epoch, then the most donors.
+  auto rank = [&](const auto& it) {
     const auto& m = it->second.front()->manifest;
-    const auto& bm = best->second.front()->manifest;
-    if (std::make_pair(m.epoch, it->second.size()) > std::make_pair(bm.epoch, best->second.size()))
-      best = it;
-  }
+    const bool preferred = !opts_.prefer_metadata.empty() && m.metadata == opts_.prefer_metadata;
+    return std::make_tuple(preferred, m.epoch, it->second.size());
+  };
+  auto best = by_snap.begin();
+  for (auto it = by_snap.begin(); it != by_snap.end(); ++it)
+    if (rank(it) > rank(best)) best = it;
   use_ = best->second;
   for (auto& [id, ds] : by_snap)
     if (id != best->first)

@@ -34,6 +34,20 @@ const char* codec_of(optim::Compression c) {
 
 // The provider adapter the state averager calls (a function object: GCC 12 and lambdas in
 // coroutines).
+// A state's digest travels as the blob snapshot's metadata: 8 bytes, big-endian.
+Bytes digest_bytes(std::uint64_t d) {
+  Bytes b(8);
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<std::uint8_t>(d >> (56 - 8 * i));
+  return b;
+}
+
+std::uint64_t digest_of(const Bytes& metadata) {
+  if (metadata.size() != 8) return 0;
+  std::uint64_t d = 0;
+  for (auto c : metadata) d = (d << 8) | c;
+  return d;
+}
+
 struct ProviderSource {
   std::shared_ptr<std::function<awaitable<result<optim::Collaboration::State>>()>> provider;
   std::shared_ptr<std::atomic<std::uint64_t>> last_epoch;
@@ -43,6 +57,7 @@ struct ProviderSource {
     averaging::BlobSnapshot b;
     b.epoch = st.epoch;
     b.data = std::move(st.bytes);
+    if (st.digest != 0) b.metadata = digest_bytes(st.digest);
     co_return b;
   }
 };
@@ -264,10 +279,11 @@ awaitable<result<optim::RoundResult>> NetCollaboration::average(std::span<optim:
 // --- state ---------------------------------------------------------------------------------
 
 awaitable<result<optim::Collaboration::State>> NetCollaboration::download_state(
-    TimePoint deadline) {
+    TimePoint deadline, std::uint64_t want_digest) {
   auto self = shared_from_this();
   if (impl_->stopped) co_return make_error(errc::closed, "collaboration stopped");
   averaging::LoadStateOptions o;
+  if (want_digest != 0) o.prefer_metadata = digest_bytes(want_digest);
   o.timeout = std::max<Duration>(deadline - Clock::now(), 100ms);
   o.max_bytes = cfg_.max_state_bytes;
   o.stall_timeout = std::min<Duration>(o.timeout, 20s);
@@ -277,6 +293,7 @@ awaitable<result<optim::Collaboration::State>> NetCollaboration::download_state(
   State st;
   st.epoch = blob.info.epoch;
   st.bytes = std::move(blob.data);
+  st.digest = digest_of(blob.info.metadata);
   co_return st;
 }
 

@@ -62,7 +62,7 @@ result<std::unique_ptr<Optimizer>> Optimizer::create(torch::nn::Module& model,
     ST_TRY(auto meta, load_latest_checkpoint(*impl->ckpt, model, impl->inner.get(), &extra));
     if (meta) {
       if (meta->run_id != impl->opt.run_id)
-        log()->warn("checkpoint is from run '{}', this is run '{}'", meta->run_id,
+        Impl::log()->warn("checkpoint is from run '{}', this is run '{}'", meta->run_id,
                     impl->opt.run_id);
       impl->epoch = meta->epoch;
       impl->diloco.set_outer_steps(meta->outer_steps);
@@ -76,15 +76,25 @@ result<std::unique_ptr<Optimizer>> Optimizer::create(torch::nn::Module& model,
   }
 
   const auto samples_total = impl->resumed ? impl->resumed->samples_total : 0;
+  impl->digest = impl->compute_digest();
   if (collaboration) {
-    ProgressTracker tracker(collaboration->self(), impl->progress_config());
+    // Networked: never step alone before having looked for the others (peers started
+    // together would each step alone and fork), nor on records older than the last step.
+    auto cfg = impl->progress_config();
+    cfg.confirm_alone = true;
+    cfg.startup_grace = impl->opt.matchmaking_time;
+    ProgressTracker tracker(collaboration->self(), cfg);
     tracker.restore(impl->epoch, 0, samples_total);
+    tracker.set_digest(impl->digest);
+    tracker.start(Clock::now());
     impl->io = OptimizerIo::start(std::move(collaboration), std::move(tracker), impl->opt);
+    // (An auxiliary peer serves no state: OptimizerIo::start skips it.)
     if (impl->opt.delay_optimizer_step) impl->init_master();
   } else {
     auto self = net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
     impl->local_tracker = std::make_unique<ProgressTracker>(self, impl->progress_config());
     impl->local_tracker->restore(impl->epoch, 0, samples_total);
+    impl->local_tracker->set_digest(impl->digest);
   }
   return std::unique_ptr<Optimizer>(new Optimizer(std::move(impl)));
 }
@@ -111,10 +121,17 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
   StepReport rep;
   // A finished background step is applied now; one still running is waited for once this peer
   // alone has accumulated a whole target since (the next epoch is due).
-  if (m.bg) m.finish_background_round(rep, m.local_samples >= m.opt.target_batch_size);
+  const bool applied = m.bg && m.finish_background_round(rep, m.local_samples >= m.opt.target_batch_size) &&
+                       rep.stepped;
   auto decision = m.with_tracker([&](ProgressTracker& t) {
     t.report_samples(batch_size, compute);
-    auto d = t.decide(Clock::now());
+    // One epoch per call: after applying a step, the caller sees the new epoch (and may stop
+    // at a last epoch) before anything else starts.
+    Decision d;
+    if (applied)
+      d.view = t.view(Clock::now());
+    else
+      d = t.decide(Clock::now());
     m.note_tracker(t, d.view);
     return d;
   });
@@ -139,7 +156,7 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
         m.step_alone(rep);
       break;
     case Action::download_state:
-      if (m.io) m.download(rep);
+      if (m.io) m.download(rep, decision.want_digest);
       break;
   }
   rep.epoch = m.epoch;
@@ -147,6 +164,43 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
   m.stats.bytes_sent += rep.bytes_sent;
   m.stats.bytes_received += rep.bytes_received;
   m.last_step_end = Clock::now();
+  return rep;
+}
+
+result<StepReport> Optimizer::assist() {
+  auto& m = *impl_;
+  if (m.shut_down) return make_error(errc::closed, "optimizer: assist() after shutdown()");
+  if (!m.opt.auxiliary)
+    return make_error(errc::invalid_argument, "optimizer: assist() is for auxiliary peers");
+  if (!m.io) return make_error(errc::unavailable, "optimizer: an auxiliary peer needs peers");
+  StepReport rep;
+  auto decision = m.with_tracker([&](ProgressTracker& t) {
+    auto d = t.decide(Clock::now());  // follows the collaboration's epoch
+    m.note_tracker(t, d.view);
+    m.epoch = t.local_epoch();
+    return d;
+  });
+  rep.action = decision.action;
+  if (decision.action == Action::begin_matchmaking && decision.view.eta)
+    m.io->prepare_round(m.round_key(), Clock::now() + *decision.view.eta);
+  if (decision.action == Action::average_and_step && Clock::now() >= m.retry_after) {
+    // Zeros with weight 0: the group's average is unchanged; this peer's parameters are not
+    // the collaboration's (it never downloads them), so the result is not applied.
+    auto [buf, ro] = m.make_round(torch::zeros_like(m.acc_flat), decision.view.peers_at_global_epoch);
+    auto r = m.run_round(buf, ro);
+    if (r) {
+      m.note_round(rep, r.value());
+      m.finish_epoch(m.epoch + 1, &r.value());
+      rep.stepped = true;
+    } else {
+      rep.round_error = r.error();
+      ++m.stats.rounds_failed;
+      m.retry_after = Clock::now() + Impl::kRetryBackoff;
+    }
+  }
+  rep.epoch = m.epoch;
+  m.stats.bytes_sent += rep.bytes_sent;
+  m.stats.bytes_received += rep.bytes_received;
   return rep;
 }
 
@@ -163,7 +217,7 @@ OptimizerStatus Optimizer::status() const {
   auto& m = *impl_;
   // step() refreshes the tracker's half of the status on its way through the io thread, so a
   // training loop that calls status() after every step() never waits for the io thread.
-  if (!m.io || Clock::now() - m.tracker_status_at > kStatusFresh)
+  if (!m.io || Clock::now() - m.tracker_status_at > Impl::kStatusFresh)
     m.with_tracker([&](ProgressTracker& t) {
       m.note_tracker(t, t.view(Clock::now()));
       return 0;
@@ -197,6 +251,16 @@ result<void> Optimizer::load_state_from_peers() {
   return success();
 }
 
+void Optimizer::finish_round() {
+  if (!impl_->bg) return;
+  StepReport ignored;
+  impl_->finish_background_round(ignored, true);
+}
+
+std::uint64_t Optimizer::state_digest() const {
+  return impl_->digest;
+}
+
 result<std::filesystem::path> Optimizer::save_checkpoint(std::uint64_t stream_pass,
                                                          std::uint64_t stream_position) {
   return impl_->save(stream_pass, stream_position);
@@ -218,7 +282,7 @@ result<void> Optimizer::shutdown(Duration timeout) {
   if (m.ckpt) {
     auto r = m.save(0, 0);
     if (!r) {
-      log()->warn("final checkpoint failed: {}", r.error().message());
+      Impl::log()->warn("final checkpoint failed: {}", r.error().message());
       if (out) out = r.error();
     }
   }

@@ -114,7 +114,14 @@ bool Optimizer::Impl::finish_background_round(StepReport& rep, bool block) {
   note_round(rep, b->outcome.value());
   publish_master();
   rep.stepped = true;
-  with_tracker([](ProgressTracker& t) { t.end_background_round(true); });
+  digest = compute_digest();
+  const auto members = member_ids(b->outcome.value());
+  with_tracker([&](ProgressTracker& t) {
+    t.end_background_round(true);
+    t.set_digest(digest);
+    t.round_succeeded(members, Clock::now());
+    return 0;
+  });
   enter_epoch(b->epoch + 1);
   return true;
 }

@@ -22,25 +22,19 @@
 #include "starling/optim/training_state.hpp"
 
 namespace starling::optim {
-namespace {
-
-auto log() {
-  return logger("optim");
-}
-
-// How long the training thread waits for an io-thread job beyond the job's own deadline
-// before giving up on it (the io thread is stopped or wedged).
-constexpr Duration kIoGrace = 30s;
-// After a failed round or download, wait this long before trying again.
-constexpr Duration kRetryBackoff = 2s;
-// status() reuses what the last step() learned from the tracker if it is this recent.
-constexpr Duration kStatusFresh = 500ms;
-// Consecutive failed rounds after which the peer steps with its own gradients.
-constexpr int kMaxFailedRounds = 3;
-
-}  // namespace
 
 struct Optimizer::Impl {
+  static auto log() { return logger("optim"); }
+  // How long the training thread waits for an io-thread job beyond the job's own deadline
+  // before giving up on it (the io thread is stopped or wedged).
+  static constexpr Duration kIoGrace = 30s;
+  // After a failed round or download, wait this long before trying again.
+  static constexpr Duration kRetryBackoff = 2s;
+  // status() reuses what the last step() learned from the tracker if it is this recent.
+  static constexpr Duration kStatusFresh = 500ms;
+  // Consecutive failed rounds after which the peer steps with its own gradients.
+  static constexpr int kMaxFailedRounds = 3;
+
   torch::nn::Module& model;
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
@@ -60,6 +54,7 @@ struct Optimizer::Impl {
   std::optional<CheckpointMeta> resumed;
 
   std::uint64_t epoch = 0;          // training-thread copy of the local epoch
+  std::uint64_t digest = 0;         // StateDigest of the parameters at `epoch`
   std::uint64_t local_samples = 0;  // toward `epoch`
   std::optional<TimePoint> last_step_end;
   TimePoint retry_after{};
@@ -117,8 +112,26 @@ struct Optimizer::Impl {
     c.matchmaking_time = opt.matchmaking_time;
     c.auxiliary = opt.auxiliary;
     c.client_mode = opt.client_mode;
-    if (opt.delay_optimizer_step) c.epoch_tolerance = std::max<std::uint64_t>(c.epoch_tolerance, 1);
+    c.delayed_updates = opt.delay_optimizer_step;
     return c;
+  }
+
+  // The digest of the parameters (the collaboration's state at an epoch boundary: in delayed
+  // mode master was just published into them, in DiLoCo mode they equal the anchors).
+  std::uint64_t compute_digest() {
+    torch::NoGradGuard no_grad;
+    StateDigest d;
+    for (const auto& p : params) {
+      auto t = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+      d.update(t.data_ptr<float>(), static_cast<std::size_t>(t.numel()) * sizeof(float));
+    }
+    return d.value();
+  }
+
+  static std::vector<net::PeerId> member_ids(const RoundResult& r) {
+    std::vector<net::PeerId> ids;
+    for (const auto& m : r.members) ids.push_back(m.peer);
+    return ids;
   }
 
   // Runs `f(tracker)` where the tracker lives: the io thread, or here when alone.
@@ -171,10 +184,20 @@ struct Optimizer::Impl {
       if (p.mutable_grad().defined()) p.mutable_grad().zero_();
   }
 
-  void finish_epoch(std::uint64_t new_epoch) {
+  // The local epoch becomes `new_epoch` (stepped, or state downloaded); `round`: the round
+  // whose step got it there (its members are at the new epoch too).
+  void finish_epoch(std::uint64_t new_epoch, const RoundResult* round = nullptr) {
     acc_flat.zero_();
     local_samples = 0;
-    with_tracker([&](ProgressTracker& t) { t.set_epoch(new_epoch); });
+    digest = compute_digest();
+    std::vector<net::PeerId> members;
+    if (round) members = member_ids(*round);
+    with_tracker([&](ProgressTracker& t) {
+      t.set_epoch(new_epoch);
+      t.set_digest(digest);
+      if (!members.empty()) t.round_succeeded(members, Clock::now());
+      return 0;
+    });
     enter_epoch(new_epoch);
   }
 
@@ -310,12 +333,23 @@ struct Optimizer::Impl {
     apply(mine);  // averaged in place
     publish_master();
     rep.stepped = true;
-    finish_epoch(epoch + 1);
+    finish_epoch(epoch + 1, &r.value());
   }
 
-  void download(StepReport& rep) {
+  // Downloads the collaboration's state: it is ahead, or (want_digest != 0) it is at this
+  // epoch with other parameters than this peer's (a fork), and holds want_digest.
+  void download(StepReport& rep, std::uint64_t want_digest = 0) {
     if (Clock::now() < retry_after) return;
-    auto r = io->download_state(opt.load_state_timeout, opt.load_state_timeout + kIoGrace);
+    if (want_digest != 0)
+      log()->info("epoch {}: parameters forked (digest {:016x}, most peers {:016x}): downloading",
+                  epoch, digest, want_digest);
+    auto r = io->download_state(opt.load_state_timeout, opt.load_state_timeout + kIoGrace,
+                                want_digest);
+    if (r && (r.value().epoch < epoch ||
+              (r.value().epoch == epoch && r.value().digest != 0 && r.value().digest == digest)))
+      r = make_error(errc::unavailable,
+                     fmt::format("the donors' state (epoch {}) is not newer than this peer's",
+                                 r.value().epoch));
     if (r) {
       NamedTensors extra = extra_tensors();
       auto ok = load_training_state(r.value().bytes, model, inner.get(), &extra);
@@ -369,7 +403,7 @@ struct Optimizer::Impl {
       log()->warn("cannot serialise state for a peer: {}", bytes.error().message());
       return;
     }
-    io->offer_state(epoch, std::move(bytes).value());
+    io->offer_state(epoch, digest, std::move(bytes).value());
   }
 };
 

@@ -39,7 +39,8 @@ std::shared_ptr<OptimizerIo> OptimizerIo::start(std::shared_ptr<Collaboration> c
   asio::post(io->executor_, [io, weak] {
     // Not a coroutine lambda: the coroutine is a named function whose parameter lives in its
     // frame, so it does not depend on the lifetime of this lambda.
-    io->collab_->serve_state([weak] { return provide_state_of(weak); });
+    // An auxiliary peer's parameters are not the collaboration's: it serves no state.
+    if (!io->options_.auxiliary) io->collab_->serve_state([weak] { return provide_state_of(weak); });
     io->scope_.spawn(io->progress_loop());
   });
   return io;
@@ -129,11 +130,12 @@ result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, Round
       wait_bound, "averaging round", true);
 }
 
-result<Collaboration::State> OptimizerIo::download_state(Duration timeout, Duration wait_bound) {
+result<Collaboration::State> OptimizerIo::download_state(Duration timeout, Duration wait_bound,
+                                                        std::uint64_t want_digest) {
   auto self = shared_from_this();
   return wait_for_io<Collaboration::State>(
-      [self, timeout]() -> awaitable<result<Collaboration::State>> {
-        auto op = self->collab_->download_state(Clock::now() + timeout);
+      [self, timeout, want_digest]() -> awaitable<result<Collaboration::State>> {
+        auto op = self->collab_->download_state(Clock::now() + timeout, want_digest);
         co_return co_await with_timeout(std::move(op), timeout + 1s, "state download");
       },
       wait_bound, "state download", true);
@@ -150,15 +152,18 @@ void OptimizerIo::state_changed(std::uint64_t epoch) {
   auto self = shared_from_this();
   asio::post(executor_, [self, epoch] {
     if (self->snapshot_ && self->snapshot_->epoch != epoch) self->snapshot_.reset();
+    // Look at the others again soon: decisions at the new epoch need their new records.
+    self->next_fetch_ =
+        std::min(self->next_fetch_, Clock::now() + self->tracker_.config().min_refresh);
     self->wake_.set();
   });
 }
 
-void OptimizerIo::offer_state(std::uint64_t epoch, Bytes state) {
+void OptimizerIo::offer_state(std::uint64_t epoch, std::uint64_t digest, Bytes state) {
   auto self = shared_from_this();
   auto bytes = std::make_shared<Bytes>(std::move(state));
-  asio::post(executor_, [self, epoch, bytes] {
-    self->snapshot_ = Collaboration::State{epoch, std::move(*bytes)};
+  asio::post(executor_, [self, epoch, digest, bytes] {
+    self->snapshot_ = Collaboration::State{epoch, std::move(*bytes), digest};
     self->state_requested_ = false;
     self->snapshot_ready_.set();
   });
@@ -188,8 +193,11 @@ awaitable<void> OptimizerIo::publish_once() {
 }
 
 awaitable<void> OptimizerIo::fetch_once() {
+  const TimePoint began = Clock::now();
+  const std::uint64_t generation = tracker_.epoch_generation();
   auto r = co_await with_timeout(collab_->fetch_progress(), kFetchTimeout, "fetch progress");
   const TimePoint now = Clock::now();
+  if (r) tracker_.fetched(began, generation);
   if (!r) {
     log()->info("fetching progress failed: {}", r.error().message());
   } else {

@@ -58,8 +58,9 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   // Training thread: one averaging round over `buf` (averaged in place).
   result<RoundResult> average(std::shared_ptr<RoundBuffer> buf, RoundOptions options,
                               Duration wait_bound);
-  // Training thread: downloads state from a peer.
-  result<Collaboration::State> download_state(Duration timeout, Duration wait_bound);
+  // Training thread: downloads state from a peer (one holding `want_digest` if not 0).
+  result<Collaboration::State> download_state(Duration timeout, Duration wait_bound,
+                                              std::uint64_t want_digest);
   // Training thread: hints the collaboration that a round is coming.
   void prepare_round(std::string key, TimePoint expected_start);
   // Training thread: the local epoch changed; the served state is outdated and the record is
@@ -67,7 +68,7 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   void state_changed(std::uint64_t epoch);
   // Training thread: a peer wants this peer's state; offer_state() answers.
   bool state_requested() const noexcept { return state_requested_.load(); }
-  void offer_state(std::uint64_t epoch, Bytes state);
+  void offer_state(std::uint64_t epoch, std::uint64_t digest, Bytes state);
   // Training thread: stops serving and the progress loop (bounded by `timeout`).
   result<void> stop(Duration timeout);
 

@@ -2,7 +2,9 @@
 #include "starling/optim/progress.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -41,6 +43,40 @@ const char* to_string(Action a) {
   return "?";
 }
 
+namespace {
+
+std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDULL;
+  x ^= x >> 33;
+  x *= 0xC4CEB9FE1A85EC53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+}  // namespace
+
+void StateDigest::update(const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  len_ += n;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h_ = std::rotl(h_ ^ (w * 0x9E3779B97F4A7C15ULL), 29) * 0xBF58476D1CE4E5B9ULL;
+  }
+  if (i < n) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + i, n - i);
+    h_ = std::rotl(h_ ^ (w * 0x9E3779B97F4A7C15ULL), 29) * 0xBF58476D1CE4E5B9ULL;
+  }
+}
+
+std::uint64_t StateDigest::value() const {
+  const std::uint64_t v = mix64(h_ ^ mix64(len_));
+  return v == 0 ? 1 : v;
+}
+
 Bytes encode_progress(const PeerProgress& p) {
   pb::training::Progress m;
   m.set_epoch(p.epoch);
@@ -53,6 +89,7 @@ Bytes encode_progress(const PeerProgress& p) {
   m.set_client_mode(p.client_mode);
   m.set_auxiliary(p.auxiliary);
   m.set_publish_interval_ms(to_ms(p.publish_interval));
+  m.set_digest(p.digest);
   Bytes out(m.ByteSizeLong());
   m.SerializeToArray(out.data(), static_cast<int>(out.size()));
   return out;
@@ -85,6 +122,7 @@ result<PeerProgress> decode_progress(BytesView in, const ProgressLimits& limits)
   p.client_mode = m.client_mode();
   p.auxiliary = m.auxiliary();
   p.publish_interval = Millis(m.publish_interval_ms());
+  p.digest = m.digest();
   if (p.auxiliary && sps != 0)
     return make_error(errc::invalid_argument, "progress record: auxiliary peer claims samples/s");
   return p;
@@ -119,6 +157,7 @@ void ProgressTracker::report_samples(std::uint64_t samples, Duration compute_tim
 }
 
 void ProgressTracker::set_epoch(std::uint64_t epoch) {
+  ++generation_;
   epoch_ = epoch;
   samples_ = 0;
   background_ = false;
@@ -141,6 +180,65 @@ void ProgressTracker::end_background_round(bool stepped) {
     next_samples_ = 0;
     samples_ += next;
   }
+}
+
+void ProgressTracker::start(TimePoint now) {
+  hold_alone_until_ = now + config_.startup_grace;
+}
+
+void ProgressTracker::fetched(TimePoint began, std::uint64_t gen) {
+  confirming_fetch_.emplace(began, gen);
+}
+
+bool ProgressTracker::alone_confirmed(TimePoint now) const {
+  if (!config_.confirm_alone) return true;
+  if (hold_alone_until_ && now < *hold_alone_until_) return false;
+  // A fetch that began after the epoch changed (and after the grace) found nobody.
+  return confirming_fetch_ && confirming_fetch_->second == generation_ &&
+         (!hold_alone_until_ || confirming_fetch_->first >= *hold_alone_until_);
+}
+
+void ProgressTracker::round_succeeded(const std::vector<net::PeerId>& members, TimePoint now) {
+  for (const auto& m : members) {
+    if (m == self_ || !m.valid()) continue;
+    auto it = peers_.find(m);
+    if (it == peers_.end()) {
+      // A member whose record we have not fetched yet: known at this epoch, rate unknown. Any
+      // record it publishes replaces this (higher seq).
+      PeerProgress p;
+      p.epoch = epoch_;
+      p.digest = digest_;
+      peers_.emplace(m, Held{p, now});
+      continue;
+    }
+    auto& h = it->second;
+    if (h.record.epoch >= epoch_) continue;
+    // As a fresh record would say: at the new epoch with our parameters, 0 samples at `now`.
+    // Keeps seq, so only a newer publication of the peer replaces it.
+    h.record.epoch = epoch_;
+    h.record.samples_accumulated = 0;
+    h.record.digest = digest_;
+    h.record.age_at_publish = Duration::zero();
+    h.observed_at = now;
+  }
+}
+
+std::optional<std::uint64_t> ProgressTracker::winning_digest(TimePoint now) const {
+  std::map<std::uint64_t, std::size_t> count;
+  bool others = false;
+  if (digest_ != 0 && !config_.auxiliary) ++count[digest_];
+  for (const auto& [id, h] : peers_) {
+    if (!live(h, now) || h.record.auxiliary || h.record.epoch != epoch_ || h.record.digest == 0)
+      continue;
+    ++count[h.record.digest];
+    others = true;
+  }
+  if (!others) return std::nullopt;
+  auto best = count.begin();
+  for (auto it = count.begin(); it != count.end(); ++it)
+    if (std::make_pair(it->second, it->first) > std::make_pair(best->second, best->first))
+      best = it;
+  return best->first;
 }
 
 void ProgressTracker::restore(std::uint64_t epoch, std::uint64_t samples_accumulated,
@@ -202,9 +300,9 @@ CollaborationView ProgressTracker::view(TimePoint now) const {
   for (const auto& [id, h] : peers_)
     if (live(h, now)) v.global_epoch = std::max(v.global_epoch, h.record.epoch);
 
-  auto counts_rate = [&](std::uint64_t epoch) {
-    return epoch + config_.epoch_tolerance >= v.global_epoch;
-  };
+  const std::uint64_t rate_window =
+      std::max<std::uint64_t>(config_.epoch_tolerance, config_.delayed_updates ? 1 : 0);
+  auto counts_rate = [&](std::uint64_t epoch) { return epoch + rate_window >= v.global_epoch; };
   v.num_peers = 1;
   v.num_clients = config_.client_mode ? 1 : 0;
   v.num_auxiliary = config_.auxiliary ? 1 : 0;
@@ -296,6 +394,14 @@ Decision ProgressTracker::decide(TimePoint now) {
   }
   if (v.global_epoch != epoch_) return d;  // behind within tolerance: keep going
 
+  // Peers at this epoch with other parameters (a fork: e.g. some stepped alone while others
+  // averaged): the digest most of them hold wins, the others download that state.
+  if (auto w = winning_digest(now); w && digest_ != 0 && *w != digest_) {
+    d.action = Action::download_state;
+    d.want_digest = *w;
+    return d;
+  }
+
   if (v.samples_accumulated >= v.target) {
     // Partners: computing peers at this epoch, or one behind (most likely they have just
     // stepped to it and their record is not here yet). Stepping alone while they step together
@@ -303,7 +409,10 @@ Decision ProgressTracker::decide(TimePoint now) {
     bool others = false;
     for (const auto& [id, h] : peers_)
       if (live(h, now) && !h.record.auxiliary && h.record.epoch + 1 >= epoch_) others = true;
-    d.action = others ? Action::average_and_step : Action::step_alone;
+    if (others)
+      d.action = Action::average_and_step;
+    else if (alone_confirmed(now))
+      d.action = Action::step_alone;
     return d;
   }
   if (v.eta && *v.eta <= config_.matchmaking_time && matchmaking_epoch_ != epoch_ &&
@@ -325,14 +434,16 @@ PeerProgress ProgressTracker::make_record(TimePoint now, Duration ttl) {
   p.client_mode = config_.client_mode;
   p.auxiliary = config_.auxiliary;
   p.publish_interval = config_.max_publish_interval;
+  p.digest = config_.auxiliary ? 0 : digest_;
   last_publish_ = now;
   published_epoch_ = epoch_;
+  published_digest_ = digest_;
   return p;
 }
 
 bool ProgressTracker::should_publish(TimePoint now) const {
   if (!last_publish_) return true;
-  if (published_epoch_ != epoch_) return true;
+  if (published_epoch_ != epoch_ || published_digest_ != digest_) return true;
   return now - *last_publish_ >= config_.max_publish_interval;
 }
 

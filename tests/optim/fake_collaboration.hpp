@@ -178,20 +178,23 @@ class FakeCollaboration : public optim::Collaboration {
     co_return *out;
   }
 
-  awaitable<result<State>> download_state(TimePoint deadline) override {
+  // From the peer whose record has want_digest if any, else the one at the highest epoch.
+  awaitable<result<State>> download_state(TimePoint deadline, std::uint64_t want_digest) override {
     Hub::Provider best;
     {
       std::lock_guard lk(hub_->mu);
-      std::uint64_t best_epoch = 0;
+      std::pair<bool, std::uint64_t> best_rank{false, 0};
       for (auto& [peer, prov] : hub_->providers) {
         if (peer == self_) continue;
         auto it = hub_->records.find(peer);
         if (it == hub_->records.end()) continue;
         auto rec = optim::decode_progress(it->second.first);
         if (!rec) continue;
-        if (!best.fn || rec.value().epoch >= best_epoch) {
+        const std::pair<bool, std::uint64_t> rank{
+            want_digest != 0 && rec.value().digest == want_digest, rec.value().epoch};
+        if (!best.fn || rank >= best_rank) {
           best = prov;
-          best_epoch = rec.value().epoch;
+          best_rank = rank;
         }
       }
     }

@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "optim/linear_task.hpp"
-#include "starling/collab/training_node.hpp"
 #include "starling/optim/optimizer.hpp"
+#include "support/crashable_node.hpp"
 
 using namespace starling;
 using namespace starling::optim;
@@ -28,23 +28,13 @@ using test::make_linear;
 using test::wait_until;
 
 OptimizerOptions options() {
-  OptimizerOptions o;
-  o.run_id = "nettest";
+  auto o = test::loopback_options("nettest", 8);
   o.target_batch_size = 3000;
-  o.batch_size = 8;
-  o.matchmaking_time = 2s;
-  o.averaging_timeout = 20s;
-  o.load_state_timeout = 30s;
-  o.progress.min_refresh = 100ms;
-  o.progress.max_refresh = 500ms;
-  o.progress.max_publish_interval = 300ms;
-  o.progress.stale_after = 4s;
-  o.progress_ttl = 10s;
   return o;
 }
 
 struct Peer {
-  std::unique_ptr<collab::TrainingNode> node;
+  std::unique_ptr<test::CrashableNode> node;
   torch::nn::Linear model;
   std::unique_ptr<Optimizer> opt;
   std::thread thread;
@@ -56,24 +46,20 @@ struct Peer {
   Peer(int seed, const std::vector<net::Multiaddr>& bootstrap,
        const OptimizerOptions& opts = options())
       : model(make_linear(seed)) {
-    collab::TrainingNodeConfig cfg;
-    cfg.initial_peers = bootstrap;
-    cfg.collab.run_id = "nettest";
-    cfg.collab.stall_timeout = 6s;
-    cfg.collab.open_timeout = 20s;
-    auto n = collab::TrainingNode::start(crypto::KeyPair::generate(), cfg);
-    if (!n) throw std::runtime_error(n.error().message());
-    node = std::move(n).value();
+    node = test::CrashableNode::start(bootstrap, test::loopback_config(opts));
     auto o =
         Optimizer::create(*model, std::make_unique<torch::optim::SGD>(model->parameters(), 0.05),
                           opts, node->collaboration());
     if (!o) throw std::runtime_error(o.error().message());
     opt = std::move(o).value();
   }
-  void start(int seed, std::mutex& mu, std::map<std::uint64_t, std::vector<torch::Tensor>>& rec) {
-    thread = std::thread([this, seed, &mu, &rec] {
+  // Trains until stop (or until `max_epoch`, if not 0, then serves the state to peers behind
+  // until stop, as `starling train --linger` does).
+  void start(int seed, std::mutex& mu, std::map<std::uint64_t, std::vector<torch::Tensor>>& rec,
+             std::uint64_t max_epoch = 0) {
+    thread = std::thread([this, seed, &mu, &rec, max_epoch] {
       torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(seed);
-      while (!stop) {
+      while (!stop && (max_epoch == 0 || epoch < max_epoch)) {
         auto [x, y] = batch(gen, 8);
         torch::mse_loss(model->forward(x), y).backward();
         auto rep = opt->step();
@@ -93,19 +79,23 @@ struct Peer {
         epoch = opt->local_epoch();
         std::this_thread::sleep_for(5ms);
       }
+      while (!stop) {
+        opt->serve_state_requests();
+        std::this_thread::sleep_for(5ms);
+      }
     });
   }
   void leave() {
     stop = true;
     if (thread.joinable()) thread.join();
     opt.reset();  // bounded shutdown
-    ASSERT_TRUE(node->stop(20s));
+    node->stop();
   }
   ~Peer() {
     stop = true;
     if (thread.joinable()) thread.join();
     opt.reset();
-    if (node) (void)node->stop(20s);
+    node.reset();
   }
 };
 
@@ -143,7 +133,7 @@ TEST(NetCollaboration, PeersStepTogetherJoinerCatchesUpLeaverDoesNotStall) {
     EXPECT_EQ(p->failures, 0);
     rounds += p->rounds;
   }
-  sent = peers[2]->node->traffic().first;
+  sent = peers[2]->node->bytes_sent();
   {
     std::lock_guard lk(mu);
     test::expect_agreement(record, 5);
@@ -200,4 +190,44 @@ TEST(NetCollaboration, DelayedUpdatesKeepPeersIdentical) {
     p.reset();
     EXPECT_LT(Clock::now() - t0, 30s);
   }
+}
+
+// Peers started at the same instant with different initial parameters (a fork at epoch 0 by
+// construction): the digests in their records show it, the minority downloads the state the
+// others hold, and every peer ends at the last epoch with one parameter hash (a peer that
+// misses the last round downloads it from the others, who serve it until the end).
+TEST(NetCollaboration, PeersStartedTogetherEndWithOneHash) {
+  std::mutex mu;
+  std::map<std::uint64_t, std::vector<torch::Tensor>> record;
+  std::vector<std::unique_ptr<Peer>> peers;
+  peers.push_back(std::make_unique<Peer>(1, std::vector<net::Multiaddr>{}));
+  const auto seed_addrs = peers[0]->node->listen_addresses();
+  for (int i = 1; i < 3; ++i) peers.push_back(std::make_unique<Peer>(1 + i, seed_addrs));
+  constexpr std::uint64_t kEpochs = 4;
+  for (int i = 0; i < 3; ++i) peers[i]->start(100 + i, mu, record, kEpochs);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (auto& p : peers)
+          if (p->epoch < kEpochs) return false;
+        return true;
+      },
+      240s))
+      << "not every peer reached epoch " << kEpochs;
+  int downloads = 0, rounds = 0;
+  for (auto& p : peers) {
+    p->stop = true;
+    if (p->thread.joinable()) p->thread.join();
+    EXPECT_EQ(p->failures, 0);
+    downloads += p->downloads;
+    rounds += p->rounds;
+  }
+  for (auto& p : peers) {
+    EXPECT_EQ(p->opt->local_epoch(), kEpochs);
+    EXPECT_EQ(p->opt->state_digest(), peers[0]->opt->state_digest());
+    EXPECT_TRUE(torch::equal(flat_params(*p->model), flat_params(*peers[0]->model)));
+  }
+  EXPECT_GE(downloads, 2) << "three different initial states: two peers must download";
+  EXPECT_GT(rounds, 0);
+  std::lock_guard lk(mu);
+  test::expect_agreement(record, 2);
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "optim/fake_collaboration.hpp"
+#include "optim/hub_peer.hpp"
 #include "optim/linear_task.hpp"
 #include "starling/optim/diloco.hpp"
 #include "starling/optim/optimizer.hpp"
@@ -166,66 +167,7 @@ TEST(Optimizer, CheckpointAndResume) {
 
 // ---- Several peers over the Hub ----------------------------------------------------------
 
-namespace {
-
-// One peer: its io thread, collaboration, model and optimizer, and a training thread.
-struct Peer {
-  std::shared_ptr<test::Hub> hub;
-  test::IoThread io;
-  std::shared_ptr<test::FakeCollaboration> collab;
-  torch::nn::Linear model;
-  std::unique_ptr<Optimizer> opt;
-  std::thread thread;
-  std::atomic<bool> stop{false};
-  std::atomic<std::uint64_t> epoch{0};
-  std::atomic<int> downloads{0};
-  std::atomic<int> failures{0};
-  std::atomic<int> solo_steps{0};  // steps without a group (diagnostic: forks the parameters)
-
-  Peer(std::shared_ptr<test::Hub> h, int seed, const OptimizerOptions& o)
-      : hub(std::move(h)), model(make_linear(seed)) {
-    collab = std::make_shared<test::FakeCollaboration>(hub, io.executor());
-    opt = Optimizer::create(*model, std::make_unique<torch::optim::SGD>(model->parameters(), 0.05),
-                            o, collab)
-              .value();
-  }
-  // Trains until stop is set, recording the parameters after every step into `record`.
-  void start(int seed, std::mutex& mu,
-             std::map<std::uint64_t, std::vector<torch::Tensor>>& record) {
-    thread = std::thread([this, seed, &mu, &record] {
-      torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(seed);
-      while (!stop) {
-        auto [x, y] = batch(gen, 8);
-        backward(model, x, y);
-        auto rep = opt->step();
-        if (!rep) {
-          ++failures;
-          break;
-        }
-        if (rep.value().action == Action::download_state && !rep.value().round_error) ++downloads;
-        if (rep.value().stepped && rep.value().group_size < 2) ++solo_steps;
-        if (rep.value().stepped || rep.value().action == Action::download_state) {
-          std::lock_guard lk(mu);
-          record[opt->local_epoch()].push_back(flat_params(*model));
-        }
-        epoch = opt->local_epoch();
-        std::this_thread::sleep_for(5ms);  // at most 1600 samples/s per peer
-      }
-    });
-  }
-  void kill() {
-    stop = true;
-    if (thread.joinable()) thread.join();
-    collab->leave();  // as if the process died: no more rounds, no state serving
-  }
-  ~Peer() {
-    stop = true;
-    if (thread.joinable()) thread.join();
-    opt.reset();
-  }
-};
-
-}  // namespace
+using test::HubPeer;
 
 TEST(OptimizerCollaboration, PeersStepTogetherJoinersCatchUpDeadPeersDoNotStall) {
   auto hub = std::make_shared<test::Hub>(500ms);
@@ -233,15 +175,15 @@ TEST(OptimizerCollaboration, PeersStepTogetherJoinersCatchUpDeadPeersDoNotStall)
   auto o = options(2000, 8);
   std::mutex mu;
   std::map<std::uint64_t, std::vector<torch::Tensor>> record;
-  std::vector<std::unique_ptr<Peer>> peers;
+  std::vector<std::unique_ptr<HubPeer>> peers;
   // Three peers from the same initial parameters (as with a shared seed).
-  for (int i = 0; i < 3; ++i) peers.push_back(std::make_unique<Peer>(hub, 1, o));
+  for (int i = 0; i < 3; ++i) peers.push_back(std::make_unique<HubPeer>(hub, 1, o));
   for (int i = 0; i < 3; ++i) peers[i]->start(100 + i, mu, record);
   auto min_epoch = [&] { return test::min_live_epoch(peers); };
   ASSERT_TRUE(wait_until([&] { return min_epoch() >= 5; }, 60s)) << "no progress";
 
   // A joiner with different initial parameters downloads the state and takes part.
-  peers.push_back(std::make_unique<Peer>(hub, 42, o));
+  peers.push_back(std::make_unique<HubPeer>(hub, 42, o));
   peers.back()->start(200, mu, record);
   ASSERT_TRUE(wait_until([&] { return peers.back()->downloads > 0; }, 30s))
       << "joiner never loaded state";
@@ -282,8 +224,8 @@ TEST(OptimizerCollaboration, DelayedUpdatesKeepPeersIdentical) {
   o.delay_optimizer_step = true;
   std::mutex mu;
   std::map<std::uint64_t, std::vector<torch::Tensor>> record;
-  std::vector<std::unique_ptr<Peer>> peers;
-  for (int i = 0; i < 3; ++i) peers.push_back(std::make_unique<Peer>(hub, 1, o));
+  std::vector<std::unique_ptr<HubPeer>> peers;
+  for (int i = 0; i < 3; ++i) peers.push_back(std::make_unique<HubPeer>(hub, 1, o));
   for (int i = 0; i < 3; ++i) peers[i]->start(300 + i, mu, record);
   ASSERT_TRUE(wait_until([&] { return test::min_live_epoch(peers) >= 8; }, 90s)) << "no progress";
   for (auto& p : peers) {

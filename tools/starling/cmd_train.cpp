@@ -153,8 +153,13 @@ int train_main(const TrainOptions& o) {
   const auto train_log = logger("train");
   std::uint64_t logged_epoch = opt.local_epoch();
   while (g_signals.load() == 0) {
-    progress.loss(task.forward_backward(o.batch_size));
-    auto rep = opt.step(o.batch_size);
+    // An auxiliary peer computes nothing: it follows the collaboration and joins its rounds.
+    auto rep = [&] {
+      if (o.auxiliary) return opt.assist();
+      progress.loss(task.forward_backward(o.batch_size));
+      return opt.step(o.batch_size);
+    }();
+    if (o.auxiliary && rep && !rep.value().stepped) std::this_thread::sleep_for(20ms);
     if (!rep) {
       std::cerr << "\nerror: " << rep.error().message() << "\n";
       stop_reason = "error";
@@ -196,8 +201,11 @@ int train_main(const TrainOptions& o) {
     }
   }
   if (progress.tty) std::cerr << "\n";
-  if (net.value()->collaboration() && stop_reason != "interrupted" && stop_reason != "error" &&
-      o.linger > 0) {
+  const bool finished = stop_reason != "interrupted" && stop_reason != "error";
+  // Delayed updates: a round still in flight is finished and applied before reporting or
+  // lingering (the others count on this peer in it, and it serves no state meanwhile).
+  if (finished) opt.finish_round();
+  if (net.value()->collaboration() && finished && o.linger > 0) {
     // Stay a moment so that peers still behind (a failed last round) can download the final
     // state instead of finishing on their own: until every live peer is at our epoch.
     std::cerr << "lingering (up to " << o.linger << " s) while peers catch up..." << std::endl;

@@ -63,6 +63,7 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
     cfg.initial_peers.push_back(std::move(m).value());
   }
   cfg.collab.run_id = o.run_id;
+  cfg.collab.client_mode = o.client;
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));
   if (bw > 0) {
     cfg.collab.bandwidth = bw;  // declared to the group: all-reduce shares follow it

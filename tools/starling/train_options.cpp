@@ -44,6 +44,10 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option("--data-seed", o.data_seed, "data order (0: derived from the identity)");
   cmd.add_option("--compression", o.compression, "gradient compression: none, float16, uint8")
       ->capture_default_str();
+  cmd.add_flag("--client", o.client,
+               "client mode: accept no incoming connections (behind NAT); still averages");
+  cmd.add_flag("--auxiliary", o.auxiliary,
+               "auxiliary peer: computes nothing, only helps the others average (weight 0)");
   cmd.add_flag("--delay-step", o.delay_step,
                "delayed parameter updates: the round and the step run in the background");
   cmd.add_option("--max-epochs", o.max_epochs, "stop when the collaboration reaches this epoch");
@@ -136,8 +140,12 @@ result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o) {
   oo.diloco_steps = o.diloco_steps;
   oo.delay_optimizer_step = o.delay_step;
   ST_TRY(oo.grad_compression, optim::parse_compression(o.compression));
-  ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));
-  oo.max_upload_bytes_per_second = oo.max_download_bytes_per_second = bw;
+  ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));  // enforced by the node (train_net.cpp)
+  (void)bw;
+  oo.client_mode = o.client;
+  oo.auxiliary = o.auxiliary;
+  if (o.auxiliary && o.initial_peers.empty())
+    return make_error(errc::invalid_argument, "--auxiliary needs --initial-peers (it only helps others)");
   if (!(o.averaging_timeout > 0) || !(o.matchmaking_time > 0))
     return make_error(errc::invalid_argument, "timeouts must be positive");
   auto secs = [](double s) {

@@ -59,6 +59,10 @@ struct LoadStateOptions {
   std::size_t parts_per_request = 4;
   Duration stall_timeout = 20s;  // a donor silent this long while owing parts is dropped
   std::uint64_t max_bytes = std::uint64_t{1} << 30;  // blobs larger than this are refused
+  // If not empty: a snapshot whose metadata equals this is taken (then the highest epoch, then
+  // the most donors) before any other; without one, the usual rule. (Training: the digest of
+  // the parameters most peers hold, when repairing a fork.)
+  Bytes prefer_metadata;
 };
 
 struct StateInfo {

@@ -10,7 +10,8 @@
 //   together; spans are copied into the averager's own buffers and back on success.
 // - download_state()/serve_state(): blob state transfer on the state averager
 //   ("<run_id>.state"): donors serve the provider's bytes lazily and re-announce themselves
-//   every state_ttl / 3; a newcomer downloads from several donors in parallel.
+//   every state_ttl / 3; a newcomer downloads from several donors in parallel. The state's
+//   digest is the snapshot's metadata, so a peer repairing a fork picks donors by digest.
 //
 // Threading rule: every method runs on the host's executor (executor()); stop() is bounded.
 #pragma once
@@ -60,7 +61,7 @@ class NetCollaboration final : public optim::Collaboration,
   awaitable<result<std::vector<optim::ProgressEntry>>> fetch_progress() override;
   awaitable<result<optim::RoundResult>> average(std::span<optim::NamedSpan> tensors,
                                                 optim::RoundOptions options) override;
-  awaitable<result<State>> download_state(TimePoint deadline) override;
+  awaitable<result<State>> download_state(TimePoint deadline, std::uint64_t want_digest) override;
   void serve_state(std::function<awaitable<result<State>>()> provider) override;
   std::uint64_t bytes_sent() const override;
   std::uint64_t bytes_received() const override;

@@ -96,13 +96,17 @@ class Collaboration {
   virtual awaitable<result<RoundResult>> average(std::span<NamedSpan> tensors,
                                                  RoundOptions options) = 0;
 
-  // Downloads the newest training state (save_training_state() bytes and the epoch they are
-  // at) from a peer at the collaboration's epoch.
+  // Downloads the newest training state (save_training_state() bytes, the epoch they are at
+  // and the StateDigest of their parameters) from a peer at the collaboration's epoch. With
+  // `want_digest` != 0, prefers a donor whose state has that digest (the state most peers at
+  // an epoch hold, after a fork); without one, the newest state held by the most donors.
   struct State {
     std::uint64_t epoch = 0;
     Bytes bytes;
+    std::uint64_t digest = 0;  // 0: unknown
   };
-  virtual awaitable<result<State>> download_state(TimePoint deadline) = 0;
+  virtual awaitable<result<State>> download_state(TimePoint deadline,
+                                                  std::uint64_t want_digest) = 0;
   // Makes this peer serve its state to peers that download it. The provider runs on
   // executor() and returns the current state.
   virtual void serve_state(std::function<awaitable<result<State>>()> provider) = 0;

@@ -60,10 +60,22 @@ class Optimizer {
   // misuse (no batch size, after shutdown); network failures are reported in StepReport and
   // handled (retry, step alone, download state) without failing the call.
   result<StepReport> step(std::size_t batch_size = 0);
+  // Auxiliary peers (options.auxiliary) call this in a loop instead of step(): follows the
+  // collaboration's epoch and joins its rounds with weight 0 (helping the all-reduce without
+  // computing). Returns at once when there is nothing to do; blocks during a round.
+  result<StepReport> assist();
   // Clears the parameters' .grad (the accumulators are kept).
   void zero_grad();
 
   std::uint64_t local_epoch() const;
+  // A digest of the parameters at local_epoch() (StateDigest; peers holding identical
+  // parameters have the same value). Published in the progress record, so peers at the same
+  // epoch with other parameters (a fork) are found and download the state most peers hold.
+  std::uint64_t state_digest() const;
+  // Delayed updates: waits for the round in flight (bounded by averaging_timeout) and applies
+  // its step, as step() would; no-op otherwise. Call before stopping after a last step() so
+  // the peer does not leave with a round it started.
+  void finish_round();
   // Serves a pending state request of a peer without training (for a peer that stays a
   // moment after its last step so that peers behind can still download the final state).
   void serve_state_requests();

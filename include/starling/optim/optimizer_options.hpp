@@ -54,12 +54,10 @@ struct OptimizerOptions {
   // This peer accepts no incoming connections (behind NAT); it still averages and serves
   // state over its own outgoing connections.
   bool client_mode = false;
-  // This peer computes no gradients: it only helps averaging (weight 0). step() must not be
-  // called; it works from the background.
+  // This peer computes no gradients: it only helps averaging (weight 0). It calls
+  // Optimizer::assist() in a loop instead of step(), and serves no state. (Bandwidth limits are
+  // the node's: collab::TrainingNodeConfig::max_upload/download_bytes_per_second.)
   bool auxiliary = false;
-  // Bandwidth limits for this peer's training traffic in bytes/s (0: unlimited).
-  std::uint64_t max_upload_bytes_per_second = 0;
-  std::uint64_t max_download_bytes_per_second = 0;
 
   // DiLoCo: if > 0, the inner optimizer steps on every step() call (local updates) and every
   // outer round averages pseudo-gradients (start-of-round parameters minus current ones) and

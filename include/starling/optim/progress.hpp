@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "starling/core/async.hpp"
 #include "starling/core/bytes.hpp"
@@ -33,6 +34,7 @@ struct PeerProgress {
   bool client_mode = false;
   bool auxiliary = false;
   Duration publish_interval{0};  // the publisher republishes at least this often (0: unknown)
+  std::uint64_t digest = 0;      // StateDigest of the publisher's parameters at epoch (0: unknown)
 
   friend bool operator==(const PeerProgress&, const PeerProgress&) = default;
 };
@@ -43,6 +45,19 @@ struct ProgressLimits {
   double max_samples_per_second = 1e9;
   std::uint64_t max_samples = std::uint64_t{1} << 50;
   Duration max_age = std::chrono::hours(24);
+};
+
+// A fast 64-bit digest of a training state's bytes (not cryptographic: it detects accidental
+// forks between honest peers, not forgeries). Peers holding bit-identical parameters compute
+// the same value; the value is never 0 (0 means "unknown" in records).
+class StateDigest {
+ public:
+  void update(const void* data, std::size_t n);
+  std::uint64_t value() const;
+
+ private:
+  std::uint64_t h_ = 0x243F6A8885A308D3ULL;
+  std::uint64_t len_ = 0;
 };
 
 Bytes encode_progress(const PeerProgress& p);
@@ -84,6 +99,14 @@ struct ProgressConfig {
   // A peer whose epoch is more than this behind the collaboration's downloads state
   // (0 for synchronous steps, 1 with delayed parameter updates).
   std::uint64_t epoch_tolerance = 0;
+  // Delayed parameter updates: peers one epoch behind the collaboration still count toward
+  // its samples/s (their records stay at the round's epoch while the round runs).
+  bool delayed_updates = false;
+  // Networked peers: step alone only once a fetch of the others' records that began after the
+  // last epoch change (and at least `startup_grace` after start()) has found nobody, so peers
+  // started at the same moment, or whose records lag a fast round, do not step alone and fork.
+  bool confirm_alone = false;
+  Duration startup_grace{0};
   // This peer computes no gradients (it only helps averaging).
   bool auxiliary = false;
   bool client_mode = false;
@@ -118,6 +141,9 @@ struct Decision {
   Action action = Action::accumulate;
   CollaborationView view;
   Duration next_fetch{0};  // when to fetch others' records again
+  // download_state at this peer's own epoch: its parameters forked from those most peers at the
+  // epoch hold; download the state with this digest.
+  std::uint64_t want_digest = 0;
 };
 
 class ProgressTracker {
@@ -137,6 +163,19 @@ class ProgressTracker {
   // The local epoch changed (a step was taken, or state was downloaded at `epoch`): the
   // accumulated samples restart at 0 and matchmaking may begin again.
   void set_epoch(std::uint64_t epoch);
+  // The digest of this peer's parameters at its current epoch (published in its record).
+  void set_digest(std::uint64_t digest) noexcept { digest_ = digest; }
+  std::uint64_t digest() const noexcept { return digest_; }
+  // Networked start at `now`: with confirm_alone, no step alone before now + startup_grace.
+  void start(TimePoint now);
+  // A fetch of the others' records that began at `began` (with epoch_generation() then `gen`)
+  // completed: see ProgressConfig::confirm_alone.
+  void fetched(TimePoint began, std::uint64_t gen);
+  std::uint64_t epoch_generation() const noexcept { return generation_; }
+  // A round this peer took part in succeeded and it moved to its new epoch (set_epoch and
+  // set_digest done): the other members are at that epoch with the same parameters too, even
+  // if their records (fetched before the round ended) still show the previous epoch.
+  void round_succeeded(const std::vector<net::PeerId>& members, TimePoint now);
   // Delayed parameter updates: the round for the current epoch runs in the background. Until
   // end_background_round(), the published record keeps the epoch and the samples it averaged
   // (so peers still reaching the target join the same round), samples reported meanwhile count
@@ -186,6 +225,11 @@ class ProgressTracker {
   Duration fetch_interval(const CollaborationView& v, TimePoint now) const;
   // A peer's samples at `now`, extrapolated from its record (at most stale_after ahead).
   std::uint64_t extrapolate(const Held& h, TimePoint now) const;
+  // The digest most live computing peers at this peer's epoch hold (ties: the larger value),
+  // this peer included; nullopt unless at least one other peer there publishes a digest.
+  std::optional<std::uint64_t> winning_digest(TimePoint now) const;
+  // Whether stepping alone is allowed now (see ProgressConfig::confirm_alone).
+  bool alone_confirmed(TimePoint now) const;
 
   net::PeerId self_;
   ProgressConfig config_;
@@ -202,6 +246,11 @@ class ProgressTracker {
   std::optional<std::uint64_t> matchmaking_epoch_;  // epoch matchmaking was begun for
   bool background_ = false;                         // a background round runs for epoch_
   std::uint64_t next_samples_ = 0;                  // samples toward epoch_ + 1 while it runs
+  std::uint64_t digest_ = 0;
+  std::uint64_t published_digest_ = 0;
+  std::uint64_t generation_ = 0;  // incremented by every epoch change
+  std::optional<TimePoint> hold_alone_until_;
+  std::optional<std::pair<TimePoint, std::uint64_t>> confirming_fetch_;  // began, generation
 };
 
 }  // namespace starling::optim

@@ -1,0 +1,187 @@
+// The progress core's defences against forked parameters, with simulated time: state digests
+// in records (peers at one epoch with other parameters download the digest most peers hold),
+// no step alone before the others were looked for (startup grace, a fetch after every epoch
+// change), and round members presumed at the new epoch when rounds are faster than records.
+#include <gtest/gtest.h>
+
+#include "starling/crypto/keys.hpp"
+#include "starling/optim/progress.hpp"
+
+using namespace starling;
+using namespace starling::optim;
+
+namespace {
+
+net::PeerId make_peer() {
+  return net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
+}
+
+TimePoint t0() {
+  return TimePoint{} + std::chrono::hours(77);
+}
+
+PeerProgress rec(std::uint64_t epoch, std::uint64_t digest, std::uint64_t samples = 0,
+                 std::uint64_t seq = 1) {
+  PeerProgress p;
+  p.epoch = epoch;
+  p.digest = digest;
+  p.samples_accumulated = samples;
+  p.samples_per_second = 10;
+  p.seq = seq;
+  return p;
+}
+
+ProgressConfig config(std::uint64_t target) {
+  ProgressConfig c;
+  c.target_batch_size = target;
+  c.matchmaking_time = 5s;
+  c.stale_after = 30s;
+  return c;
+}
+
+}  // namespace
+
+TEST(StateDigest, EqualBytesEqualDigestOtherwiseDifferentNeverZero) {
+  std::vector<float> a(1001, 0.25f), b = a;
+  auto digest = [](const std::vector<float>& v) {
+    StateDigest d;
+    d.update(v.data(), v.size() * sizeof(float));
+    return d.value();
+  };
+  EXPECT_EQ(digest(a), digest(b));
+  b[1000] = std::nextafter(0.25f, 1.0f);  // one ulp in the last element
+  EXPECT_NE(digest(a), digest(b));
+  b = a;
+  b[0] = -0.25f;
+  EXPECT_NE(digest(a), digest(b));
+  EXPECT_NE(digest({}), 0u);
+  // Split updates over the same bytes give the same digest.
+  StateDigest s;
+  s.update(a.data(), 500 * sizeof(float));
+  s.update(a.data() + 500, 501 * sizeof(float));
+  EXPECT_EQ(s.value(), digest(a));
+}
+
+TEST(ProgressRecord, DigestRoundTripsAndOldRecordsParse) {
+  auto p = rec(3, 0xDEADBEEF12345678ULL);
+  auto d = decode_progress(encode_progress(p));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d.value().digest, 0xDEADBEEF12345678ULL);
+  // A record without the field (an older publisher): digest 0, unknown.
+  auto old = decode_progress(encode_progress(rec(3, 0)));
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old.value().digest, 0u);
+}
+
+// Three peers at epoch 4, two holding digest 7, one holding 9: the one downloads the 7 state,
+// the two keep training. Peers at other epochs and records without a digest do not vote.
+TEST(ProgressTracker, ForkAtOneEpochMajorityDigestWins) {
+  auto now = t0();
+  auto a = make_peer(), b = make_peer(), c = make_peer();
+  auto tracker = [&](const net::PeerId& self, std::uint64_t digest) {
+    ProgressTracker t(self, config(1000));
+    t.set_epoch(4);
+    t.set_digest(digest);
+    return t;
+  };
+  auto ta = tracker(a, 7), tb = tracker(b, 7), tc = tracker(c, 9);
+  for (auto* t : {&ta, &tb, &tc}) {
+    t->observe(a, rec(4, 7), 0s, now);
+    t->observe(b, rec(4, 7), 0s, now);
+    t->observe(c, rec(4, 9), 0s, now);
+    t->observe(make_peer(), rec(3, 9), 0s, now);  // behind: not a vote
+    t->observe(make_peer(), rec(4, 0), 0s, now);  // no digest: not a vote
+  }
+  auto dc = tc.decide(now);
+  EXPECT_EQ(dc.action, Action::download_state);
+  EXPECT_EQ(dc.want_digest, 7u);
+  EXPECT_NE(ta.decide(now).action, Action::download_state);
+  EXPECT_NE(tb.decide(now).action, Action::download_state);
+  // After the download, c holds 7 too: no more fork.
+  tc.set_epoch(4);
+  tc.set_digest(7);
+  EXPECT_NE(tc.decide(now).action, Action::download_state);
+  // The own record carries the digest; a changed digest is published at once.
+  EXPECT_EQ(tc.make_record(now, 60s).digest, 7u);
+  EXPECT_FALSE(tc.should_publish(now));
+  tc.set_digest(8);
+  EXPECT_TRUE(tc.should_publish(now));
+}
+
+// Two peers at one epoch with different digests: a tie, the larger digest wins on both sides.
+TEST(ProgressTracker, ForkTieLargerDigestWins) {
+  auto now = t0();
+  auto a = make_peer(), b = make_peer();
+  ProgressTracker ta(a, config(1000)), tb(b, config(1000));
+  ta.set_digest(100);
+  tb.set_digest(200);
+  ta.observe(b, rec(0, 200), 0s, now);
+  tb.observe(a, rec(0, 100), 0s, now);
+  auto da = ta.decide(now);
+  EXPECT_EQ(da.action, Action::download_state);
+  EXPECT_EQ(da.want_digest, 200u);
+  EXPECT_NE(tb.decide(now).action, Action::download_state);
+  // A stale record no longer votes.
+  EXPECT_NE(ta.decide(now + 31s).action, Action::download_state);
+}
+
+// A networked peer never steps alone before the startup grace has passed and a fetch begun
+// after it found nobody, nor after an epoch change before a fetch begun after that change.
+TEST(ProgressTracker, ConfirmAloneBeforeSteppingAlone) {
+  auto cfg = config(100);
+  cfg.confirm_alone = true;
+  cfg.startup_grace = 5s;
+  ProgressTracker t(make_peer(), cfg);
+  auto now = t0();
+  t.start(now);
+  t.report_samples(100, 1s);
+  t.fetched(now, t.epoch_generation());  // found nobody, but during the grace
+  EXPECT_EQ(t.decide(now + 1s).action, Action::accumulate);
+  EXPECT_EQ(t.decide(now + 6s).action, Action::accumulate);
+  t.fetched(now + 6s, t.epoch_generation());
+  EXPECT_EQ(t.decide(now + 6s).action, Action::step_alone);
+  t.set_epoch(1);
+  t.report_samples(100, 1s);
+  // A fetch that began before the epoch change does not confirm.
+  const auto gen_before = t.epoch_generation() - 1;
+  t.fetched(now + 7s, gen_before);
+  EXPECT_EQ(t.decide(now + 7s).action, Action::accumulate);
+  t.fetched(now + 7s, t.epoch_generation());
+  EXPECT_EQ(t.decide(now + 7s).action, Action::step_alone);
+  // Without confirm_alone (training alone, no network) there is nothing to wait for.
+  ProgressTracker alone(make_peer(), config(100));
+  alone.report_samples(100, 1s);
+  EXPECT_EQ(alone.decide(now).action, Action::step_alone);
+}
+
+// Rounds faster than the record refresh: after a round at epoch 5 the tracker still holds the
+// members' records of epoch 4 or older. They are presumed at the new epoch with this peer's
+// parameters, so reaching the next target means averaging with them, not stepping alone.
+TEST(ProgressTracker, RoundMembersArePresumedAtTheNewEpoch) {
+  auto now = t0();
+  auto self = make_peer(), a = make_peer(), b = make_peer(), unknown = make_peer();
+  ProgressTracker t(self, config(100));
+  t.set_epoch(5);
+  t.observe(a, rec(3, 11, 50, 8), 0s, now);  // two epochs behind: outdated
+  t.observe(b, rec(4, 11, 50, 8), 0s, now);
+  t.set_epoch(6);  // the round of epoch 5 with a, b and a peer not fetched yet succeeded
+  t.set_digest(42);
+  const std::vector<net::PeerId> members{self, a, b, unknown};
+  t.round_succeeded(members, now);
+  auto v = t.view(now);
+  EXPECT_EQ(v.global_epoch, 6u);
+  EXPECT_EQ(v.peers_at_global_epoch, 4u);
+  EXPECT_EQ(v.samples_accumulated, 0u);  // they restart at 0 like this peer
+  t.report_samples(100, 1s);
+  auto d = t.decide(now + 10ms);
+  EXPECT_EQ(d.action, Action::average_and_step);
+  EXPECT_EQ(d.view.peers_at_global_epoch, 4u);
+  // Same digest as ours: no fork.
+  EXPECT_EQ(d.want_digest, 0u);
+  // An outdated record fetched again (same seq, published before the round) changes nothing;
+  // a newer one (higher seq) replaces the presumption.
+  t.observe(a, rec(3, 11, 50, 8), 0s, now + 20ms);
+  EXPECT_EQ(t.view(now + 20ms).peers_at_global_epoch, 4u);
+  t.observe(a, rec(6, 42, 10, 9), 0s, now + 30ms);
+  EXPECT_EQ(t.view(now + 30ms).peers_at_global_epoch, 4u);
+}
