@@ -5,7 +5,7 @@
 # others and catches up). At the end: test accuracy, samples and bytes per peer, and the check
 # that every live peer holds identical parameters (same hash in its --report). Exits non-zero
 # if a target fails: accuracy >= 0.85, identical hashes, the stage under 10 minutes.
-# Usage: scripts/demo_train.sh BIN WORKDIR   (tunables: EPOCHS, TARGET, LR, KILL_AT)
+# Usage: scripts/demo_train.sh BIN WORKDIR   (tunables: EPOCHS, TARGET, LR, KILL_AT, DELAY_STEP=0|1)
 set -euo pipefail
 bin=$1
 dir=$2
@@ -13,13 +13,15 @@ epochs=${EPOCHS:-180}
 target=${TARGET:-1024}
 lr=${LR:-0.003}
 kill_at=${KILL_AT:-$((epochs / 3))}
+delay_flag=()
+[[ ${DELAY_STEP:-0} == 1 ]] && delay_flag=(--delay-step)
 limit=600
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 t0=$(date +%s)
 
-echo "== collaborative training: a DHT bootstrap node and 4 trainers (MLP, target batch $target, $epochs epochs)"
+echo "== collaborative training: a DHT bootstrap node and 4 trainers (MLP, target batch $target, $epochs epochs${delay_flag:+, delayed updates})"
 "$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addrs" \
   > "$dir/boot.log" 2>&1 &
 boot_pid=$!
@@ -34,7 +36,7 @@ start_trainer() {
   local i=$1
   STARLING_LOG=${STARLING_LOG:-info} "$bin" train --identity "$dir/t$i.key" --initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 \
     --run-id demo --target-batch-size "$target" --batch-size 64 --threads 1 --lr "$lr" \
-    --max-epochs "$epochs" --progress-every 20 --report "$dir/t$i.json" > "$dir/t$i.log" 2>&1 &
+    --max-epochs "$epochs" "${delay_flag[@]}" --progress-every 20 --report "$dir/t$i.json" > "$dir/t$i.log" 2>&1 &
   tpid[$i]=$!
   pids+=("${tpid[$i]}")
   echo "   trainer $i started (pid ${tpid[$i]})"
