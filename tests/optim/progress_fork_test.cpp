@@ -4,6 +4,8 @@
 // change), and round members presumed at the new epoch when rounds are faster than records.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "starling/crypto/keys.hpp"
 #include "starling/optim/progress.hpp"
 
@@ -180,7 +182,7 @@ TEST(ProgressTracker, RoundMembersArePresumedAtTheNewEpoch) {
   EXPECT_EQ(d.want_digest, 0u);
   // An outdated record fetched again (same seq, published before the round) changes nothing;
   // a newer one (higher seq) replaces the presumption.
-  t.observe(a, rec(3, 11, 50, 8), 0s, now + 20ms);
+  t.observe(a, rec(3, 11, 50, 8), 1s, now + 20ms);  // 1 s old: published before the round
   EXPECT_EQ(t.view(now + 20ms).peers_at_global_epoch, 4u);
   t.observe(a, rec(6, 42, 10, 9), 0s, now + 30ms);
   EXPECT_EQ(t.view(now + 30ms).peers_at_global_epoch, 4u);
