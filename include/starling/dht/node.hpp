@@ -180,6 +180,7 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   // Warm connections (node_warm.cpp).
   std::vector<Contact> warm_candidates() const;
   void refresh_warm();
+  void update_admission();
   awaitable<void> warm_dial(Contact c);
   static awaitable<void> warm_loop(std::shared_ptr<DhtNode> self);
 
