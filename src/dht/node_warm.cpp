@@ -94,6 +94,9 @@ WarmStats DhtNode::warm_stats() const {
   s.dialing = warm_dialing_.size();
   s.dials = warm_dials_;
   s.failed = warm_failed_;
+  s.admitting = core_.admissions_waiting();
+  s.table = core_.routing().size();
+  s.connections = host_->connection_count();
   return s;
 }
 
