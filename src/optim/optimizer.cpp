@@ -63,7 +63,7 @@ result<std::unique_ptr<Optimizer>> Optimizer::create(torch::nn::Module& model,
     if (meta) {
       if (meta->run_id != impl->opt.run_id)
         Impl::log()->warn("checkpoint is from run '{}', this is run '{}'", meta->run_id,
-                    impl->opt.run_id);
+                          impl->opt.run_id);
       impl->epoch = meta->epoch;
       impl->diloco.set_outer_steps(meta->outer_steps);
       if (impl->opt.diloco_steps > 0) {
@@ -121,7 +121,8 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
   StepReport rep;
   // A finished background step is applied now; one still running is waited for once this peer
   // alone has accumulated a whole target since (the next epoch is due).
-  const bool applied = m.bg && m.finish_background_round(rep, m.local_samples >= m.opt.target_batch_size) &&
+  const bool applied = m.bg &&
+                       m.finish_background_round(rep, m.local_samples >= m.opt.target_batch_size) &&
                        rep.stepped;
   auto decision = m.with_tracker([&](ProgressTracker& t) {
     t.report_samples(batch_size, compute);
@@ -186,7 +187,8 @@ result<StepReport> Optimizer::assist() {
   if (decision.action == Action::average_and_step && Clock::now() >= m.retry_after) {
     // Zeros with weight 0: the group's average is unchanged; this peer's parameters are not
     // the collaboration's (it never downloads them), so the result is not applied.
-    auto [buf, ro] = m.make_round(torch::zeros_like(m.acc_flat), decision.view.peers_at_global_epoch);
+    auto [buf, ro] =
+        m.make_round(torch::zeros_like(m.acc_flat), decision.view.peers_at_global_epoch);
     auto r = m.run_round(buf, ro);
     if (r) {
       m.note_round(rep, r.value());

@@ -343,8 +343,8 @@ struct Optimizer::Impl {
     if (want_digest != 0)
       log()->info("epoch {}: parameters forked (digest {:016x}, most peers {:016x}): downloading",
                   epoch, digest, want_digest);
-    auto r = io->download_state(opt.load_state_timeout, opt.load_state_timeout + kIoGrace,
-                                want_digest);
+    auto r =
+        io->download_state(opt.load_state_timeout, opt.load_state_timeout + kIoGrace, want_digest);
     if (r && (r.value().epoch < epoch ||
               (r.value().epoch == epoch && r.value().digest != 0 && r.value().digest == digest)))
       r = make_error(errc::unavailable,

@@ -40,7 +40,8 @@ std::shared_ptr<OptimizerIo> OptimizerIo::start(std::shared_ptr<Collaboration> c
     // Not a coroutine lambda: the coroutine is a named function whose parameter lives in its
     // frame, so it does not depend on the lifetime of this lambda.
     // An auxiliary peer's parameters are not the collaboration's: it serves no state.
-    if (!io->options_.auxiliary) io->collab_->serve_state([weak] { return provide_state_of(weak); });
+    if (!io->options_.auxiliary)
+      io->collab_->serve_state([weak] { return provide_state_of(weak); });
     io->scope_.spawn(io->progress_loop());
   });
   return io;
@@ -131,7 +132,7 @@ result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, Round
 }
 
 result<Collaboration::State> OptimizerIo::download_state(Duration timeout, Duration wait_bound,
-                                                        std::uint64_t want_digest) {
+                                                         std::uint64_t want_digest) {
   auto self = shared_from_this();
   return wait_for_io<Collaboration::State>(
       [self, timeout, want_digest]() -> awaitable<result<Collaboration::State>> {

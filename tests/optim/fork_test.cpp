@@ -75,8 +75,8 @@ TEST(ForkRepair, TwoPeersForkedAtOneEpochConverge) {
   EXPECT_GE(f.peers[loser]->downloads, 1);
   EXPECT_EQ(f.peers[winner]->downloads, 0);
   EXPECT_EQ(f.peers[0]->opt->state_digest(), f.peers[1]->opt->state_digest());
-  EXPECT_TRUE(torch::equal(test::flat_params(*f.peers[0]->model),
-                           test::flat_params(*f.peers[1]->model)));
+  EXPECT_TRUE(
+      torch::equal(test::flat_params(*f.peers[0]->model), test::flat_params(*f.peers[1]->model)));
   std::lock_guard lk(f.mu);
   // The loser's epoch 0 after its download: the winner's initial parameters.
   ASSERT_FALSE(f.record[0].empty());
@@ -94,8 +94,7 @@ TEST(ForkRepair, ThreePeersTwoAgainstOneTheOneDownloads) {
   EXPECT_EQ(f.peers[0]->downloads, 0);
   EXPECT_EQ(f.peers[1]->downloads, 0);
   EXPECT_GE(f.peers[2]->downloads, 1);
-  for (auto& p : f.peers)
-    EXPECT_EQ(p->opt->state_digest(), f.peers[0]->opt->state_digest());
+  for (auto& p : f.peers) EXPECT_EQ(p->opt->state_digest(), f.peers[0]->opt->state_digest());
   std::lock_guard lk(f.mu);
   ASSERT_FALSE(f.record[0].empty());
   EXPECT_TRUE(torch::equal(f.record[0].front(), majority_initial));

@@ -145,7 +145,8 @@ result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o) {
   oo.client_mode = o.client;
   oo.auxiliary = o.auxiliary;
   if (o.auxiliary && o.initial_peers.empty())
-    return make_error(errc::invalid_argument, "--auxiliary needs --initial-peers (it only helps others)");
+    return make_error(errc::invalid_argument,
+                      "--auxiliary needs --initial-peers (it only helps others)");
   if (!(o.averaging_timeout > 0) || !(o.matchmaking_time > 0))
     return make_error(errc::invalid_argument, "timeouts must be positive");
   auto secs = [](double s) {
