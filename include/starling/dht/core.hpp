@@ -238,6 +238,7 @@ class DhtCore {
   void consider_admission(const std::vector<Contact>& learned, const Now& now);
   void pump_admissions(const Now& now);
   void on_admit_done(const DhtId& id, const Now& now);
+  bool foreground_busy() const;
   // core_maintenance.cpp
   void maintenance(const Now& now);
   void republish(const Now& now);
