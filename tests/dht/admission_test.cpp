@@ -30,11 +30,14 @@ Sent drain(DhtCore& core) {
   return s;
 }
 
-NodeHeader server_header(const std::string& addr) { return NodeHeader{false, {to_bytes(addr)}}; }
+NodeHeader server_header(const std::string& addr) {
+  return NodeHeader{false, {to_bytes(addr)}};
+}
 }  // namespace
 
 TEST(DhtAdmission, LearnedNodesArePingedAndEnterOnlyWhenTheyAnswerAsServers) {
   DhtConfig cfg;
+  cfg.admit_learned = true;
   cfg.alpha = 1;
   cfg.beam_width = 1;  // the lookup asks only the closest candidate
   DhtCore core(cfg, new_peer(), ValidatorChain::standard(), 1);
@@ -52,8 +55,7 @@ TEST(DhtAdmission, LearnedNodesArePingedAndEnterOnlyWhenTheyAnswerAsServers) {
   EXPECT_EQ(sent.finds[0].to.peer, seed);
   FindResult learned;
   for (const auto* p : {&a, &b, &c, &d}) learned.peers.push_back(PeerInfo{*p, {to_bytes("x")}});
-  core.on_response(sent.finds[0].id, Response{server_header("seed"), FindResponse{{learned}}},
-                   now);
+  core.on_response(sent.finds[0].id, Response{server_header("seed"), FindResponse{{learned}}}, now);
   sent = drain(core);
   // The pings wait while the caller's lookup runs (their dials would delay its answers).
   EXPECT_TRUE(sent.pings.empty());
@@ -119,8 +121,7 @@ TEST(DhtAdmission, OffSendsNoPings) {
   ASSERT_EQ(sent.finds.size(), 1u);
   FindResult learned;
   for (int i = 0; i < 5; ++i) learned.peers.push_back(PeerInfo{new_peer(), {to_bytes("x")}});
-  core.on_response(sent.finds[0].id, Response{server_header("seed"), FindResponse{{learned}}},
-                   now);
+  core.on_response(sent.finds[0].id, Response{server_header("seed"), FindResponse{{learned}}}, now);
   EXPECT_TRUE(drain(core).pings.empty());
   EXPECT_EQ(core.admissions_sent(), 0u);
 }
