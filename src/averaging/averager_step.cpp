@@ -185,8 +185,8 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   res.subrounds = runner->core().subround() + 1;
   const auto& counted = runner->core().counted_elements();
   for (std::uint32_t i = 0; i < group.members.size(); ++i)
-    res.contributions.push_back({group.members[i].peer, runner->core().weight_of(i),
-                                 group.members[i].client, counted[i]});
+    res.contributions.push_back(
+        {group.members[i].peer, runner->core().weight_of(i), group.members[i].client, counted[i]});
   res.group = std::move(group);
   res.total_time = Clock::now() - t0;
   co_return res;
@@ -222,8 +222,7 @@ result<StepResult> PendingStep::run_blocking(double weight) {
   PendingStep self(st);
   const Duration limit = std::max<Duration>(st->deadline - Clock::now(), 0s) + 60s;
   return block_on(
-      st->avg->host().get_executor(), [self, weight]() mutable { return self.run(weight); },
-      limit);
+      st->avg->host().get_executor(), [self, weight]() mutable { return self.run(weight); }, limit);
 }
 
 void PendingStep::cancel() {

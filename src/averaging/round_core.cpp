@@ -116,8 +116,7 @@ result<void> RoundCore::start(TimePoint now) {
   return success();
 }
 
-result<void> RoundCore::provide_local(std::span<const float> local, double weight,
-                                      TimePoint now) {
+result<void> RoundCore::provide_local(std::span<const float> local, double weight, TimePoint now) {
   if (!local_pending_)
     return make_error(errc::invalid_argument, "all-reduce: this member's data is already in");
   if (local.size() != output_.size())

@@ -69,8 +69,8 @@ void RoundCore::send_parts() {
   for (std::uint32_t p = 0; p < parts.size(); ++p) {
     const auto& spec = parts[p];
     if (spec.owner == self_ || failed_.test(spec.owner)) continue;
-    send(spec.owner, PartMsg{sub_.index, p, local_.subspan(spec.begin, spec.size()),
-                             members_[self_].weight});
+    send(spec.owner,
+         PartMsg{sub_.index, p, local_.subspan(spec.begin, spec.size()), members_[self_].weight});
   }
 }
 
@@ -113,8 +113,7 @@ void RoundCore::start_reductions(TimePoint now) {
     for (auto j : tag.indices()) {
       job.inputs.push_back(j == self_ ? local_.subspan(spec.begin, spec.size())
                                       : std::span<const float>(s.slots[i][j]));
-      job.coeffs.push_back(
-          static_cast<float>(total_w > 0 ? weight_of(j) / total_w : 1.0 / cnt));
+      job.coeffs.push_back(static_cast<float>(total_w > 0 ? weight_of(j) / total_w : 1.0 / cnt));
     }
     s.part_counted[p] = std::move(tag);
     s.requested[i] = 1;

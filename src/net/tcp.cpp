@@ -1,5 +1,8 @@
 #include "starling/net/tcp.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <asio/connect.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
@@ -7,9 +10,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 
 #include "starling/core/log.hpp"
 
@@ -34,9 +34,8 @@ void tune_socket(asio::ip::tcp::socket& s) {
   std::error_code ec;
   s.set_option(asio::ip::tcp::no_delay(true), ec);
   const auto& cc = tcp_congestion_override();
-  if (!cc.empty() &&
-      ::setsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, cc.data(),
-                   static_cast<socklen_t>(cc.size())) != 0) {
+  if (!cc.empty() && ::setsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, cc.data(),
+                                  static_cast<socklen_t>(cc.size())) != 0) {
     static std::atomic<bool> warned{false};
     if (!warned.exchange(true))
       logger("net")->warn("STARLING_TCP_CONGESTION={}: setsockopt failed ({}); using the default",

@@ -38,8 +38,8 @@ struct RoundStarted {
 };
 
 std::shared_ptr<PendingStep> begin_on(Cluster& c, std::size_t i, StepOptions o) {
-  auto r = c.node(i).run(
-      [a = c.node(i).avg, o]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
+  auto r =
+      c.node(i).run([a = c.node(i).avg, o]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
         co_return a->begin(o);
       });
   if (!r) throw std::runtime_error("begin: " + r.error().message());
