@@ -36,7 +36,8 @@ class StarlingSet : public NodeSet {
     return s.host->listen_addresses().at(0).with_peer_id(s.host->local_peer()).to_string();
   }
 
-  // Joined = every node's warm connections are up (or max_s passed).
+  // Joined = every node's warm connections are up and no learned node waits for admission
+  // (or max_s passed).
   void wait_joined(double max_s) override {
     const auto t0 = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
@@ -47,7 +48,14 @@ class StarlingSet : public NodeSet {
               co_return d->warm_stats();
             },
             std::chrono::seconds(10));
-        if (!w || (w.value().dialing == 0 && w.value().connected >= w.value().wanted)) break;
+        if (!w || (w.value().dialing == 0 && w.value().connected >= w.value().wanted &&
+                   w.value().admitting == 0)) {
+          if (w && std::getenv("BENCH_DEBUG"))
+            std::cerr << "node " << i << ": table " << w.value().table << ", connections "
+                      << w.value().connections << ", warm " << w.value().connected << "/"
+                      << w.value().wanted << "\n";
+          break;
+        }
         if (ms_since(t0) > max_s * 1000) return;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
@@ -144,6 +152,8 @@ class StarlingSet : public NodeSet {
     sdht::DhtNodeConfig cfg;
     cfg.seed = seed;
     cfg.warm_connections = warm_cap();
+    // BENCH_ADMIT=0: no admission of lookup-learned nodes (the path before session 5).
+    if (const char* e = std::getenv("BENCH_ADMIT")) cfg.dht.admit_learned = std::atoi(e) != 0;
     auto node = sdht::DhtNode::create(host, cfg);
     ST_CO_TRY(co_await node->start(seeds));
     co_return Started{host, node};

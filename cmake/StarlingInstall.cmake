@@ -1,7 +1,15 @@
-# install(EXPORT) so that other CMake projects can find_package(Starling) and link starling::starling.
+# install(EXPORT) so that other CMake projects can find_package(Starling) and link
+# starling::starling, and starling::torch (the libtorch layers) when built with libtorch.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
-install(TARGETS starling starling_options EXPORT StarlingTargets
+set(STARLING_EXPORTED starling starling_options)
+set(STARLING_HAS_TORCH OFF)
+if(TARGET starling_torch)
+  set_target_properties(starling_torch PROPERTIES EXPORT_NAME torch)
+  list(APPEND STARLING_EXPORTED starling_torch)
+  set(STARLING_HAS_TORCH ON)
+endif()
+install(TARGETS ${STARLING_EXPORTED} EXPORT StarlingTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}

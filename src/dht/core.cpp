@@ -147,6 +147,9 @@ void DhtCore::fail_request(std::uint64_t rid, const Error& error, const Now& now
       return;
     case Purpose::cache:
       return;
+    case Purpose::admit:
+      on_admit_done(p.to.id, now);
+      return;
   }
 }
 
@@ -167,6 +170,7 @@ void DhtCore::on_response(RequestId id, const Response& resp, const Now& now) {
       fits = std::holds_alternative<StoreResponse>(resp.body);
       break;
     case Purpose::ping:
+    case Purpose::admit:
       fits = std::holds_alternative<PingResponse>(resp.body);
       break;
   }
@@ -198,6 +202,9 @@ void DhtCore::on_response(RequestId id, const Response& resp, const Now& now) {
       routing_.on_ping_result(done.to.id, true, now.mono);
       return;
     case Purpose::cache:
+      return;
+    case Purpose::admit:
+      on_admit_done(done.to.id, now);
       return;
   }
 }

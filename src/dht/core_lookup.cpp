@@ -52,7 +52,9 @@ void DhtCore::on_find_response(Operation& op, const Contact& from, const FindRes
                                const Now& now) {
   const Lookup::Candidate* cand = op.lookup->find(from.id);
   const std::size_t hop = cand ? cand->hop : 1;
-  op.lookup->on_response(from.id, contacts_of(res.peers));
+  auto learned = contacts_of(res.peers);
+  consider_admission(learned, now);
+  op.lookup->on_response(from.id, std::move(learned));
   if (op.kind == OpKind::store) return store_early(op, from, now);
   if (op.kind != OpKind::get) return;
   bool had_value = false;

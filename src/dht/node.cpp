@@ -110,6 +110,7 @@ awaitable<void> DhtNode::stop() {
 
 void DhtNode::pump() {
   if (stopping_) return;
+  if (core_.admissions_waiting() > 0) update_admission();
   while (auto out = core_.poll_request()) {
     auto self = shared_from_this();
     scope_.spawn(

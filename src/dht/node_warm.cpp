@@ -22,8 +22,19 @@ std::vector<Contact> DhtNode::warm_candidates() const {
   return out;
 }
 
+// Admission pings dial strangers: only while the host holds fewer connections than the warm
+// bound allows (the same bound on file descriptors as warm dials).
+void DhtNode::update_admission() {
+  const bool open =
+      cfg_.warm_connections == 0 || host_->connection_count() < 2 * cfg_.warm_connections;
+  core_.set_admission_open(open, now());
+}
+
 void DhtNode::refresh_warm() {
-  if (stopping_ || cfg_.warm_connections == 0) return;
+  if (stopping_) return;
+  update_admission();
+  pump();
+  if (cfg_.warm_connections == 0) return;
   const auto wanted = warm_candidates();
   std::set<net::PeerId> now_kept;
   for (const auto& c : wanted) now_kept.insert(c.peer);
@@ -83,6 +94,9 @@ WarmStats DhtNode::warm_stats() const {
   s.dialing = warm_dialing_.size();
   s.dials = warm_dials_;
   s.failed = warm_failed_;
+  s.admitting = core_.admissions_waiting();
+  s.table = core_.routing().size();
+  s.connections = host_->connection_count();
   return s;
 }
 

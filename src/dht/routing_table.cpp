@@ -68,6 +68,25 @@ void RoutingTable::promote_replacement(Bucket& b) {
   ++size_;
 }
 
+bool RoutingTable::has_room(const DhtId& id) const {
+  if (id == self_ || contains(id)) return false;
+  const Bucket& b = buckets_[bucket_index(id)];
+  // Follow the splits on_seen would make: at each depth the sub-bucket holding `id` keeps the
+  // nodes that share its first depth + 1 bits.
+  std::size_t count = b.nodes.size();
+  for (std::size_t depth = b.depth; count >= opt_.k; ++depth) {
+    const bool covers_self = self_.common_prefix_length(id) >= depth;
+    const bool splits = depth < DhtId::kBits &&
+                        (covers_self || (opt_.split_depth_modulo > 0 &&
+                                         depth % opt_.split_depth_modulo != 0));
+    if (!splits) return false;
+    count = static_cast<std::size_t>(std::count_if(b.nodes.begin(), b.nodes.end(), [&](const RoutingNode& n) {
+      return n.contact.id.common_prefix_length(id) > depth;
+    }));
+  }
+  return true;
+}
+
 std::optional<RoutingTable::PingAction> RoutingTable::on_seen(const Contact& contact,
                                                               TimePoint now) {
   if (contact.id == self_) return std::nullopt;

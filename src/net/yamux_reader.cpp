@@ -26,9 +26,12 @@ void Session::protocol_error(const Error& e) {
 }
 
 awaitable<void> Session::reader_loop() {
-  rbuf_.reserve(cfg_.read_buffer);
-  std::uint8_t* const base = rbuf_.data();
-  const std::size_t cap = rbuf_.capacity();
+  // The buffer starts small and doubles after every read that filled it, up to
+  // cfg_.read_buffer: an idle or request/response connection (most of a DHT node's hundreds)
+  // holds 4 KiB, not the 256 KiB a bulk transfer reads with.
+  rbuf_.reserve(std::min<std::size_t>(kFirstReadBuffer, cfg_.read_buffer));
+  std::uint8_t* base = rbuf_.data();
+  std::size_t cap = rbuf_.capacity();
   // Control frames we queue in answer to the peer (pongs, RSTs) bypass the write buffer
   // limit; a peer that sends them in bulk while never reading would grow our queue forever.
   const std::size_t control_limit = cfg_.write_buffer + cfg_.max_frame_payload + (1u << 20);
@@ -103,6 +106,14 @@ awaitable<void> Session::reader_loop() {
     }
     end += n.value();
     last_rx_ = Clock::now();
+    if (end == cap && cap < cfg_.read_buffer) {  // start == 0 here
+      OutBuffer bigger;
+      bigger.reserve(std::min(cfg_.read_buffer, 2 * cap));
+      std::memcpy(bigger.data(), base, end);
+      rbuf_ = std::move(bigger);
+      base = rbuf_.data();
+      cap = rbuf_.capacity();
+    }
   }
   // Ended: read (and ignore) whatever the peer still sends until it closes its side, so our
   // last frames are not destroyed by a TCP reset. Bounded by the shutdown linger.

@@ -206,6 +206,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writer_stopped_ = false;
 
   // Reader state across reads: the data frame whose payload is being received.
+  static constexpr std::size_t kFirstReadBuffer = 4096;
   OutBuffer rbuf_;
   std::uint32_t payload_left_ = 0;
   std::uint32_t payload_stream_ = 0;

@@ -1,6 +1,11 @@
 // Model + optimizer state serialisation (torch archives) and checkpoint save/load.
 #include "starling/optim/training_state.hpp"
 
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 #include <torch/utils.h>
@@ -11,6 +16,55 @@
 
 namespace starling::optim {
 namespace {
+
+// A tensor from a peer's archive that replaces `like`: same type (Module::load adopts the read
+// tensor's storage, so another dtype would change the model's), dense, finite values.
+result<void> check_values(const torch::Tensor& t, const torch::Tensor& like,
+                          const std::string& what) {
+  if (t.scalar_type() != like.scalar_type() || t.layout() != torch::kStrided)
+    return make_error(errc::invalid_argument, fmt::format("training state: '{}' is {} not {}", what,
+                                                          c10::toString(t.scalar_type()),
+                                                          c10::toString(like.scalar_type())));
+  if (t.is_floating_point() && !torch::isfinite(t).all().item<bool>())
+    return make_error(errc::invalid_argument,
+                      fmt::format("training state: '{}' holds non-finite values", what));
+  return success();
+}
+
+// The per-parameter state tensors of the optimizers libtorch ships (others are not checked).
+std::vector<torch::Tensor> state_tensors(torch::optim::OptimizerParamState& s) {
+  namespace o = torch::optim;
+  if (auto* a = dynamic_cast<o::AdamParamState*>(&s))
+    return {a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
+  if (auto* a = dynamic_cast<o::AdamWParamState*>(&s))
+    return {a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
+  if (auto* a = dynamic_cast<o::SGDParamState*>(&s)) return {a->momentum_buffer()};
+  if (auto* a = dynamic_cast<o::RMSpropParamState*>(&s))
+    return {a->square_avg(), a->momentum_buffer(), a->grad_avg()};
+  if (auto* a = dynamic_cast<o::AdagradParamState*>(&s)) return {a->sum()};
+  return {};
+}
+
+// After Optimizer::load: every state tensor has its parameter's shape and type and finite
+// values (a mis-shaped moment would throw at the next step, or broadcast silently).
+result<void> check_optimizer_state(torch::optim::Optimizer& opt) {
+  for (const auto& g : opt.param_groups()) {
+    for (const auto& p : g.params()) {
+      auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      if (it == opt.state().end()) continue;
+      for (const auto& t : state_tensors(*it->second)) {
+        if (!t.defined()) continue;
+        if (t.sizes() != p.sizes())
+          return make_error(errc::invalid_argument,
+                            fmt::format("training state: optimizer state of shape [{}] for a "
+                                        "parameter of shape [{}]",
+                                        fmt::join(t.sizes(), ","), fmt::join(p.sizes(), ",")));
+        ST_TRY(check_values(t, p, "optimizer state"));
+      }
+    }
+  }
+  return success();
+}
 
 // Module::save writes a module's own parameters and buffers under their names and each child
 // as a nested archive; this walks the same tree and checks names and shapes.
@@ -27,13 +81,16 @@ result<void> check_module(const torch::nn::Module& m, torch::serialize::InputArc
           errc::invalid_argument,
           fmt::format("training state: parameter '{}{}' has shape [{}] not [{}]", prefix,
                       item.key(), fmt::join(t.sizes(), ","), fmt::join(item.value().sizes(), ",")));
+    ST_TRY(check_values(t, item.value(), prefix + item.key()));
   }
   for (const auto& item : m.named_buffers(/*recurse=*/false)) {
     torch::Tensor t;
-    if (!ar.try_read(item.key(), t, /*is_buffer=*/true) || t.sizes() != item.value().sizes())
-      return make_error(
-          errc::invalid_argument,
-          fmt::format("training state: buffer '{}{}' missing or mis-shaped", prefix, item.key()));
+    if (!ar.try_read(item.key(), t, /*is_buffer=*/true) || t.sizes() != item.value().sizes() ||
+        t.scalar_type() != item.value().scalar_type())
+      return make_error(errc::invalid_argument,
+                        fmt::format("training state: buffer '{}{}' missing, mis-shaped or of "
+                                    "another type",
+                                    prefix, item.key()));
   }
   for (const auto& child : m.named_children()) {
     torch::serialize::InputArchive sub;
@@ -83,49 +140,77 @@ result<Bytes> save_training_state(const torch::nn::Module& model,
   }
 }
 
-result<void> load_training_state(BytesView state, torch::nn::Module& model,
-                                 torch::optim::Optimizer* optimizer, NamedTensors* extra) {
-  try {
-    torch::serialize::InputArchive root;
-    root.load_from(reinterpret_cast<const char*>(state.data()), state.size());
-    torch::serialize::InputArchive model_ar;
-    if (!root.try_read("model", model_ar))
-      return make_error(errc::invalid_argument, "training state: no model");
-    // Check everything before changing anything, so a mismatch leaves the model untouched.
-    ST_TRY(check_module(model, model_ar, ""));
-    if (extra) {
-      torch::serialize::InputArchive extra_ar;
-      if (!extra->empty() && !root.try_read("extra", extra_ar))
-        return make_error(errc::invalid_argument, "training state: no extra tensors");
-      for (auto& [name, t] : *extra) {
-        torch::Tensor src;
-        if (!extra_ar.try_read(name, src) || src.sizes() != t.sizes())
-          return make_error(
-              errc::invalid_argument,
-              fmt::format("training state: extra tensor '{}' missing or mis-shaped", name));
-      }
-    }
-    torch::serialize::InputArchive opt_ar;
-    const bool has_opt = optimizer && root.try_read("optimizer", opt_ar);
-    if (optimizer && !has_opt)
-      return make_error(errc::invalid_argument, "training state: no optimizer state");
+namespace {
 
-    model.load(model_ar);
-    if (has_opt) optimizer->load(opt_ar);
-    if (extra && !extra->empty()) {
-      torch::serialize::InputArchive extra_ar;
-      root.try_read("extra", extra_ar);
-      torch::NoGradGuard no_grad;
-      for (auto& [name, t] : *extra) {
-        torch::Tensor src;
-        extra_ar.try_read(name, src);
-        t.copy_(src);
-      }
+// Reads `state` into the objects after checking what can be checked up front; may leave them
+// partly changed when it fails afterwards (load_training_state rolls back).
+result<void> apply_training_state(BytesView state, torch::nn::Module& model,
+                                  torch::optim::Optimizer* optimizer, NamedTensors* extra) {
+  torch::serialize::InputArchive root;
+  root.load_from(reinterpret_cast<const char*>(state.data()), state.size());
+  torch::serialize::InputArchive model_ar;
+  if (!root.try_read("model", model_ar))
+    return make_error(errc::invalid_argument, "training state: no model");
+  ST_TRY(check_module(model, model_ar, ""));
+  torch::serialize::InputArchive extra_ar;
+  if (extra && !extra->empty()) {
+    if (!root.try_read("extra", extra_ar))
+      return make_error(errc::invalid_argument, "training state: no extra tensors");
+    for (auto& [name, t] : *extra) {
+      torch::Tensor src;
+      if (!extra_ar.try_read(name, src) || src.sizes() != t.sizes())
+        return make_error(
+            errc::invalid_argument,
+            fmt::format("training state: extra tensor '{}' missing or mis-shaped", name));
+      ST_TRY(check_values(src, t, name));
     }
-    return success();
+  }
+  torch::serialize::InputArchive opt_ar;
+  if (optimizer && !root.try_read("optimizer", opt_ar))
+    return make_error(errc::invalid_argument, "training state: no optimizer state");
+
+  model.load(model_ar);
+  if (optimizer) {
+    optimizer->load(opt_ar);
+    ST_TRY(check_optimizer_state(*optimizer));
+  }
+  if (extra && !extra->empty()) {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, t] : *extra) {
+      torch::Tensor src;
+      extra_ar.try_read(name, src);
+      t.copy_(src);
+    }
+  }
+  return success();
+}
+
+result<void> apply_caught(BytesView state, torch::nn::Module& model,
+                          torch::optim::Optimizer* optimizer, NamedTensors* extra) {
+  try {
+    return apply_training_state(state, model, optimizer, extra);
   } catch (const std::exception& e) {
     return make_error(errc::invalid_argument, fmt::format("training state: {}", e.what()));
   }
+}
+
+}  // namespace
+
+result<void> load_training_state(BytesView state, torch::nn::Module& model,
+                                 torch::optim::Optimizer* optimizer, NamedTensors* extra) {
+  // The state comes from a peer: a failure after the first tensor was replaced (a malformed
+  // optimizer archive, a mis-shaped moment) must leave everything as it was.
+  ST_TRY(auto backup, save_training_state(model, optimizer, extra ? *extra : NamedTensors{}));
+  auto r = apply_caught(state, model, optimizer, extra);
+  if (!r) {
+    if (optimizer) optimizer->state().clear();  // entries of the failed load are not kept
+    auto restored = apply_caught(backup, model, optimizer, extra);
+    if (!restored)
+      return make_error(errc::internal,
+                        fmt::format("{}; restoring the previous state failed: {}",
+                                    r.error().message(), restored.error().message()));
+  }
+  return r;
 }
 
 result<std::filesystem::path> save_checkpoint(CheckpointDir& dir, CheckpointMeta meta,

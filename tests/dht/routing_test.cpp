@@ -220,3 +220,27 @@ TEST(RoutingTable, IgnoresSelf) {
   EXPECT_FALSE(t.on_seen(with_id(self), t0));
   EXPECT_EQ(t.size(), 0u);
 }
+
+TEST(RoutingTable, HasRoomPredictsWhetherOnSeenAdmits) {
+  // has_room(id) must say exactly whether on_seen would put the node into the table (with the
+  // splits the rules allow) rather than into a replacement cache.
+  for (std::size_t modulo : {0u, 5u}) {
+    std::mt19937_64 rng(11 + modulo);
+    const DhtId self = DhtId::random(rng);
+    RoutingTable t(self, opts(3, modulo), t0);
+    std::size_t admitted = 0, refused = 0;
+    for (int i = 0; i < 400; ++i) {
+      const auto c = with_id(at_distance(self, rng() % 10, rng));
+      RoutingTable copy = t;
+      const bool room = t.has_room(c.id);
+      copy.on_seen(c, t0);
+      EXPECT_EQ(room, copy.contains(c.id)) << "modulo " << modulo << " node " << i;
+      (room ? admitted : refused)++;
+      t = std::move(copy);
+      EXPECT_FALSE(t.has_room(c.id));  // in the table now, or its bucket is full
+    }
+    EXPECT_GT(admitted, 20u);
+    EXPECT_GT(refused, 20u);
+    EXPECT_FALSE(t.has_room(self));
+  }
+}

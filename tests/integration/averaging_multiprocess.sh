@@ -10,14 +10,8 @@ bin=$1
 n=${2:-4}
 phase=${3:-reduce-scatter}
 codec=${4:-none}
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../../scripts/lib/run.sh"
+st_init
 mkdir -p "$dir/directory"
 for i in $(seq 0 $((n - 1))); do
   extra=()

@@ -4,33 +4,13 @@
 # (SIGKILL) and the values are still there; Ctrl-C stops a node within a bounded time.
 set -euo pipefail
 bin=$1
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../../scripts/lib/run.sh"
+st_init
 
-wait_file() {  # wait_file PATH: up to 10 s for a non-empty file
-  for _ in $(seq 100); do [[ -s $1 ]] && return 0; sleep 0.1; done
-  echo "timed out waiting for $1"; cat "$dir"/*.log; exit 1
-}
-
-start_node() {  # start_node NAME [initial peer]
-  local name=$1; shift
-  local args=(dht --identity "$dir/$name.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/$name.addr")
-  [[ $# -gt 0 ]] && args+=(--initial-peers "$1")
-  "$bin" "${args[@]}" > "$dir/$name.log" 2>&1 &
-  pids+=($!)
-  wait_file "$dir/$name.addr"
-}
-
-start_node boot
-boot=$(head -1 "$dir/boot.addr")
+st_dht "$bin" boot
+boot=$st_addr
 [[ $boot == /ip4/127.0.0.1/tcp/*/p2p/12D3KooW* ]] || { echo "bad address '$boot'"; exit 1; }
-for n in n1 n2 n3 n4; do start_node "$n" "$boot"; done
+for n in n1 n2 n3 n4; do st_dht "$bin" "$n" "$boot"; done
 grep -q "routing table [1-9]" "$dir/n4.log" || { echo "n4 did not join"; cat "$dir/n4.log"; exit 1; }
 
 n1=$(head -1 "$dir/n1.addr")

@@ -2,16 +2,15 @@
 # Two processes on loopback: `starling node` serves, `starling ping` and `starling echo` dial it.
 set -euo pipefail
 bin=$1
-dir=$(mktemp -d)
-node_pid=""
-cleanup() { [[ -n $node_pid ]] && kill "$node_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
-trap cleanup EXIT
+source "$(dirname "$0")/../../scripts/lib/run.sh"
+st_init
 "$bin" id --identity "$dir/a.key" > "$dir/id.txt"
 perm=$(stat -c %a "$dir/a.key")
 [[ $perm == 600 ]] || { echo "identity file mode is $perm, want 600"; exit 1; }
-"$bin" node --identity "$dir/a.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/addrs" > "$dir/node.log" 2>&1 &
-node_pid=$!
-for _ in $(seq 100); do [[ -s $dir/addrs ]] && break; sleep 0.1; done
+st_bg "$dir/node.log" "$bin" node --identity "$dir/a.key" --listen /ip4/127.0.0.1/tcp/0 \
+  --addr-file "$dir/addrs"
+node_pid=$st_pid
+st_wait_file "$dir/addrs"
 addr=$(head -1 "$dir/addrs")
 [[ $addr == */p2p/$(cat "$dir/id.txt") ]] || { echo "bad address '$addr'"; cat "$dir/node.log"; exit 1; }
 "$bin" ping "$addr" --count 3 | tee "$dir/ping.txt"
@@ -28,6 +27,6 @@ kill -INT "$node_pid"
 for _ in $(seq 100); do kill -0 "$node_pid" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$node_pid" 2>/dev/null; then echo "node did not stop within 10 s"; exit 1; fi
 wait "$node_pid" || true
-node_pid=""
+pids=()
 grep -q stopped "$dir/node.log"
 echo "cli_two_nodes: ok"

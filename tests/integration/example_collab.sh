@@ -10,35 +10,24 @@ example=$2
 data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 [[ -e $data/train-images-idx3-ubyte.gz || -e $data/train-images-idx3-ubyte ]] || {
   echo "dataset-fashion-mnist is not installed: skipping"; exit 77; }
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../../scripts/lib/run.sh"
+st_init
 
-"$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addr" \
-  > "$dir/boot.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [[ -s $dir/boot.addr ]] && break; sleep 0.1; done
-[[ -s $dir/boot.addr ]] || { echo "bootstrap node did not start"; cat "$dir/boot.log"; exit 1; }
-boot=$(head -1 "$dir/boot.addr")
+st_dht "$bin" boot
+boot=$st_addr
 
 epochs=60
 peers=()
 start_peer() {
-  timeout -k 5 240 "$example" --initial-peers "$boot" --run-id example-test --epochs $epochs \
-    --target-batch 2048 --data-dir "$data" > "$dir/$1.log" 2>&1 &
-  peers+=($!)
+  st_bg "$dir/$1.log" timeout -k 5 240 "$example" --initial-peers "$boot" --run-id example-test \
+    --epochs $epochs --target-batch 2048 --data-dir "$data"
+  peers+=("$st_pid")
 }
 # Peer b joins once a has taken its first step (alone), so it must catch up by downloading the
 # state. (Two peers started at the very same moment can each step alone at epoch 0 and fork:
 # a known optimizer issue, docs/training.md.)
 start_peer a
-for _ in $(seq 600); do grep -q "^epoch 1 " "$dir/a.log" && break; sleep 0.1; done
-grep -q "^epoch 1 " "$dir/a.log" || { echo "peer a took no step in 60 s"; cat "$dir/a.log"; exit 1; }
+st_wait_line "$dir/a.log" "^epoch 1 " 60 || { echo "peer a took no step in 60 s"; cat "$dir/a.log"; exit 1; }
 start_peer b
 rc=0
 for p in "${peers[@]}"; do wait "$p" || rc=$?; done

@@ -8,10 +8,8 @@ set -euo pipefail
 src=$1 build=$2
 bin=$build/bin/starling
 jsdir=$("$src/tests/interop/setup.sh" "$build" | tail -1) || exit $?
-dir=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
-trap cleanup EXIT
+source "$(dirname "$0")/../../scripts/lib/run.sh"
+st_init
 fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "--- $f"; tail -30 "$f"; done; exit 1; }
 
 # 1. Starling dials js-libp2p.
@@ -31,8 +29,9 @@ cat "$dir/echo1.log"
 cat "$dir/echo8.log"
 
 # 2. js-libp2p dials Starling.
-"$bin" node --identity "$dir/node.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/addrs" > "$dir/node.log" 2>&1 & pids+=($!)
-for _ in $(seq 100); do [[ -s $dir/addrs ]] && break; sleep 0.1; done
+st_bg "$dir/node.log" "$bin" node --identity "$dir/node.key" --listen /ip4/127.0.0.1/tcp/0 \
+  --addr-file "$dir/addrs"
+st_wait_file "$dir/addrs" || fail "starling node did not start"
 addr=$(head -1 "$dir/addrs")
 (cd "$jsdir" && node --import ./polyfill.mjs peer.mjs dial "$addr" --echo-bytes 10485760 --streams 8 \
   --step-timeout 60 > "$dir/js-dial.json" 2> "$dir/js-dial.log") || fail "js dial: $(cat "$dir/js-dial.json")"

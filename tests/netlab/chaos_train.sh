@@ -57,16 +57,6 @@ done
 exit $status
 EOF2
 
-RC=0
-"$CHAOS" --config "$T_TMP/train.conf" --out "$T_TMP/run" >"$T_TMP/run.out" 2>&1 || RC=$?
-((RC == 77)) && skip "chaos could not start netlab"
-head -3 "$T_TMP/run/summary.txt"
-cat "$T_TMP/run/check.log" 2>/dev/null
-check "starling train collaboration under chaos passes (exit $RC)" test "$RC" -eq 0
-check "trainers were killed and restarted" grep -qP '\tkilled$' "$T_TMP/run/results.tsv"
-check "trainers that stopped at the same epoch hold identical parameters" \
-  grep -q agreed "$T_TMP/run/check.log"
-name=$(sed -nE 's/^run ([a-z0-9]+):.*/\1/p' "$T_TMP/run/netlab-status.txt")
-check "chaos tore down its netlab run ($name)" \
-  bash -c "[[ -n '$name' ]] && ! ip netns list | grep -q '^$name-'"
+run_chaos "$T_TMP/train.conf" "starling train collaboration" "trainers were killed and restarted" \
+  "trainers that stopped at the same epoch hold identical parameters"
 finish

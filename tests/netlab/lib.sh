@@ -116,3 +116,20 @@ wait_listen() {
   echo "# timed out waiting for a listener on $h:$port" >&2
   return 1
 }
+
+# run_chaos CONFIG WHAT KILLED_CHECK AGREE_CHECK: runs tools/netlab/chaos with CONFIG (its
+# check script writes "agreed" to check.log when the peers agree) and checks that it passed,
+# killed and restarted peers, the peers agreed, and the netlab run was torn down.
+run_chaos() {
+  local conf=$1 what=$2 killed=$3 agree=$4 rc=0 name
+  "$CHAOS" --config "$conf" --out "$T_TMP/run" >"$T_TMP/run.out" 2>&1 || rc=$?
+  ((rc == 77)) && skip "chaos could not start netlab"
+  head -3 "$T_TMP/run/summary.txt"
+  cat "$T_TMP/run/check.log" 2>/dev/null
+  check "$what under chaos passes (exit $rc)" test "$rc" -eq 0
+  check "$killed" grep -qP '\tkilled$' "$T_TMP/run/results.tsv"
+  check "$agree" grep -q agreed "$T_TMP/run/check.log"
+  name=$(sed -nE 's/^run ([a-z0-9]+):.*/\1/p' "$T_TMP/run/netlab-status.txt")
+  check "chaos tore down its netlab run ($name)" \
+    bash -c "[[ -n '$name' ]] && ! ip netns list | grep -q '^$name-'"
+}

@@ -2,6 +2,8 @@
 // DiLoCo outer step, training state save/load and checkpoints, the built-in task.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <torch/nn.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
@@ -148,6 +150,74 @@ TEST(TrainingState, RejectsMismatchAndGarbageWithoutTouchingTheModel) {
   EXPECT_FALSE(load_training_state(junk, *mlp, nullptr));
   Bytes cut(state.value().begin(), state.value().begin() + state.value().size() / 2);
   EXPECT_FALSE(load_training_state(cut, *mlp, nullptr));
+}
+
+// What a hostile or broken donor can send: parameters of another dtype or with NaN, and
+// optimizer moments of other shapes. Each is refused, and the receiver's model and optimizer
+// state stay exactly as they were (the moments are checked after Optimizer::load, so this
+// also exercises the rollback).
+TEST(TrainingState, HostileStateIsRefusedAndChangesNothing) {
+  auto mine = make_fashion_model(FashionModel::mlp, 1);
+  torch::optim::Adam adam(mine->parameters());
+  train_step(mine, adam, 1);
+  auto before = save_training_state(*mine, &adam);
+  ASSERT_TRUE(before);
+  auto unchanged = [&] {
+    auto now = save_training_state(*mine, &adam);
+    return now && now.value() == before.value();
+  };
+
+  // Parameters as float64.
+  auto wide = make_fashion_model(FashionModel::mlp, 2);
+  wide->to(torch::kFloat64);
+  torch::optim::Adam adam_wide(wide->parameters());
+  auto s1 = save_training_state(*wide, &adam_wide);
+  ASSERT_TRUE(s1);
+  auto r1 = load_training_state(s1.value(), *mine, &adam);
+  ASSERT_FALSE(r1);
+  EXPECT_NE(r1.error().message().find("Double"), std::string::npos) << r1.error().message();
+  EXPECT_TRUE(unchanged());
+
+  // A NaN parameter.
+  auto nan = make_fashion_model(FashionModel::mlp, 3);
+  {
+    torch::NoGradGuard g;
+    nan->parameters()[0].view(-1)[5] = std::numeric_limits<float>::quiet_NaN();
+  }
+  torch::optim::Adam adam_nan(nan->parameters());
+  auto s2 = save_training_state(*nan, &adam_nan);
+  ASSERT_TRUE(s2);
+  auto r2 = load_training_state(s2.value(), *mine, &adam);
+  ASSERT_FALSE(r2);
+  EXPECT_NE(r2.error().message().find("non-finite"), std::string::npos) << r2.error().message();
+  EXPECT_TRUE(unchanged());
+
+  // Right parameters, but Adam moments of flattened shapes (same count of tensors).
+  auto donor = make_fashion_model(FashionModel::mlp, 4);
+  std::vector<torch::Tensor> flat;
+  for (auto& p : donor->parameters()) {
+    flat.push_back(torch::zeros({p.numel()}, torch::requires_grad()));
+    flat.back().mutable_grad() = torch::ones({p.numel()});
+  }
+  torch::optim::Adam adam_flat(flat);
+  adam_flat.step();
+  auto s3 = save_training_state(*donor, &adam_flat);
+  ASSERT_TRUE(s3);
+  auto r3 = load_training_state(s3.value(), *mine, &adam);
+  ASSERT_FALSE(r3);
+  EXPECT_NE(r3.error().message().find("optimizer state of shape"), std::string::npos)
+      << r3.error().message();
+  EXPECT_TRUE(unchanged());
+  // And the receiver still trains.
+  train_step(mine, adam, 5);
+
+  // A well-formed state of the same model loads.
+  torch::optim::Adam adam_donor(donor->parameters());
+  train_step(donor, adam_donor, 6);
+  auto s4 = save_training_state(*donor, &adam_donor);
+  ASSERT_TRUE(s4);
+  ASSERT_TRUE(load_training_state(s4.value(), *mine, &adam));
+  EXPECT_TRUE(same_parameters(*mine, *donor));
 }
 
 TEST(TrainingState, CheckpointSaveAndResume) {

@@ -19,7 +19,7 @@ void add_node_command(CLI::App& app, Runner& run);
 void add_ping_command(CLI::App& app, Runner& run);
 void add_echo_command(CLI::App& app, Runner& run);
 void add_dht_command(CLI::App& app, Runner& run);
-// Only when built with libtorch (STARLING_HAVE_TORCH).
+// In starling-train only (built with libtorch).
 void add_train_command(CLI::App& app, Runner& run);
 
 // Default identity path: $STARLING_HOME/identity.key or ~/.starling/identity.key.
@@ -30,5 +30,9 @@ crypto::KeyPair load_identity_or_exit(const std::string& path, bool create);
 // Runs `main` on a fresh io_context until it finishes or SIGINT/SIGTERM arrives; on a signal
 // the coroutine is cancelled (it should then clean up, bounded). Returns main's exit code.
 int run_main(std::function<awaitable<int>()> main);
+
+// The whole program: an app named "starling" with --log (or $STARLING_LOG), the commands that
+// `add_commands` registers, parsing, then the chosen command's runner.
+int cli_main(int argc, char** argv, const std::function<void(CLI::App&, Runner&)>& add_commands);
 
 }  // namespace starling::cli

@@ -165,9 +165,11 @@ int train_main(const TrainOptions& o) {
       // same hash at the same epoch, so a fork shows where it began.
       if (train_log->should_log(spdlog::level::info)) {
         const auto& r = rep.value();
-        train_log->info("epoch {} -> {}: {} (group {}, {:.0f} samples) param_hash {}",
-                        logged_epoch, opt.local_epoch(),
-                        !r.stepped ? "downloaded" : r.group_size > 1 ? "averaged" : "alone",
+        train_log->info("epoch {} -> {}: {} (group {}, {:.0f} samples) param_hash {}", logged_epoch,
+                        opt.local_epoch(),
+                        !r.stepped         ? "downloaded"
+                        : r.group_size > 1 ? "averaged"
+                                           : "alone",
                         r.group_size, r.group_samples, parameter_hash(*task.model()));
       }
       logged_epoch = opt.local_epoch();

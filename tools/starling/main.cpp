@@ -1,82 +1,57 @@
-// starling: identity, node, ping, echo, dht, train from one binary.
-#include <cstdlib>
-#include <iostream>
+// starling: identity, node, ping, echo, dht; `train` runs starling-train (the only part that
+// needs libtorch, kept out of this executable so that it starts in milliseconds).
+#include <unistd.h>
 
-#include <asio/signal_set.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <vector>
 
 #include "cli.hpp"
-#include "starling/core/log.hpp"
 
 namespace starling::cli {
+namespace {
 
-std::string default_identity_path() {
-  if (const char* home = std::getenv("STARLING_HOME")) return std::string(home) + "/identity.key";
-  const char* h = std::getenv("HOME");
-  return std::string(h ? h : ".") + "/.starling/identity.key";
+// `starling train ARGS...` executes `starling-train train ARGS...` from this executable's
+// directory; every flag (including --help) is passed through unparsed.
+void add_train_forwarder(CLI::App& app, Runner& run) {
+  auto* cmd = app.add_subcommand(
+      "train",
+      "join or start a collaboration training the built-in Fashion-MNIST task (starling-train)");
+  cmd->prefix_command();
+  cmd->set_help_flag();
+  cmd->allow_extras();
+  cmd->callback([&run, cmd] {
+    run = [args = cmd->remaining()] {
+      std::error_code ec;
+      auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+      const auto exe = (ec ? std::filesystem::path(".") : self.parent_path()) / "starling-train";
+      std::vector<std::string> all{exe.string(), "train"};
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(exe.c_str(), argv.data());
+      std::cerr << "error: cannot run " << exe.string() << ": " << std::strerror(errno)
+                << " (starling-train is built only with libtorch)\n";
+      return 2;
+    };
+  });
 }
 
-crypto::KeyPair load_identity_or_exit(const std::string& path, bool create) {
-  bool created = false;
-  auto k = create ? crypto::load_or_create_identity(path, &created) : crypto::load_identity(path);
-  if (!k) {
-    std::cerr << "error: identity " << path << ": " << k.error().message() << "\n";
-    std::exit(2);
-  }
-  if (created) std::cerr << "created new identity at " << path << "\n";
-  return std::move(k).value();
-}
-
-int run_main(std::function<awaitable<int>()> main) {
-  asio::io_context io;
-  int code = 1;
-  asio::cancellation_signal cancel;
-  bool done = false;
-  asio::co_spawn(io, main(),
-                 asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int c) {
-                   done = true;
-                   code = c;
-                   if (e) {
-                     try {
-                       std::rethrow_exception(e);
-                     } catch (const std::exception& ex) {
-                       std::cerr << "error: " << ex.what() << "\n";
-                     }
-                     code = 1;
-                   }
-                   io.stop();
-                 }));
-  asio::signal_set signals(io, SIGINT, SIGTERM);
-  int hits = 0;
-  std::function<void(std::error_code, int)> on_signal = [&](std::error_code ec, int) {
-    if (ec) return;
-    if (++hits > 1) std::_Exit(130);  // second Ctrl-C: leave at once
-    std::cerr << "\nstopping (Ctrl-C again to force)...\n";
-    cancel.emit(asio::cancellation_type::terminal);
-    signals.async_wait(on_signal);
-  };
-  signals.async_wait(on_signal);
-  io.run();
-  return done ? code : 130;
-}
-
+}  // namespace
 }  // namespace starling::cli
 
 int main(int argc, char** argv) {
-  CLI::App app{"Starling: train neural networks together over the internet"};
-  app.require_subcommand(1);
-  std::string log_level;
-  app.add_option("--log", log_level, "log level: trace, debug, info, warn, error, off")
-      ->envname("STARLING_LOG");
-  starling::cli::Runner run;
-  starling::cli::add_id_command(app, run);
-  starling::cli::add_node_command(app, run);
-  starling::cli::add_ping_command(app, run);
-  starling::cli::add_echo_command(app, run);
-  starling::cli::add_dht_command(app, run);
-#ifdef STARLING_HAVE_TORCH
-  starling::cli::add_train_command(app, run);
-#endif
-  CLI11_PARSE(app, argc, argv);
-  if (!log_level.empty()) starling::set_log_level(log_level);
-  return run ? run() : 1;
+  using namespace starling::cli;
+  return cli_main(argc, argv, [](CLI::App& app, Runner& run) {
+    add_id_command(app, run);
+    add_node_command(app, run);
+    add_ping_command(app, run);
+    add_echo_command(app, run);
+    add_dht_command(app, run);
+    add_train_forwarder(app, run);
+  });
 }

@@ -61,6 +61,15 @@ struct DhtConfig {
   // lookup after all. At most `store_cache_keys` keys are remembered.
   Duration store_cache_ttl = 30s;
   std::size_t store_cache_keys = 4096;
+  // Admission of lookup-learned nodes: a node named in a lookup answer (not yet in the table,
+  // its bucket with room) is pinged in the background, `admit_parallel` at a time, at most
+  // `admit_queue` waiting; its answer is the liveness proof that puts it into the table (a
+  // client's answer says so and keeps it out; a failure blacklists it). So later operations
+  // find the closest nodes in the table (and warm connections to them) instead of dialling
+  // strangers on their critical path.
+  bool admit_learned = true;
+  std::size_t admit_parallel = 2;
+  std::size_t admit_queue = 256;
   // Relaxed bucket splitting (Kademlia paper section 4.2): a bucket that does not cover our
   // own id also splits while its depth is not a multiple of this (0 = classic rule: only the
   // bucket covering our id splits). 5 gives routing tables of ~16 buckets per level, fewer

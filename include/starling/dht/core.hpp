@@ -20,6 +20,7 @@
 #include <random>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "starling/dht/blacklist.hpp"
 #include "starling/dht/config.hpp"
@@ -133,10 +134,15 @@ class DhtCore {
   std::size_t pending_requests() const noexcept { return pending_.size(); }
   std::size_t active_operations() const noexcept { return ops_.size(); }
   std::size_t own_record_keys() const noexcept { return own_.size(); }
+  // Admission pings (DhtConfig::admit_learned) are sent only while open; the networked node
+  // closes it while its host holds as many connections as it wants to (file descriptors).
+  void set_admission_open(bool open, const Now& now);
+  std::size_t admissions_waiting() const noexcept { return admit_queue_.size(); }
+  std::uint64_t admissions_sent() const noexcept { return admit_sent_; }
   VersionClock& version_clock() noexcept { return versions_; }
 
  private:
-  enum class Purpose : std::uint8_t { lookup, store, ping, cache };
+  enum class Purpose : std::uint8_t { lookup, store, ping, cache, admit };
   enum class TimerKind : std::uint8_t { request_deadline, request_slow, op_deadline };
   struct Timer {
     TimePoint at;
@@ -228,6 +234,10 @@ class DhtCore {
   void cache_along_path(Operation& op, const Now& now);
   result<void> accept_records(const RecordKey& key, std::vector<Record>& records,
                               const Now& now) const;
+  // core_admit.cpp
+  void consider_admission(const std::vector<Contact>& learned, const Now& now);
+  void pump_admissions(const Now& now);
+  void on_admit_done(const DhtId& id, const Now& now);
   // core_maintenance.cpp
   void maintenance(const Now& now);
   void republish(const Now& now);
@@ -252,6 +262,11 @@ class DhtCore {
   Duration srtt_{}, rttvar_{};  // answered requests' round trip: smoothed, and its deviation
   bool rtt_known_ = false;
   std::deque<OutgoingRequest> outbox_;
+  std::deque<Contact> admit_queue_;     // learned nodes waiting for an admission ping
+  std::unordered_set<DhtId> admitting_;  // queued or pinged
+  std::size_t admit_in_flight_ = 0;
+  std::uint64_t admit_sent_ = 0;
+  bool admit_open_ = true;
   std::deque<OpResult> results_;
 };
 

@@ -80,6 +80,9 @@ struct WarmStats {
   std::size_t connected = 0;  // of those, with an open connection
   std::size_t dialing = 0;    // warm dials in flight
   std::uint64_t dials = 0, failed = 0;
+  std::size_t admitting = 0;    // lookup-learned nodes waiting for an admission ping
+  std::size_t table = 0;        // routing-table nodes
+  std::size_t connections = 0;  // the host's open connections
 };
 
 // One live value: the bytes, the remaining time-to-live when the get finished, and the
@@ -180,6 +183,7 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   // Warm connections (node_warm.cpp).
   std::vector<Contact> warm_candidates() const;
   void refresh_warm();
+  void update_admission();
   awaitable<void> warm_dial(Contact c);
   static awaitable<void> warm_loop(std::shared_ptr<DhtNode> self);
 

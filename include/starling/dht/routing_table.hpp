@@ -65,6 +65,9 @@ class RoutingTable {
 
   const RoutingNode* find(const DhtId& id) const;
   bool contains(const DhtId& id) const { return find(id) != nullptr; }
+  // Whether on_seen(id) would put the node into the table at once (its bucket has room, or
+  // would have after the splits the rules allow), rather than into a replacement cache.
+  bool has_room(const DhtId& id) const;
   // Up to `count` nodes closest to `target`, closest first (never `exclude`).
   std::vector<Contact> closest(const DhtId& target, std::size_t count,
                                const std::optional<DhtId>& exclude = std::nullopt) const;
