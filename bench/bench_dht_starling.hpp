@@ -152,7 +152,7 @@ class StarlingSet : public NodeSet {
     sdht::DhtNodeConfig cfg;
     cfg.seed = seed;
     cfg.warm_connections = warm_cap();
-    // BENCH_ADMIT=0: no admission of lookup-learned nodes (the path before session 5).
+    // BENCH_ADMIT=1: admission of lookup-learned nodes (DhtConfig::admit_learned, off by default).
     if (const char* e = std::getenv("BENCH_ADMIT")) cfg.dht.admit_learned = std::atoi(e) != 0;
     auto node = sdht::DhtNode::create(host, cfg);
     ST_CO_TRY(co_await node->start(seeds));

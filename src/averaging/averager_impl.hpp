@@ -19,6 +19,19 @@ struct StateSnapshot {
   Bytes data;
 };
 
+// One step from begin() to its end (averager.cpp).
+struct PendingStep::State {
+  explicit State(asio::any_io_executor ex) : done(ex) {}
+  std::shared_ptr<Averager> avg;
+  StepOptions opts;
+  TimePoint t0, deadline, data_deadline;
+  bool data_ready = false, run_called = false, cancelled = false, grouped = false;
+  double weight = 0;
+  std::shared_ptr<detail::RoundRunner> runner;  // while the round runs
+  std::optional<result<StepResult>> outcome;    // set when the step is over
+  AsyncEvent done;
+};
+
 struct Averager::Impl {
   explicit Impl(asio::any_io_executor ex) : round_registered(ex) {}
   std::map<Bytes, std::shared_ptr<detail::RoundRunner>> rounds;  // by group id

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "compression_kernels.hpp"
 #include "starling/averaging/round_core.hpp"
@@ -87,6 +88,8 @@ RoundCore::RoundCore(std::vector<RoundMember> members, std::uint32_t self,
       last_activity_(members_.size(), now),
       counted_elems_(members_.size(), 0) {
   for (const auto& m : members_) caps_.push_back(m.cap);
+  sent_weight_.assign(members_.size(), std::numeric_limits<double>::quiet_NaN());
+  local_pending_ = local_.empty() && !output_.empty();
   timings_.started = now;
 }
 
@@ -97,7 +100,7 @@ std::string RoundCore::who(std::uint32_t m) const {
 result<void> RoundCore::start(TimePoint now) {
   if (n_ == 0 || n_ > kMaxGroupSize || self_ >= n_)
     return make_error(errc::invalid_argument, "all-reduce: bad group size or self index");
-  if (local_.size() != output_.size())
+  if (!local_pending_ && local_.size() != output_.size())
     return make_error(errc::invalid_argument, "all-reduce: local and output sizes differ");
   if (cfg_.part_elems == 0) return make_error(errc::invalid_argument, "all-reduce: part size 0");
   for (std::uint32_t i = 0; i < n_; ++i) {
@@ -107,10 +110,36 @@ result<void> RoundCore::start(TimePoint now) {
     if (m.cap.bandwidth == 0)
       return make_error(errc::invalid_argument, "all-reduce: " + who(i) + " has zero bandwidth");
   }
-  std::vector<Segment> all{{0, local_.size()}};
+  std::vector<Segment> all{{0, output_.size()}};
   begin_subround(0, std::move(all), Bitset(n_, true), now);
   advance(now);
   return success();
+}
+
+result<void> RoundCore::provide_local(std::span<const float> local, double weight, TimePoint now) {
+  if (!local_pending_)
+    return make_error(errc::invalid_argument, "all-reduce: this member's data is already in");
+  if (local.size() != output_.size())
+    return make_error(errc::invalid_argument, "all-reduce: local and output sizes differ");
+  if (!std::isfinite(weight) || weight < 0)
+    return make_error(errc::invalid_argument, "all-reduce: weight must be finite and >= 0");
+  local_ = local;
+  members_[self_].weight = weight;
+  local_pending_ = false;
+  if (status_ != Status::running) return success();
+  if (!sub_.plan.parts.empty()) send_parts();
+  advance(now);
+  return success();
+}
+
+void RoundCore::abandon(Error e) {
+  fail(std::move(e));
+}
+
+double RoundCore::weight_of(std::uint32_t m) const {
+  if (m >= n_) return 0;
+  if (m != self_ && !std::isnan(sent_weight_[m])) return sent_weight_[m];
+  return members_[m].weight;
 }
 
 void RoundCore::on_activity(std::uint32_t from, TimePoint now) {
@@ -179,7 +208,7 @@ result<void> RoundCore::handle(std::uint32_t from, const RoundMessage& msg, Time
                                                     " while in " + std::to_string(sub_.index));
   if (sr == sub_.index + 1) {
     buffer_future(from, msg);
-    if (future_bytes_ > (local_.size() + 1024) * sizeof(float) * 2)
+    if (future_bytes_ > (output_.size() + 1024) * sizeof(float) * 2)
       return make_error(errc::too_large, "too much data for the next sub-round");
     return success();
   }
@@ -239,7 +268,12 @@ result<void> RoundCore::handle_part(std::uint32_t from, const PartMsg& m) {
   // from a live sender is a repeat.
   if (sub_.have[i].test(from) || sub_.requested[i])
     return make_error(errc::protocol_violation, "duplicate part");
+  if (!std::isfinite(m.weight) || m.weight < 0)
+    return make_error(errc::protocol_violation, "part with a bad weight");
+  if (!std::isnan(sent_weight_[from]) && sent_weight_[from] != m.weight)
+    return make_error(errc::protocol_violation, "parts with different weights");
   ST_TRY(check_floats(m.data, spec.size(), "part"));
+  sent_weight_[from] = m.weight;
   auto& slot = sub_.slots[i][from];
   if (owned_ && owned_->data() == m.data.data() && owned_->size() == m.data.size())
     slot = std::move(*owned_);  // the driver's receive buffer: no copy

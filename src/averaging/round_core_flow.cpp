@@ -64,11 +64,13 @@ void RoundCore::begin_subround(std::uint32_t index, std::vector<Segment> segment
 }
 
 void RoundCore::send_parts() {
+  if (local_pending_) return;  // provide_local() sends them
   const auto& parts = sub_.plan.parts;
   for (std::uint32_t p = 0; p < parts.size(); ++p) {
     const auto& spec = parts[p];
     if (spec.owner == self_ || failed_.test(spec.owner)) continue;
-    send(spec.owner, PartMsg{sub_.index, p, local_.subspan(spec.begin, spec.size())});
+    send(spec.owner,
+         PartMsg{sub_.index, p, local_.subspan(spec.begin, spec.size()), members_[self_].weight});
   }
 }
 
@@ -79,6 +81,7 @@ bool RoundCore::rs_complete() const {
 
 // My part i has arrived from every sender I do not consider failed.
 bool RoundCore::part_ready(std::size_t i) const {
+  if (local_pending_) return false;  // our own values are not in yet
   for (std::uint32_t j = 0; j < n_; ++j) {
     if (j == self_ || !sub_.alive.test(j) || failed_.test(j)) continue;
     if (!sub_.have[i].test(j)) return false;
@@ -101,7 +104,7 @@ void RoundCore::start_reductions(TimePoint now) {
     Bitset tag = s.have[i];
     tag.set(self_);
     double total_w = 0;
-    for (auto j : tag.indices()) total_w += members_[j].weight;
+    for (auto j : tag.indices()) total_w += weight_of(j);
     const double cnt = static_cast<double>(tag.count());
     ReduceJob job;
     job.subround = s.index;
@@ -110,8 +113,7 @@ void RoundCore::start_reductions(TimePoint now) {
     for (auto j : tag.indices()) {
       job.inputs.push_back(j == self_ ? local_.subspan(spec.begin, spec.size())
                                       : std::span<const float>(s.slots[i][j]));
-      job.coeffs.push_back(
-          static_cast<float>(total_w > 0 ? members_[j].weight / total_w : 1.0 / cnt));
+      job.coeffs.push_back(static_cast<float>(total_w > 0 ? weight_of(j) / total_w : 1.0 / cnt));
     }
     s.part_counted[p] = std::move(tag);
     s.requested[i] = 1;

@@ -181,10 +181,28 @@ awaitable<void> RoundRunner::serve_inbound(std::uint32_t from, net::ByteStreamPt
   co_await reader(from, stream, std::move(reader_));
 }
 
+result<void> RoundRunner::provide_local(std::span<const float> local, double weight) {
+  local_ = local;
+  auto r = core_.provide_local(local, weight, Clock::now());
+  pump();
+  return r;
+}
+
+void RoundRunner::abandon(Error e) {
+  core_.abandon(std::move(e));
+  pump();
+}
+
 awaitable<void> RoundRunner::timer_loop() {
   auto self = shared_from_this();
   while (core_.status() == RoundCore::Status::running && !ending_) {
-    timer_.expires_at(core_.next_wakeup());
+    if (core_.local_pending() && Clock::now() >= local_deadline_) {
+      abandon(Error(errc::timeout, "all-reduce: this member's data did not come by its deadline"));
+      co_return;
+    }
+    auto wake = core_.next_wakeup();
+    if (core_.local_pending()) wake = std::min(wake, local_deadline_);
+    timer_.expires_at(wake);
     (void)co_await timer_.async_wait(use_nothrow);
     auto cs = co_await asio::this_coro::cancellation_state;
     if (cs.cancelled() != asio::cancellation_type::none) co_return;

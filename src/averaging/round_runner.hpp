@@ -70,6 +70,15 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   awaitable<void> serve_inbound(std::uint32_t from, net::ByteStreamPtr stream,
                                 std::shared_ptr<net::BufferedReader> reader);
 
+  // Late data (constructed with an empty `local`): this member's values and weight; its parts
+  // go out at once. `local` must stay valid and unchanged until run() returns.
+  result<void> provide_local(std::span<const float> local, double weight);
+  // Without data by `t` the round is abandoned (errc::timeout): this member leaves and the
+  // others drop it like a lost peer. Call before run().
+  void set_local_deadline(TimePoint t) { local_deadline_ = t; }
+  // Ends the round now with `e` (the core fails; streams are closed).
+  void abandon(Error e);
+
   const RoundCore& core() const { return core_; }
   const GroupInfo& group() const { return group_; }
   std::uint64_t bytes_sent() const { return bytes_sent_; }
@@ -127,6 +136,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   std::vector<net::PeerId> peers_;
   RoundRunnerConfig cfg_;
   TimePoint deadline_;
+  TimePoint local_deadline_ = TimePoint::max();
   ThreadPool& pool_;
   asio::any_io_executor ex_;
   std::span<const float> local_;

@@ -210,6 +210,7 @@ Bytes encode_round(const RoundMessage& msg, std::uint64_t payload_len) {
         if constexpr (std::is_same_v<T, PartMsg>) {
           m.set_kind(pb::RoundFrame::PART);
           m.set_part(x.part);
+          m.set_weight(x.weight);
           m.set_payload_len(payload_len);
         } else if constexpr (std::is_same_v<T, ResultMsg>) {
           m.set_kind(pb::RoundFrame::RESULT);
@@ -249,8 +250,10 @@ result<RoundFrame> decode_round(BytesView b, std::size_t members) {
       return out;
     case pb::RoundFrame::PART: {
       if (!m.has_payload_len()) return bad("part without payload length");
+      if (!m.has_weight() || !std::isfinite(m.weight()) || m.weight() < 0)
+        return bad("part weight");
       out.payload_len = m.payload_len();
-      out.msg = RoundMessage{PartMsg{m.subround(), m.part(), {}}};
+      out.msg = RoundMessage{PartMsg{m.subround(), m.part(), {}, m.weight()}};
       return out;
     }
     case pb::RoundFrame::RESULT: {

@@ -252,6 +252,7 @@ void DhtCore::report(Operation& op, result<void> status, const Now& now) {
     results_.push_back(std::move(copy));
   }
   results_.push_back(std::move(r));
+  pump_admissions(now);  // they waited for the caller's operations to end
 }
 
 }  // namespace starling::dht

@@ -3,7 +3,9 @@
 // its answer's header says whether it is a client), then note_alive() puts it into the table
 // under the usual k-bucket rules. Only nodes whose bucket has room are pinged, so a full
 // bucket's old live nodes are never displaced by strangers (its replacement cache and
-// ping-evict rule still apply to nodes that contact us).
+// ping-evict rule still apply to nodes that contact us). The pings wait while a caller's
+// operation runs: their dials (TCP, Noise, yamux) would run on this node's thread ahead of
+// that operation's answers (measured: get p50 2.1 -> 5.3 ms at 128 nodes when they did not).
 #include "starling/dht/core.hpp"
 
 namespace starling::dht {
@@ -21,8 +23,17 @@ void DhtCore::consider_admission(const std::vector<Contact>& learned, const Now&
   pump_admissions(now);
 }
 
+// A caller's operation in progress (not yet reported): admission pings wait for it to end,
+// since their dials (TCP, Noise, yamux) run on this node's thread ahead of its answers.
+bool DhtCore::foreground_busy() const {
+  for (const auto& [id, op] : ops_)
+    if (!op.internal && !op.reported) return true;
+  return false;
+}
+
 void DhtCore::pump_admissions(const Now& now) {
-  while (admit_open_ && admit_in_flight_ < std::max<std::size_t>(cfg_.admit_parallel, 1) &&
+  if (admit_queue_.empty() || !admit_open_ || foreground_busy()) return;
+  while (admit_in_flight_ < std::max<std::size_t>(cfg_.admit_parallel, 1) &&
          !admit_queue_.empty()) {
     Contact c = std::move(admit_queue_.front());
     admit_queue_.pop_front();

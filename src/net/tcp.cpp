@@ -1,8 +1,17 @@
 #include "starling/net/tcp.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <asio/connect.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "starling/core/log.hpp"
 
 namespace starling::net {
 
@@ -13,9 +22,25 @@ std::string ep_str(const asio::ip::tcp::endpoint& ep) {
 }
 }  // namespace
 
+const std::string& tcp_congestion_override() {
+  static const std::string name = [] {
+    const char* v = std::getenv("STARLING_TCP_CONGESTION");
+    return std::string(v && *v && std::strlen(v) < 16 ? v : "");
+  }();
+  return name;
+}
+
 void tune_socket(asio::ip::tcp::socket& s) {
   std::error_code ec;
   s.set_option(asio::ip::tcp::no_delay(true), ec);
+  const auto& cc = tcp_congestion_override();
+  if (!cc.empty() && ::setsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, cc.data(),
+                                  static_cast<socklen_t>(cc.size())) != 0) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      logger("net")->warn("STARLING_TCP_CONGESTION={}: setsockopt failed ({}); using the default",
+                          cc, std::strerror(errno));
+  }
 }
 
 TcpStream::TcpStream(asio::ip::tcp::socket socket) : socket_(std::move(socket)) {

@@ -65,6 +65,10 @@ struct StepOptions {
   std::optional<std::size_t> min_group_size;
   // Skip matchmaking and average with exactly this group (tests, benchmarks, fixed clusters).
   std::optional<GroupInfo> group;
+  // begin() only: the data must be supplied (PendingStep::run()) within this of begin();
+  // default: half the timeout. Past it this member leaves its group (the others drop it like a
+  // lost peer) and the step fails with errc::timeout. Clamped to the step's timeout.
+  std::optional<Duration> data_timeout;
 };
 
 struct MemberContribution {
@@ -96,6 +100,39 @@ struct BlobState {
   Bytes data;
 };
 
+class Averager;
+
+// A step whose matchmaking started before its data was ready (Averager::begin()). The group
+// forms (and the round's streams open) in the background; run() supplies this member's data.
+// Until then the others wait for it like for a slow member (this member sends keepalives),
+// never past its data deadline: a member whose data does not come leaves, and the others
+// finish without it.
+//
+// Threading rule: run() and cancel() on the averager's executor; run_blocking() from any
+// other thread. Keep the handle until run() returns (dropping it does not cancel the step).
+class PendingStep {
+ public:
+  struct State;
+  explicit PendingStep(std::shared_ptr<State> st) : st_(std::move(st)) {}
+
+  // Supplies the data: the averager's tensors are read now, with `weight` (finite, >= 0),
+  // then waits for the round and returns its result (on error the tensors are unchanged).
+  // At most once. If the step already failed (no group, data deadline passed, cancelled)
+  // that error is returned at once.
+  awaitable<result<StepResult>> run(double weight);
+  result<StepResult> run_blocking(double weight);
+  // This member will not supply data: it leaves its group now (or as soon as it forms); a
+  // later run() returns errc::cancelled.
+  void cancel();
+  // The group has formed (this member is in a round, waiting for data or running).
+  bool grouped() const;
+  // The step is over (run() would return at once).
+  bool finished() const;
+
+ private:
+  std::shared_ptr<State> st_;
+};
+
 // Protocol ids are per averager: the base id followed by "/" and the key prefix, so several
 // averagers (gradients and state, or several runs) share one host.
 std::string averaging_protocol(const char* base, const std::string& prefix);
@@ -123,6 +160,12 @@ class Averager : public std::enable_shared_from_this<Averager> {
   // round did not finish), errc::unavailable (the group lost this peer), invalid_argument.
   // On error the tensors are unchanged.
   awaitable<result<StepResult>> step(StepOptions opts);
+  // Early matchmaking: starts matchmaking for `opts` now, in the background, without the
+  // data; PendingStep::run(weight) supplies it later (see PendingStep). opts.weight is only
+  // sent in the join request (others report it for this member if they never learn the real
+  // one). step(opts) is begin(opts) followed by run(opts.weight). Errors: another step is
+  // running (errc::already_exists), invalid options. Executor thread.
+  result<std::shared_ptr<PendingStep>> begin(StepOptions opts);
 
   // --- state transfer ---------------------------------------------------------------------
   // One averager serves one snapshot at a time (the newest share_*() call or source answer),
@@ -171,6 +214,10 @@ class Averager : public std::enable_shared_from_this<Averager> {
   struct Impl;  // private helpers (join/round streams)
 
  private:
+  friend class PendingStep;
+  awaitable<void> run_step(std::shared_ptr<PendingStep::State> st);
+  awaitable<result<StepResult>> step_body(std::shared_ptr<PendingStep::State> st);
+  awaitable<result<void>> supply(std::shared_ptr<PendingStep::State> st, double weight);
   Averager(std::shared_ptr<net::StreamHost> host, std::shared_ptr<Directory> directory,
            Schema schema, std::vector<TensorView> tensors, AveragerConfig cfg, AddressSink sink);
   awaitable<void> serve_state(net::ByteStreamPtr s, net::PeerId remote);

@@ -56,6 +56,10 @@ struct PartMsg {  // sender -> owner: the sender's values of one part
   std::uint32_t subround = 0;
   std::uint32_t part = 0;
   std::span<const float> data;
+  // The sender's weight: owners reduce with the weights that come with the parts, so a
+  // member may supply its weight after the group formed (RoundCore::provide_local()). Every
+  // part of one sender carries the same weight.
+  double weight = 1.0;
 };
 struct ResultMsg {  // owner -> members: one reduced part
   std::uint32_t subround = 0;
@@ -139,6 +143,9 @@ class RoundCore {
   // `local` (this member's values, N floats) must stay valid and unchanged while the core
   // lives; `output` (N floats) receives the averaged vector and is meaningful only once
   // status() == done. Members are in group order; `self` is this member's index.
+  // An empty `local` (with a non-empty output) means the data comes later: the core takes
+  // part in the round (receives parts and results) but sends nothing of its own and reduces
+  // nothing until provide_local(); the others wait for it like for a slow member.
   RoundCore(std::vector<RoundMember> members, std::uint32_t self, std::span<const float> local,
             std::span<float> output, RoundConfig cfg, TimePoint now, TimePoint deadline);
 
@@ -167,6 +174,17 @@ class RoundCore {
                       bool blame = false);
   // Advances timers (stall detection, deadline).
   void tick(TimePoint now);
+  // Late data (the core was built with an empty `local`): this member's values (N floats,
+  // valid and unchanged while the core lives) and weight, which replaces the one in its
+  // RoundMember. Its parts go out at once. Errors: not waiting for data, wrong size, bad weight.
+  result<void> provide_local(std::span<const float> local, double weight, TimePoint now);
+  bool local_pending() const noexcept { return local_pending_; }
+  // Gives up (e.g. the data did not come in time): the core fails with `e`; the driver then
+  // closes its streams, so the others drop this member like a lost peer.
+  void abandon(Error e);
+  // Member m's weight as this member knows it: its own, the one its parts carried here, else
+  // the one from its RoundMember (the group's).
+  double weight_of(std::uint32_t m) const;
   // With inline_reduce == false: reductions ready to run (one per part), then on_reduced()
   // for each part once its job ran (the driver may re-encode part_output() before that).
   std::vector<ReduceJob> take_reduce_jobs();
@@ -253,6 +271,9 @@ class RoundCore {
   std::string who(std::uint32_t m) const;
 
   std::vector<RoundMember> members_;
+  // Weight each sender's parts carried (NaN: no part from it yet); reductions use these.
+  std::vector<double> sent_weight_;
+  bool local_pending_ = false;
   std::vector<Capacity> caps_;
   std::uint32_t self_;
   std::uint32_t n_;

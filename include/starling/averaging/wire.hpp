@@ -16,7 +16,7 @@
 namespace starling::averaging {
 
 inline constexpr const char* kJoinProtocol = "/starling/averaging/join/1.0.0";
-inline constexpr const char* kAllReduceProtocol = "/starling/averaging/allreduce/2.0.0";
+inline constexpr const char* kAllReduceProtocol = "/starling/averaging/allreduce/2.1.0";
 inline constexpr const char* kStateProtocol = "/starling/averaging/state/1.0.0";
 
 }  // namespace starling::averaging

@@ -62,12 +62,12 @@ struct DhtConfig {
   Duration store_cache_ttl = 30s;
   std::size_t store_cache_keys = 4096;
   // Admission of lookup-learned nodes: a node named in a lookup answer (not yet in the table,
-  // its bucket with room) is pinged in the background, `admit_parallel` at a time, at most
-  // `admit_queue` waiting; its answer is the liveness proof that puts it into the table (a
-  // client's answer says so and keeps it out; a failure blacklists it). So later operations
-  // find the closest nodes in the table (and warm connections to them) instead of dialling
-  // strangers on their critical path.
-  bool admit_learned = true;
+  // its bucket with room) is pinged in the background while no caller's operation runs,
+  // `admit_parallel` at a time, at most `admit_queue` waiting; its answer is the liveness proof
+  // that puts it into the table (a client's answer keeps it out; a failure blacklists it).
+  // Off by default: at 128-256 nodes it cut a first store's dials (3.4 -> 1.5 per store) but
+  // made gets slower (p50 2.1 -> 5.9 ms; docs/benchmarks.md, DHT, session 5).
+  bool admit_learned = false;
   std::size_t admit_parallel = 2;
   std::size_t admit_queue = 256;
   // Relaxed bucket splitting (Kademlia paper section 4.2): a bucket that does not cover our

@@ -238,6 +238,7 @@ class DhtCore {
   void consider_admission(const std::vector<Contact>& learned, const Now& now);
   void pump_admissions(const Now& now);
   void on_admit_done(const DhtId& id, const Now& now);
+  bool foreground_busy() const;
   // core_maintenance.cpp
   void maintenance(const Now& now);
   void republish(const Now& now);
@@ -262,7 +263,7 @@ class DhtCore {
   Duration srtt_{}, rttvar_{};  // answered requests' round trip: smoothed, and its deviation
   bool rtt_known_ = false;
   std::deque<OutgoingRequest> outbox_;
-  std::deque<Contact> admit_queue_;     // learned nodes waiting for an admission ping
+  std::deque<Contact> admit_queue_;      // learned nodes waiting for an admission ping
   std::unordered_set<DhtId> admitting_;  // queued or pinged
   std::size_t admit_in_flight_ = 0;
   std::uint64_t admit_sent_ = 0;

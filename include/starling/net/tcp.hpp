@@ -59,7 +59,13 @@ ByteStreamPtr rate_limited(ByteStreamPtr inner, std::shared_ptr<TokenBucket> up,
 // Connects to `ep` within `timeout`. Sets TCP_NODELAY and large socket buffers.
 awaitable<result<std::shared_ptr<TcpStream>>> tcp_connect(asio::ip::tcp::endpoint ep,
                                                           Duration timeout);
-// Applies Starling's socket options (no-delay, buffer sizes) to a connected socket.
+// Applies Starling's socket options (no-delay, buffer sizes) to a connected socket, and the
+// congestion control named by the environment variable STARLING_TCP_CONGESTION (e.g. "cubic",
+// "bbr"; unset: the kernel's default), per socket. Setting one that is not in
+// net.ipv4.tcp_allowed_congestion_control needs CAP_NET_ADMIN; a failure is logged once and
+// the default stays.
 void tune_socket(asio::ip::tcp::socket& s);
+// The congestion control tune_socket() sets ("" = the kernel's default).
+const std::string& tcp_congestion_override();
 
 }  // namespace starling::net

@@ -1,0 +1,242 @@
+// Averager::step() and early matchmaking (begin() / PendingStep): matchmaking, then the round
+// with this member's data supplied before or after the group formed. See averager.hpp.
+//
+// Threading rule: the host's executor; the copies in and out run on the averager's pool.
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+
+#include "averager_impl.hpp"
+#include "starling/core/blocking.hpp"
+#include "starling/core/thread_pool.hpp"
+
+namespace starling::averaging {
+namespace {
+
+// Copies between the caller's tensors and the flat vector on the pool (64 MB of memcpy would
+// otherwise stall the I/O thread). Function objects: GCC 12 and lambdas in coroutines.
+struct GatherTask {
+  const std::vector<TensorView>* views;
+  std::vector<float>* flat;
+  void operator()() const { gather_flat(*views, 0, *flat); }
+};
+struct ScatterTask {
+  const std::vector<TensorView>* views;
+  const std::vector<float>* flat;
+  void operator()() const { scatter_flat(*views, 0, *flat); }
+};
+
+}  // namespace
+
+awaitable<result<StepResult>> Averager::step(StepOptions opts) {
+  auto self = shared_from_this();
+  const double weight = opts.weight;
+  ST_CO_TRY(auto pending, begin(std::move(opts)));
+  co_return co_await pending->run(weight);
+}
+
+result<std::shared_ptr<PendingStep>> Averager::begin(StepOptions opts) {
+  if (!impl_->started) start();
+  if (impl_->stepping) return make_error(errc::already_exists, "averager: a step is running");
+  if (!std::isfinite(opts.weight) || opts.weight < 0)
+    return make_error(errc::invalid_argument, "averager: weight must be finite and >= 0");
+  ST_TRY(GroupKey::valid_round(opts.round));
+  impl_->stepping = true;
+  auto st = std::make_shared<PendingStep::State>(host_->get_executor());
+  st->avg = shared_from_this();
+  st->t0 = Clock::now();
+  st->deadline = st->t0 + opts.timeout;
+  st->data_deadline = st->t0 + std::min(opts.data_timeout.value_or(opts.timeout / 2), opts.timeout);
+  st->opts = std::move(opts);
+  // Kept across steps: fresh 2 x 4n bytes every step cost more in page faults than the copies.
+  impl_->local_buf.resize(schema_.numel());
+  impl_->output_buf.resize(schema_.numel());
+  asio::co_spawn(host_->get_executor(), run_step(st), asio::detached);
+  return std::make_shared<PendingStep>(st);
+}
+
+awaitable<void> Averager::run_step(std::shared_ptr<PendingStep::State> st) {
+  auto self = shared_from_this();
+  auto r = co_await step_body(st);
+  st->runner.reset();
+  impl_->stepping = false;
+  st->outcome = std::move(r);
+  st->done.set();
+}
+
+// Reads the tensors into the step's input and hands them to the round if it runs already.
+awaitable<result<void>> Averager::supply(std::shared_ptr<PendingStep::State> st, double weight) {
+  auto self = shared_from_this();
+  GatherTask gather{&tensors_, &impl_->local_buf};
+  ST_CO_TRY(co_await pool_->run(gather));
+  if (st->outcome) co_return success();  // over meanwhile: run() returns its outcome
+  st->data_ready = true;
+  st->weight = weight;
+  if (st->runner) ST_CO_TRY(st->runner->provide_local(impl_->local_buf, weight));
+  co_return success();
+}
+
+awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::State> st) {
+  auto self = shared_from_this();
+  const StepOptions& opts = st->opts;
+  const TimePoint t0 = st->t0;
+  const TimePoint deadline = st->deadline;
+  const std::uint64_t n = schema_.numel();
+  std::vector<float>& local = impl_->local_buf;
+  std::vector<float>& output = impl_->output_buf;
+
+  StepResult res;
+  GroupInfo group;
+  const bool matched = !opts.group;
+  if (opts.group) {
+    group = *opts.group;
+  } else {
+    const Duration mm =
+        opts.matchmaking_timeout.value_or(std::min<Duration>(opts.timeout / 2, 30s));
+    const auto wnow = WallClock::now();
+    MatchmakingConfig mcfg = cfg_.matchmaking;
+    if (opts.min_group_size) mcfg.min_group_size = std::max<std::size_t>(1, *opts.min_group_size);
+    const double join_weight = st->data_ready ? st->weight : opts.weight;
+    MatchmakingCore core(mcfg, self_info(join_weight), schema_hash_, key_.with_round(opts.round),
+                         wnow, wnow + std::chrono::duration_cast<WallClock::duration>(mm),
+                         cfg_.seed ^ static_cast<std::uint64_t>(t0.time_since_epoch().count()));
+    auto session = std::make_shared<detail::MatchSession>(*host_, *directory_, std::move(core),
+                                                          add_addresses_, cfg_.open_timeout,
+                                                          impl_->join_protocol, cfg_.on_phase);
+    impl_->match = session;
+    auto g = co_await session->run();
+    impl_->match.reset();
+    if (!g) co_return g.error();
+    group = std::move(g).value();
+  }
+  res.matchmaking_time = Clock::now() - t0;
+
+  ST_CO_TRY(validate_members(group.members));
+  if (group.schema_hash != schema_hash_)
+    co_return make_error(errc::invalid_argument, "averager: the group has another schema");
+  const auto me = group.index_of(PeerKey(host_->local_peer().bytes()));
+  if (!me) co_return make_error(errc::invalid_argument, "averager: this peer is not in the group");
+  std::vector<net::PeerId> peers;
+  for (const auto& m : group.members) {
+    auto id = net::PeerId::from_bytes(m.peer.bytes());
+    if (!id) co_return make_error(errc::invalid_argument, "averager: bad peer id in the group");
+    if (add_addresses_ && !m.addrs.empty() && m.peer != group.members[*me].peer)
+      add_addresses_(id.value(), m.addrs);
+    peers.push_back(std::move(id).value());
+  }
+
+  detail::RoundRunnerConfig rcfg;
+  rcfg.round = cfg_.round;
+  rcfg.keepalive_interval = cfg_.keepalive_interval;
+  rcfg.open_timeout = cfg_.open_timeout;
+  rcfg.protocol = impl_->allreduce_protocol;
+  rcfg.on_phase = cfg_.on_phase;
+  rcfg.codecs = &impl_->codecs;
+  // Error feedback: this step starts from the residual of earlier steps and commits the new
+  // one only if it succeeds (on failure nothing was applied, so nothing was lost).
+  std::vector<float> residual_out, result_residual_out;
+  if (cfg_.error_feedback && impl_->codecs.compressed()) {
+    if (impl_->residual.size() != n) impl_->residual.assign(n, 0.0f);
+    if (impl_->result_residual.size() != n) impl_->result_residual.assign(n, 0.0f);
+    residual_out = impl_->residual;
+    result_residual_out = impl_->result_residual;
+    rcfg.residual = impl_->residual;
+    rcfg.residual_out = residual_out;
+    rcfg.result_residual = impl_->result_residual;
+    rcfg.result_residual_out = result_residual_out;
+  }
+  // Without data yet the round runs with an empty input: the core takes part (streams,
+  // keepalives, receiving) and sends its parts when supply() provides them.
+  std::span<const float> input;
+  if (st->data_ready) {
+    input = local;
+    group.members[*me].weight = st->weight;
+  }
+  const TimePoint t1 = Clock::now();
+  auto runner = std::make_shared<detail::RoundRunner>(
+      *host_, group, static_cast<std::uint32_t>(*me), peers, input, output, rcfg, deadline, *pool_);
+  if (!st->data_ready) runner->set_local_deadline(st->data_deadline);
+  if (st->cancelled)
+    runner->abandon(Error(errc::cancelled, "averager: step cancelled before its data came"));
+  st->runner = runner;
+  st->grouped = true;
+  impl_->rounds[group.group_id] = runner;
+  impl_->round_registered.pulse();
+  auto r = co_await runner->run();
+  impl_->rounds.erase(group.group_id);
+  st->runner.reset();
+  res.allreduce_time = Clock::now() - t1;
+  res.bytes_sent = runner->bytes_sent();
+  res.bytes_received = runner->bytes_received();
+  res.codec_time = runner->codec_time();
+  if (!r) co_return r.error();
+
+  {
+    ScatterTask scatter{&tensors_, &output};
+    ST_CO_TRY(co_await pool_->run(scatter));
+  }
+  if (!residual_out.empty()) {
+    impl_->residual.swap(residual_out);
+    impl_->result_residual.swap(result_residual_out);
+  }
+  if (matched)
+    key_ = key_.next(static_cast<std::uint32_t>(*me),
+                     static_cast<std::uint32_t>(group.members.size()));
+  res.my_index = static_cast<std::uint32_t>(*me);
+  res.subrounds = runner->core().subround() + 1;
+  const auto& counted = runner->core().counted_elements();
+  for (std::uint32_t i = 0; i < group.members.size(); ++i)
+    res.contributions.push_back(
+        {group.members[i].peer, runner->core().weight_of(i), group.members[i].client, counted[i]});
+  res.group = std::move(group);
+  res.total_time = Clock::now() - t0;
+  co_return res;
+}
+
+// --- PendingStep ----------------------------------------------------------------------------
+
+awaitable<result<StepResult>> PendingStep::run(double weight) {
+  auto st = st_;
+  if (st->run_called)
+    co_return make_error(errc::already_exists, "averager: run() was called for this step");
+  st->run_called = true;
+  if (st->cancelled) co_return make_error(errc::cancelled, "averager: step cancelled");
+  if (!std::isfinite(weight) || weight < 0) {
+    cancel();
+    co_return make_error(errc::invalid_argument, "averager: weight must be finite and >= 0");
+  }
+  if (!st->outcome) {
+    auto s = co_await st->avg->supply(st, weight);
+    if (!s) {
+      cancel();
+      co_return s.error();
+    }
+  }
+  const Duration limit = std::max<Duration>(st->deadline - Clock::now(), 0s) + 30s;
+  (void)co_await with_timeout(st->done.wait(), limit, "averaging step");
+  if (!st->outcome) co_return make_error(errc::timeout, "averager: step did not end");
+  co_return *st->outcome;
+}
+
+result<StepResult> PendingStep::run_blocking(double weight) {
+  auto st = st_;
+  PendingStep self(st);
+  const Duration limit = std::max<Duration>(st->deadline - Clock::now(), 0s) + 60s;
+  return block_on(
+      st->avg->host().get_executor(), [self, weight]() mutable { return self.run(weight); }, limit);
+}
+
+void PendingStep::cancel() {
+  st_->cancelled = true;
+  if (st_->runner && !st_->data_ready)
+    st_->runner->abandon(Error(errc::cancelled, "averager: step cancelled before its data came"));
+}
+
+bool PendingStep::grouped() const {
+  return st_->grouped;
+}
+
+bool PendingStep::finished() const {
+  return st_->outcome.has_value();
+}
+
+}  // namespace starling::averaging
