@@ -76,13 +76,13 @@ bool RoutingTable::has_room(const DhtId& id) const {
   std::size_t count = b.nodes.size();
   for (std::size_t depth = b.depth; count >= opt_.k; ++depth) {
     const bool covers_self = self_.common_prefix_length(id) >= depth;
-    const bool splits = depth < DhtId::kBits &&
-                        (covers_self || (opt_.split_depth_modulo > 0 &&
-                                         depth % opt_.split_depth_modulo != 0));
+    const bool splits =
+        depth < DhtId::kBits &&
+        (covers_self || (opt_.split_depth_modulo > 0 && depth % opt_.split_depth_modulo != 0));
     if (!splits) return false;
-    count = static_cast<std::size_t>(std::count_if(b.nodes.begin(), b.nodes.end(), [&](const RoutingNode& n) {
-      return n.contact.id.common_prefix_length(id) > depth;
-    }));
+    count = static_cast<std::size_t>(std::count_if(
+        b.nodes.begin(), b.nodes.end(),
+        [&](const RoutingNode& n) { return n.contact.id.common_prefix_length(id) > depth; }));
   }
   return true;
 }

@@ -57,8 +57,10 @@ TEST(HostMemory, PerConnectionHeapIsSmall) {
   const auto per = [&](std::size_t a, std::size_t b) {
     return b > a ? static_cast<double>(b - a) / kConns / 1024.0 : 0.0;
   };
-  std::printf("heap per connection (both ends): %.1f KiB after dial + identify, %.1f KiB after "
-              "one echo stream\n",
-              per(before, connected), per(before, streamed));
-  EXPECT_LT(per(before, streamed), 128.0);  // 578 KiB before yamux's read buffer grew on demand, 74 after
+  std::printf(
+      "heap per connection (both ends): %.1f KiB after dial + identify, %.1f KiB after "
+      "one echo stream\n",
+      per(before, connected), per(before, streamed));
+  EXPECT_LT(per(before, streamed),
+            128.0);  // 578 KiB before yamux's read buffer grew on demand, 74 after
 }
