@@ -6,39 +6,22 @@
 
 #include <cmath>
 
-#include "starling/crypto/keys.hpp"
-#include "starling/optim/progress.hpp"
+#include "progress_support.hpp"
 
 using namespace starling;
 using namespace starling::optim;
+using progress_support::config;
+using progress_support::make_peer;
+using progress_support::t0;
 
 namespace {
 
-net::PeerId make_peer() {
-  return net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
-}
-
-TimePoint t0() {
-  return TimePoint{} + std::chrono::hours(77);
-}
-
+// A record of a peer at `epoch` holding parameters with `digest`.
 PeerProgress rec(std::uint64_t epoch, std::uint64_t digest, std::uint64_t samples = 0,
                  std::uint64_t seq = 1) {
-  PeerProgress p;
-  p.epoch = epoch;
+  auto p = progress_support::rec(epoch, samples, 10, seq);
   p.digest = digest;
-  p.samples_accumulated = samples;
-  p.samples_per_second = 10;
-  p.seq = seq;
   return p;
-}
-
-ProgressConfig config(std::uint64_t target) {
-  ProgressConfig c;
-  c.target_batch_size = target;
-  c.matchmaking_time = 5s;
-  c.stale_after = 30s;
-  return c;
 }
 
 }  // namespace

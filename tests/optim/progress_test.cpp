@@ -4,41 +4,12 @@
 #include <cmath>
 #include <random>
 
-#include "starling/crypto/keys.hpp"
-#include "starling/optim/progress.hpp"
+#include "progress_support.hpp"
 
 using namespace starling;
 using namespace starling::optim;
 
-namespace {
-
-net::PeerId make_peer() {
-  return net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
-}
-
-// An arbitrary base time: the core must not care where time starts.
-TimePoint t0() {
-  return TimePoint{} + std::chrono::hours(1000);
-}
-
-PeerProgress rec(std::uint64_t epoch, std::uint64_t samples, double sps, std::uint64_t seq = 1) {
-  PeerProgress p;
-  p.epoch = epoch;
-  p.samples_accumulated = samples;
-  p.samples_per_second = sps;
-  p.seq = seq;
-  return p;
-}
-
-ProgressConfig config(std::uint64_t target) {
-  ProgressConfig c;
-  c.target_batch_size = target;
-  c.matchmaking_time = 5s;
-  c.stale_after = 30s;
-  return c;
-}
-
-}  // namespace
+using namespace starling::optim::progress_support;
 
 TEST(ProgressRecord, RoundTrip) {
   PeerProgress p = rec(7, 1234, 56.5, 9);
