@@ -166,16 +166,15 @@ int train_main(const TrainOptions& o) {
       break;
     }
     if (opt.local_epoch() != logged_epoch) {
-      // Each epoch's origin and parameter hash (STARLING_LOG=info): peers that agree print the
-      // same hash at the same epoch, so a fork shows where it began.
+      // Each epoch's origin and the optimizer's state digest (STARLING_LOG=info; computed
+      // once per epoch by the optimizer): peers that agree print the same digest at the same
+      // epoch, so a fork shows where it began.
       if (train_log->should_log(spdlog::level::info)) {
         const auto& r = rep.value();
-        train_log->info("epoch {} -> {}: {} (group {}, {:.0f} samples) param_hash {}", logged_epoch,
-                        opt.local_epoch(),
-                        !r.stepped         ? "downloaded"
-                        : r.group_size > 1 ? "averaged"
-                                           : "alone",
-                        r.group_size, r.group_samples, parameter_hash(*task.model()));
+        const char* how = !r.stepped ? "downloaded" : r.group_size > 1 ? "averaged" : "alone";
+        train_log->info("epoch {} -> {}: {} (group {}, {:.0f} samples) digest {:016x}",
+                        logged_epoch, opt.local_epoch(), how, r.group_size, r.group_samples,
+                        opt.state_digest());
       }
       logged_epoch = opt.local_epoch();
     }
