@@ -1,12 +1,11 @@
-// NetCollaboration (net_collaboration.hpp): progress records in the DHT, rounds and state
-// transfer on two Averagers.
-#include "starling/collab/net_collaboration.hpp"
+// NetCollaboration (net_collaboration.hpp): progress records in the DHT, state transfer on the
+// state Averager, lifetime. Rounds: net_collaboration_rounds.cpp.
+#include "net_collaboration_impl.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 
-#include "starling/averaging/dht_directory.hpp"
 #include "starling/averaging/host_address_sink.hpp"
 #include "starling/core/log.hpp"
 #include "starling/dht/signing.hpp"
@@ -20,20 +19,6 @@ auto log() {
 
 constexpr Duration kStateStopWait = 3s;
 
-const char* codec_of(optim::Compression c) {
-  switch (c) {
-    case optim::Compression::float16:
-      return "float16";
-    case optim::Compression::uint8:
-      return "blockwise8";
-    case optim::Compression::none:
-      break;
-  }
-  return "none";
-}
-
-// The provider adapter the state averager calls (a function object: GCC 12 and lambdas in
-// coroutines).
 // A state's digest travels as the blob snapshot's metadata: 8 bytes, big-endian.
 Bytes digest_bytes(std::uint64_t d) {
   Bytes b(8);
@@ -48,6 +33,8 @@ std::uint64_t digest_of(const Bytes& metadata) {
   return d;
 }
 
+// The provider adapter the state averager calls (a function object: GCC 12 and lambdas in
+// coroutines).
 struct ProviderSource {
   std::shared_ptr<std::function<awaitable<result<optim::Collaboration::State>>()>> provider;
   std::shared_ptr<std::atomic<std::uint64_t>> last_epoch;
@@ -75,23 +62,6 @@ averaging::MatchmakingConfig NetCollaborationConfig::default_matchmaking() {
   m.refresh_interval = 300ms;
   return m;
 }
-
-struct NetCollaboration::Impl {
-  explicit Impl(asio::any_io_executor ex) : scope(ex) {}
-  std::shared_ptr<averaging::DhtDirectory> directory;
-  std::shared_ptr<averaging::Averager> grads, state;
-  // The gradient averager's layout (names, sizes, codec) and its own buffers.
-  std::vector<std::pair<std::string, std::size_t>> layout;
-  optim::Compression compression = optim::Compression::none;
-  std::vector<std::vector<float>> buffers;
-  std::shared_ptr<std::function<awaitable<result<State>>()>> provider;
-  std::shared_ptr<std::atomic<std::uint64_t>> served_epoch =
-      std::make_shared<std::atomic<std::uint64_t>>(0);
-  std::atomic<std::uint64_t> sent{0}, received{0};
-  TaskScope scope;
-  bool announcing = false, stopped = false;
-  dht::RecordKey progress_key;
-};
 
 result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
     std::shared_ptr<net::Host> host, std::shared_ptr<dht::DhtNode> node,
@@ -141,10 +111,15 @@ const net::PeerId& NetCollaboration::self() const {
 awaitable<void> NetCollaboration::stop() {
   auto self = shared_from_this();
   if (impl_->stopped) co_return;
+  // A prepared round is dropped: its group (if formed) goes on without this peer.
+  cancel_prepared_round();
   impl_->stopped = true;
   impl_->provider.reset();
   impl_->state->set_blob_source(nullptr);
+  const TimePoint until = Clock::now() + kStateStopWait;
   (void)co_await impl_->scope.close(kStateStopWait);
+  if (!co_await wait_cancelled(until))
+    log()->info("stop: a cancelled early step is still matchmaking; left to its deadline");
   co_await impl_->state->stop();
   if (impl_->grads) co_await impl_->grads->stop();
 }
@@ -182,97 +157,6 @@ awaitable<result<std::vector<optim::ProgressEntry>>> NetCollaboration::fetch_pro
     e.remaining_ttl = v.ttl;
     out.push_back(std::move(e));
   }
-  co_return out;
-}
-
-// --- rounds -------------------------------------------------------------------------------
-
-result<void> NetCollaboration::ensure_grads(std::span<optim::NamedSpan> tensors,
-                                            optim::Compression c) {
-  std::vector<std::pair<std::string, std::size_t>> layout;
-  for (const auto& t : tensors) layout.emplace_back(t.name, t.data.size());
-  if (impl_->grads && layout == impl_->layout && c == impl_->compression) return success();
-  if (impl_->grads) {
-    // Another layout or codec: a new averager (the old one's handlers go).
-    auto old = impl_->grads;
-    impl_->scope.spawn([old]() -> awaitable<void> { co_await old->stop(); });
-    impl_->grads.reset();
-  }
-  averaging::Schema schema;
-  schema.codec = codec_of(c);
-  impl_->buffers.clear();
-  std::vector<averaging::TensorView> views;
-  for (const auto& [name, n] : layout) {
-    schema.tensors.push_back({name, {static_cast<std::int64_t>(n)}, averaging::DType::f32});
-    impl_->buffers.emplace_back(n);
-  }
-  for (std::size_t i = 0; i < layout.size(); ++i)
-    views.push_back({layout[i].first, impl_->buffers[i]});
-  averaging::AveragerConfig ac;
-  ac.key = {cfg_.run_id + ".grads", 16, 0};
-  ac.matchmaking = cfg_.matchmaking;
-  ac.round.stall_timeout = cfg_.stall_timeout;
-  ac.bandwidth = cfg_.bandwidth;
-  ac.client_mode = cfg_.client_mode;
-  ac.addrs = cfg_.addrs;
-  ac.open_timeout = cfg_.open_timeout;
-  ac.reduce_threads = cfg_.reduce_threads;
-  ac.error_feedback = cfg_.error_feedback && c != optim::Compression::none;
-  ac.on_phase = [me = host_->local_peer().short_string()](const std::string& ph) {
-    log()->debug("{}: {}", me, ph);
-  };
-  auto sink = averaging::host_address_sink(host_);
-  ST_TRY(auto avg, averaging::Averager::create(host_, impl_->directory, std::move(schema),
-                                               std::move(views), ac, sink));
-  avg->start();
-  impl_->grads = avg;
-  impl_->layout = std::move(layout);
-  impl_->compression = c;
-  return success();
-}
-
-awaitable<result<optim::RoundResult>> NetCollaboration::average(std::span<optim::NamedSpan> tensors,
-                                                                optim::RoundOptions options) {
-  auto self = shared_from_this();
-  if (impl_->stopped) co_return make_error(errc::closed, "collaboration stopped");
-  ST_CO_TRY(ensure_grads(tensors, options.compression));
-  auto avg = impl_->grads;
-  for (std::size_t i = 0; i < tensors.size(); ++i)
-    std::copy(tensors[i].data.begin(), tensors[i].data.end(), impl_->buffers[i].begin());
-  averaging::StepOptions so;
-  so.weight = options.weight;
-  so.round = options.key;
-  so.timeout = std::max<Duration>(options.deadline - Clock::now(), 100ms);
-  so.matchmaking_timeout = std::min<Duration>(so.timeout / 2, 30s);
-  // A strict majority of the peers expected at this epoch: two disjoint groups can never both
-  // succeed, so the parameters of successful peers never fork.
-  so.min_group_size =
-      std::max<std::size_t>(cfg_.matchmaking.min_group_size, options.expected_members / 2 + 1);
-  auto r = co_await avg->step(so);
-  if (!r) co_return r.error();
-  const auto& res = r.value();
-  log()->info("round {}: {} peers, matchmaking {:.2f} s, all-reduce {:.2f} s, {} bytes sent",
-              options.key, res.group.members.size(),
-              std::chrono::duration<double>(res.matchmaking_time).count(),
-              std::chrono::duration<double>(res.allreduce_time).count(), res.bytes_sent);
-  impl_->sent += res.bytes_sent;
-  impl_->received += res.bytes_received;
-  if (avg != impl_->grads || impl_->stopped)
-    co_return make_error(errc::cancelled, "collaboration changed during the round");
-  for (std::size_t i = 0; i < tensors.size(); ++i)
-    std::copy(impl_->buffers[i].begin(), impl_->buffers[i].end(), tensors[i].data.begin());
-  optim::RoundResult out;
-  for (const auto& m : res.contributions) {
-    auto id = net::PeerId::from_bytes(m.peer.bytes());
-    if (!id) continue;
-    out.members.push_back({std::move(id).value(), m.weight});
-    out.total_weight += m.weight;
-  }
-  out.bytes_sent = res.bytes_sent;
-  out.bytes_received = res.bytes_received;
-  out.matchmaking_time = res.matchmaking_time;
-  out.allreduce_time = res.allreduce_time;
-  ++rounds_;
   co_return out;
 }
 

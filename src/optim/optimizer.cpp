@@ -142,8 +142,7 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
     case Action::accumulate:
       break;
     case Action::begin_matchmaking:
-      if (m.io && decision.view.eta)
-        m.io->prepare_round(m.round_key(), Clock::now() + *decision.view.eta);
+      m.prepare_round(decision.view);
       break;
     case Action::step_alone:
       m.step_alone(rep);
@@ -182,8 +181,7 @@ result<StepReport> Optimizer::assist() {
     return d;
   });
   rep.action = decision.action;
-  if (decision.action == Action::begin_matchmaking && decision.view.eta)
-    m.io->prepare_round(m.round_key(), Clock::now() + *decision.view.eta);
+  if (decision.action == Action::begin_matchmaking) m.prepare_round(decision.view);
   if (decision.action == Action::average_and_step && Clock::now() >= m.retry_after) {
     // Zeros with weight 0: the group's average is unchanged; this peer's parameters are not
     // the collaboration's (it never downloads them), so the result is not applied.

@@ -276,6 +276,22 @@ struct Optimizer::Impl {
     return {std::move(buf), std::move(ro)};
   }
 
+  // Early matchmaking: the collaboration expects the target in view.eta; the collaboration
+  // may form this epoch's group now (average() later brings the data).
+  void prepare_round(const CollaborationView& v) {
+    if (!io || !v.eta) return;
+    RoundPlan p;
+    p.expected_start = Clock::now() + *v.eta;
+    p.options.key = round_key();
+    p.options.weight = opt.auxiliary ? 0.0 : static_cast<double>(local_samples);
+    p.options.deadline = p.expected_start + opt.averaging_timeout;
+    p.options.compression = opt.grad_compression;
+    p.options.expected_members = v.peers_at_global_epoch;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      p.layout.emplace_back(names[i], static_cast<std::size_t>(params[i].numel()));
+    io->prepare_round(std::move(p));
+  }
+
   // Runs a round on the io thread (blocking this thread, bounded); a group of one is a failure.
   result<RoundResult> run_round(const std::shared_ptr<RoundBuffer>& buf, const RoundOptions& ro) {
     auto r = io->average(buf, ro, opt.averaging_timeout + kIoGrace);

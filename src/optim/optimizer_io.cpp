@@ -142,16 +142,19 @@ result<Collaboration::State> OptimizerIo::download_state(Duration timeout, Durat
       wait_bound, "state download", true);
 }
 
-void OptimizerIo::prepare_round(std::string key, TimePoint expected_start) {
+void OptimizerIo::prepare_round(RoundPlan plan) {
   auto self = shared_from_this();
-  asio::post(executor_, [self, key = std::move(key), expected_start] {
-    self->collab_->prepare_round(key, expected_start);
+  auto p = std::make_shared<RoundPlan>(std::move(plan));
+  asio::post(executor_, [self, p] {
+    if (!self->scope_.closed()) self->collab_->prepare_round(*p);
   });
 }
 
 void OptimizerIo::state_changed(std::uint64_t epoch) {
   auto self = shared_from_this();
   asio::post(executor_, [self, epoch] {
+    // Posted after the prepare_round() of the old epoch (if any), so this drops exactly it.
+    self->collab_->cancel_prepared_round();
     if (self->snapshot_ && self->snapshot_->epoch != epoch) self->snapshot_.reset();
     // Look at the others again soon: decisions at the new epoch need their new records.
     self->next_fetch_ =
@@ -237,6 +240,7 @@ result<void> OptimizerIo::stop(Duration timeout) {
   auto r = wait_for_io<bool>(
       [self, timeout]() -> awaitable<result<bool>> {
         self->collab_->serve_state(nullptr);
+        self->collab_->cancel_prepared_round();
         ST_CO_TRY(co_await self->scope_.close(timeout));
         co_return true;
       },

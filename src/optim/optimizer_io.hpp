@@ -61,10 +61,10 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   // Training thread: downloads state from a peer (one holding `want_digest` if not 0).
   result<Collaboration::State> download_state(Duration timeout, Duration wait_bound,
                                               std::uint64_t want_digest);
-  // Training thread: hints the collaboration that a round is coming.
-  void prepare_round(std::string key, TimePoint expected_start);
-  // Training thread: the local epoch changed; the served state is outdated and the record is
-  // published at once.
+  // Training thread: the collaboration may begin matchmaking for the coming round now.
+  void prepare_round(RoundPlan plan);
+  // Training thread: the local epoch changed; the served state is outdated, the record is
+  // published at once and a round prepared for the old epoch is dropped.
   void state_changed(std::uint64_t epoch);
   // Training thread: a peer wants this peer's state; offer_state() answers.
   bool state_requested() const noexcept { return state_requested_.load(); }

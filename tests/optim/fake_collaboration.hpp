@@ -11,6 +11,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -137,9 +138,56 @@ class FakeCollaboration : public optim::Collaboration {
     co_return out;
   }
 
+  // Early matchmaking, as NetCollaboration counts it: the Hub forms groups when the data
+  // comes, so a prepared round only records its plan; average() with its key uses it, any
+  // other key (or cancel) drops it.
+  void prepare_round(const optim::RoundPlan& plan) override {
+    if (dead_) return;
+    std::lock_guard lk(early_mu_);
+    if (prepared_ && prepared_->options.key == plan.options.key) return;
+    if (prepared_) ++early_.cancelled;
+    prepared_ = plan;
+    ++early_.prepared;
+    plans_.push_back(plan);
+  }
+  void cancel_prepared_round() override {
+    std::lock_guard lk(early_mu_);
+    if (prepared_) ++early_.cancelled;
+    prepared_.reset();
+  }
+  struct EarlyStats {
+    std::uint64_t prepared = 0, used = 0, cancelled = 0;
+  };
+  EarlyStats early_stats() const {
+    std::lock_guard lk(early_mu_);
+    return early_;
+  }
+  std::vector<optim::RoundPlan> plans() const {
+    std::lock_guard lk(early_mu_);
+    return plans_;
+  }
+
   awaitable<result<optim::RoundResult>> average(std::span<optim::NamedSpan> tensors,
                                                 optim::RoundOptions options) override {
     if (dead_) co_return make_error(errc::closed, "dead");
+    bool early = false;
+    {
+      std::lock_guard lk(early_mu_);
+      early = prepared_ && prepared_->options.key == options.key;
+      if (early)
+        ++early_.used;
+      else if (prepared_)
+        ++early_.cancelled;
+      prepared_.reset();
+    }
+    auto r = co_await average_now(tensors, std::move(options));
+    if (r) r.value().early = early;
+    co_return r;
+  }
+
+ private:
+  awaitable<result<optim::RoundResult>> average_now(std::span<optim::NamedSpan> tensors,
+                                                    optim::RoundOptions options) {
     auto done = std::make_shared<AsyncEvent>(ex_);
     auto out = std::make_shared<result<optim::RoundResult>>(make_error(errc::internal));
     bool first = false;
@@ -178,6 +226,7 @@ class FakeCollaboration : public optim::Collaboration {
     co_return *out;
   }
 
+ public:
   // From the peer whose record has want_digest if any, else the one at the highest epoch.
   awaitable<result<State>> download_state(TimePoint deadline, std::uint64_t want_digest) override {
     Hub::Provider best;
@@ -232,6 +281,10 @@ class FakeCollaboration : public optim::Collaboration {
   asio::any_io_executor ex_;
   net::PeerId self_;
   std::uint64_t downloads_bytes_ = 0;
+  mutable std::mutex early_mu_;  // the training thread reads the counters
+  std::optional<optim::RoundPlan> prepared_;
+  std::vector<optim::RoundPlan> plans_;
+  EarlyStats early_;
   std::atomic<bool> dead_{false};
 };
 

@@ -14,19 +14,7 @@ namespace {
 using test::HubPeer;
 
 OptimizerOptions fork_options() {
-  OptimizerOptions o;
-  o.run_id = "fork";
-  o.target_batch_size = 2000;
-  o.batch_size = 8;
-  o.matchmaking_time = 1s;
-  o.averaging_timeout = 5s;
-  o.load_state_timeout = 10s;
-  o.progress.min_refresh = 50ms;
-  o.progress.max_refresh = 500ms;
-  o.progress.max_publish_interval = 200ms;
-  o.progress.stale_after = 3s;
-  o.progress_ttl = 10s;
-  return o;
+  return test::hub_options("fork", 2000, 8);
 }
 
 struct Forked {

@@ -17,6 +17,25 @@
 
 namespace starling::test {
 
+// Optimizer options for peers over the Hub: rounds bounded by seconds, progress refreshed a
+// few times a second (the Hub answers at once).
+inline optim::OptimizerOptions hub_options(std::string run_id, std::uint64_t target,
+                                           std::size_t batch_size) {
+  optim::OptimizerOptions o;
+  o.run_id = std::move(run_id);
+  o.target_batch_size = target;
+  o.batch_size = batch_size;
+  o.matchmaking_time = 1s;
+  o.averaging_timeout = 5s;
+  o.load_state_timeout = 10s;
+  o.progress.min_refresh = 50ms;
+  o.progress.max_refresh = 500ms;
+  o.progress.max_publish_interval = 200ms;
+  o.progress.stale_after = 3s;
+  o.progress_ttl = 10s;
+  return o;
+}
+
 struct HubPeer {
   std::shared_ptr<Hub> hub;
   IoThread io;

@@ -35,19 +35,7 @@ void backward(torch::nn::Linear& m, const torch::Tensor& x, const torch::Tensor&
 }
 
 OptimizerOptions options(std::uint64_t target, std::size_t batch_size) {
-  OptimizerOptions o;
-  o.run_id = "test";
-  o.target_batch_size = target;
-  o.batch_size = batch_size;
-  o.matchmaking_time = 1s;
-  o.averaging_timeout = 5s;
-  o.load_state_timeout = 10s;
-  o.progress.min_refresh = 50ms;
-  o.progress.max_refresh = 500ms;
-  o.progress.max_publish_interval = 200ms;
-  o.progress.stale_after = 3s;
-  o.progress_ttl = 10s;
-  return o;
+  return test::hub_options("test", target, batch_size);
 }
 
 }  // namespace

@@ -8,6 +8,11 @@
 // - average(): Averager::step on the gradient averager ("<run_id>.grads"), with the round key
 //   (e.g. "grads/12") as the step's round, so peers at different epochs never average
 //   together; spans are copied into the averager's own buffers and back on success.
+// - prepare_round() (early matchmaking): Averager::begin() on the gradient averager for the
+//   plan's round key, so the group forms while the gradients are still being computed;
+//   average() with that key hands the tensors to the pending step (PendingStep::run) instead
+//   of starting a fresh step. average() with another key, cancel_prepared_round() and stop()
+//   cancel it (PendingStep::cancel: its group goes on without this peer).
 // - download_state()/serve_state(): blob state transfer on the state averager
 //   ("<run_id>.state"): donors serve the provider's bytes lazily and re-announce themselves
 //   every state_ttl / 3; a newcomer downloads from several donors in parallel. The state's
@@ -18,6 +23,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "starling/averaging/averager.hpp"
@@ -43,6 +49,13 @@ struct NetCollaborationConfig {
   static averaging::MatchmakingConfig default_matchmaking();
 };
 
+// Early matchmaking counters (executor thread).
+struct EarlyStats {
+  std::uint64_t prepared = 0;   // rounds begun by prepare_round()
+  std::uint64_t used = 0;       // average() calls that completed a prepared round
+  std::uint64_t cancelled = 0;  // prepared rounds dropped (stale key, cancel, stop)
+};
+
 class NetCollaboration final : public optim::Collaboration,
                                public std::enable_shared_from_this<NetCollaboration> {
  public:
@@ -59,6 +72,8 @@ class NetCollaboration final : public optim::Collaboration,
   const net::PeerId& self() const override;
   awaitable<result<void>> publish_progress(Bytes value, Duration ttl) override;
   awaitable<result<std::vector<optim::ProgressEntry>>> fetch_progress() override;
+  void prepare_round(const optim::RoundPlan& plan) override;
+  void cancel_prepared_round() override;
   awaitable<result<optim::RoundResult>> average(std::span<optim::NamedSpan> tensors,
                                                 optim::RoundOptions options) override;
   awaitable<result<State>> download_state(TimePoint deadline, std::uint64_t want_digest) override;
@@ -69,13 +84,21 @@ class NetCollaboration final : public optim::Collaboration,
   // Counters (executor thread): completed rounds, state downloads.
   std::uint64_t rounds() const noexcept { return rounds_; }
   std::uint64_t state_downloads() const noexcept { return downloads_; }
+  const EarlyStats& early_stats() const noexcept;
+  // The key of the round prepared now ("" if none) and whether its group has formed.
+  std::string prepared_round() const;
+  bool prepared_round_grouped() const;
 
   struct Impl;
 
  private:
   NetCollaboration(std::shared_ptr<net::Host> host, std::shared_ptr<dht::DhtNode> node,
                    NetCollaborationConfig cfg);
-  result<void> ensure_grads(std::span<optim::NamedSpan> tensors, optim::Compression c);
+  result<void> ensure_grads(const std::vector<std::pair<std::string, std::size_t>>& layout,
+                            optim::Compression c);
+  averaging::StepOptions step_options(const optim::RoundOptions& o) const;
+  // Waits (bounded by `until`) for a cancelled prepared step to end; false if it did not.
+  awaitable<bool> wait_cancelled(TimePoint until);
   static awaitable<void> announce_loop(std::weak_ptr<NetCollaboration> weak);
 
   std::shared_ptr<net::Host> host_;

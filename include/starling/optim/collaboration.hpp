@@ -6,15 +6,15 @@
 // Threading rule: every method is called from, and its coroutines run on, executor() (the
 // node's io_context thread). Implementations hold no locks.
 //
-// Provisional: averaging lands in parallel; the averaging calls will follow its API
-// (an averager over named float spans, step(weight, deadline, options) returning the group,
-// each member's contribution, bytes and timings).
+// Implementations: collab::NetCollaboration (the DHT and the averager; early matchmaking on
+// Averager::begin()), tests/optim/fake_collaboration.hpp (an in-process double).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "starling/core/async.hpp"
@@ -61,6 +61,17 @@ struct RoundOptions {
   std::size_t expected_members = 0;
 };
 
+// A round announced ahead of its data (Collaboration::prepare_round).
+struct RoundPlan {
+  // As average() will get them; weight is an estimate (the real one comes with average()),
+  // deadline is the end of the whole round.
+  RoundOptions options;
+  // When average() is expected (the collaboration's estimate of reaching the target).
+  TimePoint expected_start;
+  // Names and sizes (elements) of the tensors average() will get, in order.
+  std::vector<std::pair<std::string, std::size_t>> layout;
+};
+
 struct RoundMember {
   net::PeerId peer;
   double weight = 0;
@@ -73,6 +84,7 @@ struct RoundResult {
   std::uint64_t bytes_received = 0;
   Duration matchmaking_time{0};
   Duration allreduce_time{0};
+  bool early = false;  // the group formed ahead of the data (prepare_round)
 };
 
 class Collaboration {
@@ -87,9 +99,16 @@ class Collaboration {
   // Every peer's current progress record.
   virtual awaitable<result<std::vector<ProgressEntry>>> fetch_progress() = 0;
 
-  // Hints that a round with `key` will start around `expected_start`: implementations may
-  // begin matchmaking now. Optional.
-  virtual void prepare_round(const std::string& key, TimePoint expected_start) {}
+  // Early matchmaking (optional). The optimizer announces a round before its data is ready:
+  // implementations may begin forming the group for plan.options.key now. A later average()
+  // with that key (and the plan's layout and compression) completes the prepared round with
+  // its tensors; average() with another key, cancel_prepared_round() or shutdown drops it
+  // (the group, if formed, goes on without this peer). At most one round is prepared at a
+  // time; a new plan replaces an older one with another key.
+  virtual void prepare_round(const RoundPlan& plan) {}
+  // The prepared round will not run here (this peer's epoch moved on: it stepped, downloaded
+  // the state, or leaves).
+  virtual void cancel_prepared_round() {}
   // Replaces every span with the weighted average (sum w_i x_i / sum w_i) over the group that
   // formed for options.key. If the total weight is 0 the spans are the plain average.
   // Errors: timeout (no group before the deadline), unavailable (no other peer), cancelled.

@@ -1,0 +1,49 @@
+// NetCollaboration's private state, shared by net_collaboration.cpp (progress, state transfer,
+// lifetime) and net_collaboration_rounds.cpp (averaging rounds, early matchmaking).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "starling/averaging/dht_directory.hpp"
+#include "starling/collab/net_collaboration.hpp"
+
+namespace starling::collab {
+
+using Layout = std::vector<std::pair<std::string, std::size_t>>;
+
+struct NetCollaboration::Impl {
+  explicit Impl(asio::any_io_executor ex) : scope(ex) {}
+  std::shared_ptr<averaging::DhtDirectory> directory;
+  std::shared_ptr<averaging::Averager> grads, state;
+  // The gradient averager's layout (names, sizes, codec) and its own buffers.
+  Layout layout;
+  optim::Compression compression = optim::Compression::none;
+  std::vector<std::vector<float>> buffers;
+  std::shared_ptr<std::function<awaitable<result<State>>()>> provider;
+  std::shared_ptr<std::atomic<std::uint64_t>> served_epoch =
+      std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::atomic<std::uint64_t> sent{0}, received{0};
+  TaskScope scope;
+  bool announcing = false, stopped = false;
+  dht::RecordKey progress_key;
+
+  // Early matchmaking: the round begun by prepare_round() (waiting for average()), and the
+  // last one cancelled while it may still be matchmaking (the averager runs one step at a
+  // time, so the next step waits for it to end).
+  struct Prepared {
+    std::string key;
+    std::size_t min_group_size = 0;
+    std::shared_ptr<averaging::Averager> averager;
+    std::shared_ptr<averaging::PendingStep> step;
+  };
+  std::optional<Prepared> prepared;
+  std::shared_ptr<averaging::PendingStep> cancelled;
+  EarlyStats early;
+};
+
+}  // namespace starling::collab

@@ -1,0 +1,223 @@
+// NetCollaboration's averaging rounds (net_collaboration.hpp): Averager steps on the gradient
+// averager, begun early by prepare_round() or fresh by average().
+#include <algorithm>
+
+#include "net_collaboration_impl.hpp"
+#include "starling/averaging/host_address_sink.hpp"
+#include "starling/core/log.hpp"
+
+namespace starling::collab {
+namespace {
+
+auto log() {
+  return logger("collab");
+}
+
+// How often a step waiting for a cancelled early step (still matchmaking) looks again.
+constexpr Duration kCancelledPoll = 25ms;
+
+const char* codec_of(optim::Compression c) {
+  switch (c) {
+    case optim::Compression::float16:
+      return "float16";
+    case optim::Compression::uint8:
+      return "blockwise8";
+    case optim::Compression::none:
+      break;
+  }
+  return "none";
+}
+
+double secs(Duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+result<void> NetCollaboration::ensure_grads(const Layout& layout, optim::Compression c) {
+  if (impl_->grads && layout == impl_->layout && c == impl_->compression) return success();
+  if (impl_->grads) {
+    // Another layout or codec: a new averager (the old one's handlers go, and with them a
+    // round prepared on it).
+    cancel_prepared_round();
+    auto old = impl_->grads;
+    impl_->scope.spawn([old]() -> awaitable<void> { co_await old->stop(); });
+    impl_->grads.reset();
+    impl_->cancelled.reset();
+  }
+  averaging::Schema schema;
+  schema.codec = codec_of(c);
+  impl_->buffers.clear();
+  std::vector<averaging::TensorView> views;
+  for (const auto& [name, n] : layout) {
+    schema.tensors.push_back({name, {static_cast<std::int64_t>(n)}, averaging::DType::f32});
+    impl_->buffers.emplace_back(n);
+  }
+  for (std::size_t i = 0; i < layout.size(); ++i)
+    views.push_back({layout[i].first, impl_->buffers[i]});
+  averaging::AveragerConfig ac;
+  ac.key = {cfg_.run_id + ".grads", 16, 0};
+  ac.matchmaking = cfg_.matchmaking;
+  ac.round.stall_timeout = cfg_.stall_timeout;
+  ac.bandwidth = cfg_.bandwidth;
+  ac.client_mode = cfg_.client_mode;
+  ac.addrs = cfg_.addrs;
+  ac.open_timeout = cfg_.open_timeout;
+  ac.reduce_threads = cfg_.reduce_threads;
+  ac.error_feedback = cfg_.error_feedback && c != optim::Compression::none;
+  ac.on_phase = [me = host_->local_peer().short_string()](const std::string& ph) {
+    log()->debug("{}: {}", me, ph);
+  };
+  auto sink = averaging::host_address_sink(host_);
+  ST_TRY(auto avg, averaging::Averager::create(host_, impl_->directory, std::move(schema),
+                                               std::move(views), ac, sink));
+  avg->start();
+  impl_->grads = avg;
+  impl_->layout = layout;
+  impl_->compression = c;
+  return success();
+}
+
+averaging::StepOptions NetCollaboration::step_options(const optim::RoundOptions& o) const {
+  averaging::StepOptions so;
+  so.weight = o.weight;
+  so.round = o.key;
+  so.timeout = std::max<Duration>(o.deadline - Clock::now(), 100ms);
+  so.matchmaking_timeout = std::min<Duration>(so.timeout / 2, 30s);
+  // A strict majority of the peers expected at this epoch: two disjoint groups can never both
+  // succeed, so the parameters of successful peers never fork.
+  so.min_group_size =
+      std::max<std::size_t>(cfg_.matchmaking.min_group_size, o.expected_members / 2 + 1);
+  return so;
+}
+
+// --- early matchmaking ----------------------------------------------------------------------
+
+void NetCollaboration::prepare_round(const optim::RoundPlan& plan) {
+  if (impl_->stopped) return;
+  const std::string& key = plan.options.key;
+  if (impl_->prepared && impl_->prepared->key == key && !impl_->prepared->step->finished())
+    return;  // prepared already
+  cancel_prepared_round();
+  if (impl_->cancelled && !impl_->cancelled->finished()) {
+    // The averager runs one step at a time; average() will begin a fresh one.
+    log()->debug("round {}: no early matchmaking, a cancelled step is still matchmaking", key);
+    return;
+  }
+  if (auto ok = ensure_grads(plan.layout, plan.options.compression); !ok) {
+    log()->info("round {}: no early matchmaking: {}", key, ok.error().message());
+    return;
+  }
+  // The round's own time starts at the expected start: matchmaking may take until then plus
+  // the usual half of the round, the data may come until then plus half of the round.
+  auto so = step_options(plan.options);
+  const Duration lead =
+      std::clamp<Duration>(plan.expected_start - Clock::now(), Duration::zero(), so.timeout);
+  const Duration round = so.timeout - lead;
+  so.matchmaking_timeout = lead + std::min<Duration>(round / 2, 30s);
+  so.data_timeout = lead + round / 2;
+  auto begun = impl_->grads->begin(so);
+  if (!begun) {
+    log()->info("round {}: no early matchmaking: {}", key, begun.error().message());
+    return;
+  }
+  impl_->prepared = Impl::Prepared{key, *so.min_group_size, impl_->grads, std::move(begun).value()};
+  ++impl_->early.prepared;
+  log()->debug("round {}: matchmaking begun {:.2f} s ahead", key, secs(lead));
+}
+
+void NetCollaboration::cancel_prepared_round() {
+  if (!impl_->prepared) return;
+  auto p = std::move(*impl_->prepared);
+  impl_->prepared.reset();
+  ++impl_->early.cancelled;
+  if (p.step->finished()) return;
+  p.step->cancel();
+  log()->debug("round {}: prepared round cancelled", p.key);
+  if (p.averager == impl_->grads) impl_->cancelled = std::move(p.step);
+}
+
+awaitable<bool> NetCollaboration::wait_cancelled(TimePoint until) {
+  auto self = shared_from_this();
+  // PendingStep::cancel() ends a grouped step at once, one still matchmaking when its group
+  // forms or its matchmaking deadline passes.
+  while (impl_->cancelled && !impl_->cancelled->finished()) {
+    if (Clock::now() >= until) co_return false;
+    if (!co_await sleep_for(kCancelledPoll)) co_return false;
+  }
+  impl_->cancelled.reset();
+  co_return true;
+}
+
+const EarlyStats& NetCollaboration::early_stats() const noexcept {
+  return impl_->early;
+}
+
+std::string NetCollaboration::prepared_round() const {
+  return impl_->prepared ? impl_->prepared->key : std::string();
+}
+
+bool NetCollaboration::prepared_round_grouped() const {
+  return impl_->prepared && impl_->prepared->step->grouped();
+}
+
+// --- rounds -------------------------------------------------------------------------------
+
+awaitable<result<optim::RoundResult>> NetCollaboration::average(std::span<optim::NamedSpan> tensors,
+                                                                optim::RoundOptions options) {
+  auto self = shared_from_this();
+  if (impl_->stopped) co_return make_error(errc::closed, "collaboration stopped");
+  Layout layout;
+  for (const auto& t : tensors) layout.emplace_back(t.name, t.data.size());
+  ST_CO_TRY(ensure_grads(layout, options.compression));
+  auto avg = impl_->grads;
+  // The round prepared for this key completes with these tensors (its group, with the
+  // majority expected when it was prepared, may have formed already); anything else
+  // prepared is stale.
+  std::shared_ptr<averaging::PendingStep> step;
+  const bool early = impl_->prepared && impl_->prepared->key == options.key &&
+                     impl_->prepared->averager == avg && !impl_->prepared->step->finished();
+  if (early) {
+    step = std::move(impl_->prepared->step);
+    impl_->prepared.reset();
+    ++impl_->early.used;
+  } else {
+    cancel_prepared_round();
+    if (!co_await wait_cancelled(options.deadline))
+      co_return make_error(errc::unavailable, "round " + options.key +
+                                                  ": a cancelled early step is still matchmaking");
+    if (impl_->stopped || avg != impl_->grads)
+      co_return make_error(errc::cancelled, "collaboration changed before the round");
+    ST_CO_TRY(step, avg->begin(step_options(options)));
+  }
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    std::copy(tensors[i].data.begin(), tensors[i].data.end(), impl_->buffers[i].begin());
+  auto r = co_await step->run(options.weight);
+  if (!r) co_return r.error();
+  const auto& res = r.value();
+  log()->info("round {}: {} peers{}, matchmaking {:.2f} s, all-reduce {:.2f} s, {} bytes sent",
+              options.key, res.group.members.size(), early ? " (group formed early)" : "",
+              secs(res.matchmaking_time), secs(res.allreduce_time), res.bytes_sent);
+  impl_->sent += res.bytes_sent;
+  impl_->received += res.bytes_received;
+  if (avg != impl_->grads || impl_->stopped)
+    co_return make_error(errc::cancelled, "collaboration changed during the round");
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    std::copy(impl_->buffers[i].begin(), impl_->buffers[i].end(), tensors[i].data.begin());
+  optim::RoundResult out;
+  for (const auto& m : res.contributions) {
+    auto id = net::PeerId::from_bytes(m.peer.bytes());
+    if (!id) continue;
+    out.members.push_back({std::move(id).value(), m.weight});
+    out.total_weight += m.weight;
+  }
+  out.bytes_sent = res.bytes_sent;
+  out.bytes_received = res.bytes_received;
+  out.matchmaking_time = res.matchmaking_time;
+  out.allreduce_time = res.allreduce_time;
+  out.early = early;
+  ++rounds_;
+  co_return out;
+}
+
+}  // namespace starling::collab
