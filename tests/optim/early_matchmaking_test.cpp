@@ -86,8 +86,7 @@ struct Outcome {
 };
 
 // One round on node c with every value = `value` and weight = `weight`.
-awaitable<result<RoundResult>> average_on(Collab c, std::shared_ptr<Outcome> out,
-                                          RoundOptions o) {
+awaitable<result<RoundResult>> average_on(Collab c, std::shared_ptr<Outcome> out, RoundOptions o) {
   std::vector<NamedSpan> spans;
   spans.push_back({"w", std::span<float>(out->w)});
   spans.push_back({"b", std::span<float>(out->b)});
@@ -140,8 +139,8 @@ TEST(EarlyMatchmaking, PreparedRoundGroupsBeforeTheDataAndTheRoundUsesIt) {
   Trio t;
   for (std::size_t i = 0; i < 3; ++i) prepare(t.c(i), plan("grads/0", 1s));
   // The group forms with no data anywhere (it can only be all three).
-  ASSERT_TRUE(test::wait_until(
-      [&] { return grouped(t.c(0)) && grouped(t.c(1)) && grouped(t.c(2)); }, 60s))
+  ASSERT_TRUE(
+      test::wait_until([&] { return grouped(t.c(0)) && grouped(t.c(1)) && grouped(t.c(2)); }, 60s))
       << "the prepared round never formed its group";
   // Preparing the same key again changes nothing.
   prepare(t.c(1), plan("grads/0", 1s));
@@ -163,8 +162,8 @@ TEST(EarlyMatchmaking, StalePreparedRoundIsCancelledAndTheNextRoundWorks) {
   // Grouped, then stale: node 0 is told (its epoch moved on), the others find out when their
   // next round has another key.
   for (std::size_t i = 0; i < 3; ++i) prepare(t.c(i), plan("grads/0", 1s));
-  ASSERT_TRUE(test::wait_until(
-      [&] { return grouped(t.c(0)) && grouped(t.c(1)) && grouped(t.c(2)); }, 60s));
+  ASSERT_TRUE(
+      test::wait_until([&] { return grouped(t.c(0)) && grouped(t.c(1)) && grouped(t.c(2)); }, 60s));
   cancel(t.c(0));
   EXPECT_EQ(prepared_key(t.c(0)), "");
   expect_mean(average_all(t, "grads/1"), false);
