@@ -186,7 +186,7 @@ result<void> stage_optimizer(const sf::TrainingState& s, torch::optim::Optimizer
   if (!s.optimizer) return invalid("no optimizer state");
   ST_TRY(auto kind, st::kind_of(opt));
   if (s.optimizer->kind != kind)
-    return invalid(fmt::format("optimizer state of {} for a {} optimizer",
+    return invalid(fmt::format("optimizer state is {}'s, this optimizer is {}",
                                sf::kind_name(s.optimizer->kind), sf::kind_name(kind)));
   auto& groups = opt.param_groups();
   if (s.optimizer->groups.size() != groups.size())
@@ -233,7 +233,9 @@ result<Bytes> save_training_state(const torch::nn::Module& model,
     Views views;
     sf::TrainingState s;
     ST_TRY(s.model, views.of(model_tensors(model)));
-    if (optimizer) ST_TRY(s.optimizer, optimizer_state(*optimizer, views));
+    if (optimizer) {
+      ST_TRY(s.optimizer, optimizer_state(*optimizer, views));
+    }
     ST_TRY(s.extra, views.of(extra));
     auto out = sf::encode(s);
     if (!out) return out.error().with_context("save training state");
