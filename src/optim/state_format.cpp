@@ -128,6 +128,20 @@ void put_state(S& s, const TrainingState& st) {
     put_section(s, kMetadata, [&](auto& b) { b.put(st.metadata.data(), st.metadata.size()); });
 }
 
+// All exponent bits set: an infinity or a NaN. Element-wise over unaligned data, read in host
+// order (the format's tensors are little-endian, and so must the host be: see
+// state_format_torch.cpp).
+template <class U>
+bool none_all_ones(BytesView data, U exponent) {
+  bool ok = true;
+  for (std::size_t i = 0; i + sizeof(U) <= data.size(); i += sizeof(U)) {
+    U v;
+    std::memcpy(&v, data.data() + i, sizeof(U));
+    ok &= (v & exponent) != exponent;
+  }
+  return ok;
+}
+
 // ---- Decoding ------------------------------------------------------------------------------
 
 Error bad(std::string what) {
@@ -373,6 +387,16 @@ std::int64_t TensorView::numel() const noexcept {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;
   return n;
+}
+
+bool all_finite(const TensorView& t) noexcept {
+  switch (t.dtype) {
+    case Dtype::f32: return none_all_ones<std::uint32_t>(t.data, 0x7f800000u);
+    case Dtype::f64: return none_all_ones<std::uint64_t>(t.data, 0x7ff0000000000000u);
+    case Dtype::f16: return none_all_ones<std::uint16_t>(t.data, 0x7c00u);
+    case Dtype::bf16: return none_all_ones<std::uint16_t>(t.data, 0x7f80u);
+    default: return true;
+  }
 }
 
 bool operator==(const TensorView& a, const TensorView& b) {
