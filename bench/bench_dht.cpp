@@ -6,6 +6,7 @@
 // both and compares.
 //   bench_dht starling|opendht [--nodes N] [--ops K] [--churn F] [--seed S] [--per-proc P]
 //                              [--join-wait SECONDS]
+#include <fstream>
 #include <iostream>
 
 #include "bench_dht_opendht.hpp"
@@ -27,6 +28,8 @@ struct Coordinator {
   std::vector<bool> alive;
   std::vector<std::size_t> storer;
   std::vector<Blob> values;
+  std::string phase;
+  std::unique_ptr<std::ofstream> trace;  // BENCH_TRACE=file: one line per operation (appended)
 
   Worker& owner(std::size_t g) { return ws[g / p.per_proc]; }
   std::size_t pick(std::size_t not_this) {
@@ -42,8 +45,11 @@ struct Coordinator {
     int ok = 0;
     double ms = 0;
     std::uint64_t dials = 0;
-    in >> ok >> ms >> dials;
-    out.add(ok == 1, ms, dials);
+    long hops = -1;
+    in >> ok >> ms >> dials >> hops;
+    out.add(ok == 1, ms, dials, hops);
+    if (trace) *trace << rep.system << ' ' << phase << ' ' << g << ' ' << k << ' ' << ok << ' ' << ms
+                      << ' ' << dials << ' ' << hops << '\n';
   }
   void setup() {
     const auto t0 = steady_clock::now();
@@ -104,14 +110,20 @@ Report run(const Params& p, const std::string& system, MakeSet make) {
   c.rep.system = system;
   c.rep.p = p;
   c.rep.procs = c.ws.size();
+  if (const char* t = std::getenv("BENCH_TRACE"))
+    c.trace = std::make_unique<std::ofstream>(t, std::ios::app);
   c.setup();
   c.stats(false);  // rss_before counts the join too: the node's whole cost
   c.rep.rss_before_kib = 0;
+  c.phase = "store";
   c.stores(c.rep.store, false);
+  c.phase = "store_again";
   c.stores(c.rep.store_again, true);
+  c.phase = "get";
   c.gets(c.rep.get);
   c.stats(true);
   c.churn();
+  c.phase = "get_after_churn";
   c.gets(c.rep.get_after_churn);
   for (auto& w : c.ws) w.send("quit");
   for (auto& w : c.ws) w.receive();
