@@ -10,6 +10,7 @@
 //                                                             <hops, -1 = unknown>
 //   kill <local index>                                     -> ok
 //   stats                                                  -> ok <rss KiB> <open fds>
+//   cpu                                                    -> ok <CPU seconds used> <dials by all>
 //   quit                                                   -> ok        (every node stopped)
 #pragma once
 
@@ -109,6 +110,11 @@ inline int worker_main(NodeSet& set, const Params& p, FILE* in, FILE* out) {
       if (i < alive.size()) alive[i] = false;
     } else if (cmd == "stats") {
       reply << ' ' << rss_kib() - rss0 << ' ' << open_fds();
+    } else if (cmd == "cpu") {
+      std::uint64_t dials = 0;  // connections opened by every live node so far
+      for (std::size_t i = 0; i < alive.size(); ++i)
+        if (alive[i]) dials += set.dials(i);
+      reply << ' ' << cpu_seconds() << ' ' << dials;
     } else if (cmd == "quit") {
       set.stop_all();
       std::fprintf(out, "ok\n");

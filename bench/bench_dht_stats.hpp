@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sys/resource.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +72,14 @@ inline Quantile quantile(const std::vector<double>& sorted, double p) {
   return {at(std::floor(p * n)), at(std::floor(p * n - sd)), at(std::ceil(p * n + sd))};
 }
 
+// CPU time (user + system) this process used so far, all threads.
+inline double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(ru.ru_utime) + s(ru.ru_stime);
+}
+
 // Latencies of successful operations and the success count of one kind of operation, with the
 // connections the operating node opened during each (Starling) and its lookup hops.
 struct Series {
@@ -81,6 +90,8 @@ struct Series {
     long hops;
   };
   std::vector<Op> ops;
+  double cpu_s = 0;             // CPU time all worker processes used during these operations
+  std::uint64_t all_dials = 0;  // connections every node opened meanwhile (background too)
   void add(bool success, double latency_ms, std::uint64_t opened = 0, long hops = -1) {
     ops.push_back(Op{success, latency_ms, opened, hops});
   }
@@ -112,6 +123,8 @@ struct Series {
     j["total"] = ops.size();
     j["dials_per_op"] = total > 0 ? static_cast<double>(dials) / total : 0.0;
     j["success"] = total > 0 ? static_cast<double>(ok) / total : 0.0;
+    j["cpu_ms_per_op"] = total > 0 ? cpu_s * 1000 / total : 0.0;
+    j["all_dials_per_op"] = total > 0 ? static_cast<double>(all_dials) / total : 0.0;
     // The operations that opened a connection on their way and those that did not.
     j["with_dials"] = summary(dialed);
     j["without_dials"] = summary(undialed);
@@ -123,6 +136,7 @@ struct Report {
   std::string system;
   Params p;
   double setup_s = 0;
+  double idle_cores = 0;  // CPU the idle nodes of all workers use after the join, in cores
   std::size_t procs = 1;
   long max_fds = 0;                            // the most file descriptors one worker process held
   long rss_before_kib = 0, rss_after_kib = 0;  // summed over the worker processes
@@ -135,6 +149,7 @@ struct Report {
             {"max_fds_per_proc", max_fds},
             {"churn", p.churn},
             {"setup_s", setup_s},
+            {"idle_cores", idle_cores},
             {"kib_per_node", static_cast<double>(rss_after_kib - rss_before_kib) /
                                  static_cast<double>(std::max<std::size_t>(p.nodes, 1))},
             {"store", store.json()},
