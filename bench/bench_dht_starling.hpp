@@ -155,6 +155,9 @@ class StarlingSet : public NodeSet {
     cfg.warm_connections = warm_cap();
     // BENCH_ADMIT=1: admission of lookup-learned nodes (DhtConfig::admit_learned, off by default).
     if (const char* e = std::getenv("BENCH_ADMIT")) cfg.dht.admit_learned = std::atoi(e) != 0;
+    // BENCH_GET_DIALS=n: DhtConfig::get_dials (dials a get keeps in flight; 0 = no limit).
+    if (const char* e = std::getenv("BENCH_GET_DIALS"))
+      cfg.dht.get_dials = std::strtoul(e, nullptr, 10);
     auto node = sdht::DhtNode::create(host, cfg);
     ST_CO_TRY(co_await node->start(seeds));
     co_return Started{host, node};
