@@ -133,26 +133,37 @@ void expect_mean(const std::vector<Outcome>& outs, bool early) {
   }
 }
 
+// Every node prepares `key`; true once all three are in its group.
+bool prepare_all_until_grouped(const Trio& t, const std::string& key) {
+  for (std::size_t i = 0; i < 3; ++i) prepare(t.c(i), plan(key, 1s));
+  return test::wait_until([&] { return grouped(t.c(0)) && grouped(t.c(1)) && grouped(t.c(2)); },
+                          60s);
+}
+
+// Every node's counters, and nothing prepared any more.
+void expect_stats(const Trio& t, std::uint64_t prepared, std::uint64_t used,
+                  std::uint64_t cancelled) {
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto s = stats(t.c(i));
+    EXPECT_EQ(s.prepared, prepared) << "node " << i;
+    EXPECT_EQ(s.used, used) << "node " << i;
+    EXPECT_EQ(s.cancelled, cancelled) << "node " << i;
+    EXPECT_EQ(prepared_key(t.c(i)), "") << "node " << i;
+  }
+}
+
 }  // namespace
 
 TEST(EarlyMatchmaking, PreparedRoundGroupsBeforeTheDataAndTheRoundUsesIt) {
   Trio t;
-  for (std::size_t i = 0; i < 3; ++i) prepare(t.c(i), plan("grads/0", 1s));
   // The group forms with no data anywhere (it can only be all three).
-  ASSERT_TRUE(
-      test::wait_until([&] { return grouped(t.c(0)) && grouped(t.c(1)) && grouped(t.c(2)); }, 60s))
+  ASSERT_TRUE(prepare_all_until_grouped(t, "grads/0"))
       << "the prepared round never formed its group";
   // Preparing the same key again changes nothing.
   prepare(t.c(1), plan("grads/0", 1s));
   EXPECT_EQ(prepared_key(t.c(1)), "grads/0");
   expect_mean(average_all(t, "grads/0"), true);
-  for (std::size_t i = 0; i < 3; ++i) {
-    const auto s = stats(t.c(i));
-    EXPECT_EQ(s.prepared, 1u);
-    EXPECT_EQ(s.used, 1u);
-    EXPECT_EQ(s.cancelled, 0u);
-    EXPECT_EQ(prepared_key(t.c(i)), "");
-  }
+  expect_stats(t, 1, 1, 0);
   // The next round (not prepared) is an ordinary one.
   expect_mean(average_all(t, "grads/1"), false);
 }
@@ -161,18 +172,11 @@ TEST(EarlyMatchmaking, StalePreparedRoundIsCancelledAndTheNextRoundWorks) {
   Trio t;
   // Grouped, then stale: node 0 is told (its epoch moved on), the others find out when their
   // next round has another key.
-  for (std::size_t i = 0; i < 3; ++i) prepare(t.c(i), plan("grads/0", 1s));
-  ASSERT_TRUE(
-      test::wait_until([&] { return grouped(t.c(0)) && grouped(t.c(1)) && grouped(t.c(2)); }, 60s));
+  ASSERT_TRUE(prepare_all_until_grouped(t, "grads/0"));
   cancel(t.c(0));
   EXPECT_EQ(prepared_key(t.c(0)), "");
   expect_mean(average_all(t, "grads/1"), false);
-  for (std::size_t i = 0; i < 3; ++i) {
-    const auto s = stats(t.c(i));
-    EXPECT_EQ(s.prepared, 1u);
-    EXPECT_EQ(s.used, 0u);
-    EXPECT_EQ(s.cancelled, 1u);
-  }
+  expect_stats(t, 1, 0, 1);
   // Stale while still matchmaking (nobody else prepared it): the next round waits for it to
   // end (its matchmaking deadline, ~2 s) and then runs.
   prepare(t.c(0), plan("grads/7", 0s, 4s));
