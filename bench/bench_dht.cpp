@@ -98,7 +98,9 @@ struct Coordinator {
   void idle() {
     const double c0 = cpu().first;
     const auto t0 = steady_clock::now();
-    std::this_thread::sleep_for(seconds(3));
+    // BENCH_IDLE_S: a longer pause (to profile the idle nodes).
+    const char* e = std::getenv("BENCH_IDLE_S");
+    std::this_thread::sleep_for(duration<double>(e ? std::strtod(e, nullptr) : 3.0));
     rep.idle_cores = (cpu().first - c0) / (ms_since(t0) / 1000);
   }
   void stores(Series& out, bool again) {
