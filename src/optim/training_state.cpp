@@ -1,105 +1,227 @@
-// Model + optimizer state serialisation (torch archives) and checkpoint save/load.
+// Model + optimizer state to the Starling state format and back, and checkpoint save/load.
+// The bytes are parsed by the torch-free decoder (state_format.cpp); this file converts the
+// decoded views to tensors, checks them against the receiver's model and optimizer, and only
+// then changes anything.
 #include "starling/optim/training_state.hpp"
 
-#include <torch/optim/adagrad.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/rmsprop.h>
-#include <torch/optim/sgd.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
 #include <torch/utils.h>
 
 #include <fmt/format.h>
 
 #include "starling/core/log.hpp"
+#include "state_format_torch.hpp"
 
 namespace starling::optim {
+namespace sf = state_format;
+namespace st = state_torch;
 namespace {
 
-// A tensor from a peer's archive that replaces `like`: same type (Module::load adopts the read
-// tensor's storage, so another dtype would change the model's), dense, finite values.
-result<void> check_values(const torch::Tensor& t, const torch::Tensor& like,
-                          const std::string& what) {
-  if (t.scalar_type() != like.scalar_type() || t.layout() != torch::kStrided)
-    return make_error(errc::invalid_argument, fmt::format("training state: '{}' is {} not {}", what,
-                                                          c10::toString(t.scalar_type()),
-                                                          c10::toString(like.scalar_type())));
-  if (t.is_floating_point() && !torch::isfinite(t).all().item<bool>())
-    return make_error(errc::invalid_argument,
-                      fmt::format("training state: '{}' holds non-finite values", what));
-  return success();
+using OptimizerStateMap =
+    std::remove_reference_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
+
+std::string key_of(const torch::Tensor& p) {
+  return c10::guts::to_string(p.unsafeGetTensorImpl());
 }
 
-// The per-parameter state tensors of the optimizers libtorch ships (others are not checked).
-std::vector<torch::Tensor> state_tensors(torch::optim::OptimizerParamState& s) {
-  namespace o = torch::optim;
-  if (auto* a = dynamic_cast<o::AdamParamState*>(&s))
-    return {a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
-  if (auto* a = dynamic_cast<o::AdamWParamState*>(&s))
-    return {a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
-  if (auto* a = dynamic_cast<o::SGDParamState*>(&s)) return {a->momentum_buffer()};
-  if (auto* a = dynamic_cast<o::RMSpropParamState*>(&s))
-    return {a->square_avg(), a->momentum_buffer(), a->grad_avg()};
-  if (auto* a = dynamic_cast<o::AdagradParamState*>(&s)) return {a->sum()};
-  return {};
+Error invalid(std::string what) {
+  return Error(errc::invalid_argument, "training state: " + what);
 }
 
-// After Optimizer::load: every state tensor has its parameter's shape and type and finite
-// values (a mis-shaped moment would throw at the next step, or broadcast silently).
-result<void> check_optimizer_state(torch::optim::Optimizer& opt) {
-  for (const auto& g : opt.param_groups()) {
-    for (const auto& p : g.params()) {
-      auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
-      if (it == opt.state().end()) continue;
-      for (const auto& t : state_tensors(*it->second)) {
-        if (!t.defined()) continue;
-        if (t.sizes() != p.sizes())
-          return make_error(errc::invalid_argument,
-                            fmt::format("training state: optimizer state of shape [{}] for a "
-                                        "parameter of shape [{}]",
-                                        fmt::join(t.sizes(), ","), fmt::join(p.sizes(), ",")));
-        ST_TRY(check_values(t, p, "optimizer state"));
-      }
+// Parameters, then buffers, by dotted name (what Module::save wrote, flattened).
+NamedTensors model_tensors(const torch::nn::Module& m) {
+  NamedTensors out;
+  for (const auto& item : m.named_parameters(/*recurse=*/true))
+    if (item.value().defined()) out.emplace_back(item.key(), item.value());
+  for (const auto& item : m.named_buffers(/*recurse=*/true))
+    if (item.value().defined()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+// ---- Saving --------------------------------------------------------------------------------
+
+// Views of tensors the encoder reads; `alive` owns the contiguous CPU copies they point into.
+class Views {
+ public:
+  result<sf::TensorView> of(const torch::Tensor& t, const std::string& what) {
+    auto c = t.detach().cpu().contiguous();
+    auto d = st::wire_dtype(c);
+    if (!d) return d.error().with_context(fmt::format("training state: '{}'", what));
+    alive_.push_back(c);
+    return st::view_of(c, d.value());
+  }
+  result<std::vector<sf::NamedTensor>> of(const NamedTensors& list) {
+    std::vector<sf::NamedTensor> out;
+    for (const auto& [name, t] : list) {
+      ST_TRY(auto v, of(t, name));
+      out.push_back({name, std::move(v)});
     }
+    return out;
+  }
+
+ private:
+  std::vector<torch::Tensor> alive_;
+};
+
+result<sf::OptimizerState> optimizer_state(const torch::optim::Optimizer& opt, Views& views) {
+  ST_TRY(auto kind, st::kind_of(opt));
+  sf::OptimizerState out;
+  out.kind = kind;
+  for (const auto& g : opt.param_groups()) {
+    sf::ParamGroup pg;
+    pg.options = st::options_of(kind, g.options());
+    pg.params = static_cast<std::uint32_t>(g.params().size());
+    for (std::uint32_t i = 0; i < pg.params; ++i) {
+      auto it = opt.state().find(key_of(g.params()[i]));
+      if (it == opt.state().end()) continue;
+      sf::ParamState ps;
+      ps.index = i;
+      ps.step = st::step_of(kind, *it->second);
+      const auto slots = st::slots_of(kind, *it->second);
+      for (std::size_t j = 0; j < slots.size(); ++j) {
+        if (!slots[j].defined()) continue;
+        ST_TRY(auto v, views.of(slots[j], "optimizer state"));
+        ps.slots.push_back({static_cast<std::uint8_t>(j), std::move(v)});
+      }
+      pg.states.push_back(std::move(ps));
+    }
+    out.groups.push_back(std::move(pg));
+  }
+  return out;
+}
+
+// ---- Loading: stage (convert and check everything), then commit ----------------------------
+
+struct Staged {
+  // (receiver's tensor, new value): views into the input, checked, copied in at commit.
+  std::vector<std::pair<torch::Tensor, sf::TensorView>> copies;
+  std::optional<OptimizerStateMap> optimizer;
+};
+
+result<void> check_view(const sf::TensorView& v, const torch::Tensor& like,
+                        const std::string& what) {
+  if (st::torch_dtype(v.dtype) != like.scalar_type())
+    return invalid(fmt::format("'{}' is {} not {}", what, c10::toString(st::torch_dtype(v.dtype)),
+                               c10::toString(like.scalar_type())));
+  if (!std::equal(v.shape.begin(), v.shape.end(), like.sizes().begin(), like.sizes().end()))
+    return invalid(fmt::format("'{}' has shape [{}] not [{}]", what, fmt::join(v.shape, ","),
+                               fmt::join(like.sizes(), ",")));
+  if (!sf::all_finite(v)) return invalid(fmt::format("'{}' holds non-finite values", what));
+  return success();
+}
+
+// Copies a checked view into a tensor of its dtype and shape.
+void copy_into(torch::Tensor& dst, const sf::TensorView& v) {
+  if (dst.is_contiguous() && dst.device().is_cpu()) {
+    if (!v.data.empty()) std::memcpy(dst.data_ptr(), v.data.data(), v.data.size());
+    dst.unsafeGetTensorImpl()->bump_version();
+  } else {
+    dst.copy_(st::to_tensor(v));
+  }
+}
+
+result<void> stage_list(const std::vector<sf::NamedTensor>& in, const NamedTensors& want,
+                        const char* kind, Staged& out) {
+  std::unordered_map<std::string_view, const sf::TensorView*> by_name;
+  for (const auto& t : in) by_name.emplace(t.name, &t.tensor);
+  for (const auto& [name, dst] : want) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) return invalid(fmt::format("{} '{}' missing", kind, name));
+    ST_TRY(check_view(*it->second, dst, name));
+    out.copies.emplace_back(dst, *it->second);
   }
   return success();
 }
 
-// Module::save writes a module's own parameters and buffers under their names and each child
-// as a nested archive; this walks the same tree and checks names and shapes.
-result<void> check_module(const torch::nn::Module& m, torch::serialize::InputArchive& ar,
-                          const std::string& prefix) {
-  for (const auto& item : m.named_parameters(/*recurse=*/false)) {
-    torch::Tensor t;
-    if (!ar.try_read(item.key(), t, /*is_buffer=*/false))
-      return make_error(
-          errc::invalid_argument,
-          fmt::format("training state: parameter '{}{}' missing", prefix, item.key()));
-    if (t.sizes() != item.value().sizes())
-      return make_error(
-          errc::invalid_argument,
-          fmt::format("training state: parameter '{}{}' has shape [{}] not [{}]", prefix,
-                      item.key(), fmt::join(t.sizes(), ","), fmt::join(item.value().sizes(), ",")));
-    ST_TRY(check_values(t, item.value(), prefix + item.key()));
-  }
-  for (const auto& item : m.named_buffers(/*recurse=*/false)) {
-    torch::Tensor t;
-    if (!ar.try_read(item.key(), t, /*is_buffer=*/true) || t.sizes() != item.value().sizes() ||
-        t.scalar_type() != item.value().scalar_type())
-      return make_error(errc::invalid_argument,
-                        fmt::format("training state: buffer '{}{}' missing, mis-shaped or of "
-                                    "another type",
-                                    prefix, item.key()));
-  }
-  for (const auto& child : m.named_children()) {
-    torch::serialize::InputArchive sub;
-    if (!ar.try_read(child.key(), sub))
-      return make_error(errc::invalid_argument,
-                        fmt::format("training state: module '{}{}' missing", prefix, child.key()));
-    ST_TRY(check_module(*child.value(), sub, prefix + child.key() + "."));
+result<void> stage_model(const sf::TrainingState& s, const torch::nn::Module& model,
+                         Staged& out) {
+  const auto want = model_tensors(model);
+  ST_TRY(stage_list(s.model, want, "parameter or buffer", out));
+  if (s.model.size() != want.size()) {
+    for (const auto& t : s.model)
+      if (std::none_of(want.begin(), want.end(), [&](const auto& w) { return w.first == t.name; }))
+        return invalid(fmt::format("tensor '{}' is not in this model", t.name));
   }
   return success();
+}
+
+void log_option_difference(const std::vector<sf::Option>& theirs,
+                           const std::vector<sf::Option>& mine, std::size_t group) {
+  for (const auto& t : theirs)
+    for (const auto& m : mine)
+      if (t.name == m.name && t.value != m.value) {
+        logger("optim")->info(
+            "training state: group {} option {} is {} in the state, {} here (keeping {})", group,
+            t.name, t.value, m.value, m.value);
+        return;
+      }
+}
+
+result<void> stage_group(const sf::ParamGroup& g, torch::optim::OptimizerParamGroup& mine,
+                         sf::OptimizerKind kind, std::size_t gi, OptimizerStateMap& out) {
+  const auto& params = mine.params();
+  if (g.params != params.size())
+    return invalid(fmt::format("optimizer group {} has {} parameters, this optimizer's {}", gi,
+                               g.params, params.size()));
+  log_option_difference(g.options, st::options_of(kind, mine.options()), gi);
+  const auto required = st::required_slots(kind, mine.options());
+  const auto names = sf::slot_names(kind);
+  for (const auto& ps : g.states) {
+    const auto& p = params[ps.index];
+    std::vector<torch::Tensor> slots(names.size());
+    for (const auto& slot : ps.slots) {
+      if (!std::equal(slot.tensor.shape.begin(), slot.tensor.shape.end(), p.sizes().begin(),
+                      p.sizes().end()))
+        return invalid(fmt::format("optimizer state of shape [{}] for a parameter of shape [{}]",
+                                   fmt::join(slot.tensor.shape, ","), fmt::join(p.sizes(), ",")));
+      ST_TRY(check_view(slot.tensor, p, "optimizer state"));
+      slots[slot.id] = st::to_tensor(slot.tensor);
+    }
+    for (std::size_t j = 0; j < names.size(); ++j)
+      if (required[j] && !slots[j].defined())
+        return invalid(fmt::format("optimizer group {} parameter {}: the {} state lacks '{}'", gi,
+                                   ps.index, sf::kind_name(kind), names[j]));
+    out[key_of(p)] = st::make_param_state(kind, ps.step, slots);
+  }
+  if (st::state_required_for_every_parameter(kind) && g.states.size() != params.size())
+    return invalid(fmt::format("optimizer group {}: {} state for {} of {} parameters", gi,
+                               sf::kind_name(kind), g.states.size(), params.size()));
+  return success();
+}
+
+result<void> stage_optimizer(const sf::TrainingState& s, torch::optim::Optimizer& opt,
+                             Staged& out) {
+  if (!s.optimizer) return invalid("no optimizer state");
+  ST_TRY(auto kind, st::kind_of(opt));
+  if (s.optimizer->kind != kind)
+    return invalid(fmt::format("optimizer state is {}'s, this optimizer is {}",
+                               sf::kind_name(s.optimizer->kind), sf::kind_name(kind)));
+  auto& groups = opt.param_groups();
+  if (s.optimizer->groups.size() != groups.size())
+    return invalid(fmt::format("optimizer state has {} parameter groups, this optimizer {}",
+                               s.optimizer->groups.size(), groups.size()));
+  out.optimizer.emplace();
+  for (std::size_t gi = 0; gi < groups.size(); ++gi)
+    ST_TRY(stage_group(s.optimizer->groups[gi], groups[gi], kind, gi, *out.optimizer));
+  return success();
+}
+
+result<Staged> stage(BytesView bytes, const torch::nn::Module& model,
+                     torch::optim::Optimizer* optimizer, const NamedTensors* extra) {
+  auto decoded = sf::decode(bytes);
+  if (!decoded) return decoded.error().with_context("training state");
+  const auto& s = decoded.value();
+  Staged out;
+  ST_TRY(stage_model(s, model, out));
+  if (extra && !extra->empty()) {
+    if (s.extra.empty()) return invalid("no extra tensors");
+    ST_TRY(stage_list(s.extra, *extra, "extra tensor", out));
+  }
+  if (optimizer) ST_TRY(stage_optimizer(s, *optimizer, out));
+  return out;
 }
 
 }  // namespace
@@ -110,107 +232,51 @@ std::vector<std::string> parameter_names(const torch::nn::Module& model) {
   return out;
 }
 
+result<void> state_format_supports(const torch::optim::Optimizer& optimizer) {
+  ST_TRY(st::kind_of(optimizer));
+  return success();
+}
+
 result<Bytes> save_training_state(const torch::nn::Module& model,
                                   const torch::optim::Optimizer* optimizer,
                                   const NamedTensors& extra) {
   try {
-    torch::serialize::OutputArchive root;
-    torch::serialize::OutputArchive model_ar(root.compilation_unit());
-    model.save(model_ar);
-    root.write("model", model_ar);
+    Views views;
+    sf::TrainingState s;
+    ST_TRY(s.model, views.of(model_tensors(model)));
     if (optimizer) {
-      torch::serialize::OutputArchive opt_ar(root.compilation_unit());
-      optimizer->save(opt_ar);
-      root.write("optimizer", opt_ar);
+      ST_TRY(s.optimizer, optimizer_state(*optimizer, views));
     }
-    if (!extra.empty()) {
-      torch::serialize::OutputArchive extra_ar(root.compilation_unit());
-      for (const auto& [name, t] : extra) extra_ar.write(name, t.detach().cpu());
-      root.write("extra", extra_ar);
-    }
-    Bytes out;
-    root.save_to([&](const void* p, std::size_t n) {
-      auto b = static_cast<const std::uint8_t*>(p);
-      out.insert(out.end(), b, b + n);
-      return n;
-    });
+    ST_TRY(s.extra, views.of(extra));
+    auto out = sf::encode(s);
+    if (!out) return out.error().with_context("save training state");
     return out;
   } catch (const std::exception& e) {
     return make_error(errc::internal, fmt::format("save training state: {}", e.what()));
   }
 }
 
-namespace {
-
-// Reads `state` into the objects after checking what can be checked up front; may leave them
-// partly changed when it fails afterwards (load_training_state rolls back).
-result<void> apply_training_state(BytesView state, torch::nn::Module& model,
-                                  torch::optim::Optimizer* optimizer, NamedTensors* extra) {
-  torch::serialize::InputArchive root;
-  root.load_from(reinterpret_cast<const char*>(state.data()), state.size());
-  torch::serialize::InputArchive model_ar;
-  if (!root.try_read("model", model_ar))
-    return make_error(errc::invalid_argument, "training state: no model");
-  ST_TRY(check_module(model, model_ar, ""));
-  torch::serialize::InputArchive extra_ar;
-  if (extra && !extra->empty()) {
-    if (!root.try_read("extra", extra_ar))
-      return make_error(errc::invalid_argument, "training state: no extra tensors");
-    for (auto& [name, t] : *extra) {
-      torch::Tensor src;
-      if (!extra_ar.try_read(name, src) || src.sizes() != t.sizes())
-        return make_error(
-            errc::invalid_argument,
-            fmt::format("training state: extra tensor '{}' missing or mis-shaped", name));
-      ST_TRY(check_values(src, t, name));
-    }
-  }
-  torch::serialize::InputArchive opt_ar;
-  if (optimizer && !root.try_read("optimizer", opt_ar))
-    return make_error(errc::invalid_argument, "training state: no optimizer state");
-
-  model.load(model_ar);
-  if (optimizer) {
-    optimizer->load(opt_ar);
-    ST_TRY(check_optimizer_state(*optimizer));
-  }
-  if (extra && !extra->empty()) {
-    torch::NoGradGuard no_grad;
-    for (auto& [name, t] : *extra) {
-      torch::Tensor src;
-      extra_ar.try_read(name, src);
-      t.copy_(src);
-    }
-  }
-  return success();
-}
-
-result<void> apply_caught(BytesView state, torch::nn::Module& model,
-                          torch::optim::Optimizer* optimizer, NamedTensors* extra) {
-  try {
-    return apply_training_state(state, model, optimizer, extra);
-  } catch (const std::exception& e) {
-    return make_error(errc::invalid_argument, fmt::format("training state: {}", e.what()));
-  }
-}
-
-}  // namespace
-
 result<void> load_training_state(BytesView state, torch::nn::Module& model,
                                  torch::optim::Optimizer* optimizer, NamedTensors* extra) {
-  // The state comes from a peer: a failure after the first tensor was replaced (a malformed
-  // optimizer archive, a mis-shaped moment) must leave everything as it was.
-  ST_TRY(auto backup, save_training_state(model, optimizer, extra ? *extra : NamedTensors{}));
-  auto r = apply_caught(state, model, optimizer, extra);
-  if (!r) {
-    if (optimizer) optimizer->state().clear();  // entries of the failed load are not kept
-    auto restored = apply_caught(backup, model, optimizer, extra);
-    if (!restored)
-      return make_error(errc::internal,
-                        fmt::format("{}; restoring the previous state failed: {}",
-                                    r.error().message(), restored.error().message()));
+  // The state comes from a peer: everything is decoded, converted and checked before the
+  // first tensor changes, so a refused state changes nothing.
+  Staged staged;
+  try {
+    ST_TRY(staged, stage(state, model, optimizer, extra));
+  } catch (const std::exception& e) {
+    return invalid(e.what());
   }
-  return r;
+  // The commit copies into tensors of the same shape and dtype and swaps the optimizer's state
+  // map: it depends on nothing in the input.
+  try {
+    torch::NoGradGuard no_grad;
+    for (auto& [dst, src] : staged.copies) copy_into(dst, src);
+    if (optimizer && staged.optimizer) std::swap(optimizer->state(), *staged.optimizer);
+  } catch (const std::exception& e) {
+    return make_error(errc::internal, fmt::format("training state: applying it failed: {}",
+                                                  e.what()));
+  }
+  return success();
 }
 
 result<std::filesystem::path> save_checkpoint(CheckpointDir& dir, CheckpointMeta meta,
@@ -234,7 +300,7 @@ result<std::optional<CheckpointMeta>> load_latest_checkpoint(const CheckpointDir
                       fmt::format("checkpoint {} is for a different model (parameter names differ)",
                                   loaded->path.string()));
   auto r = load_training_state(loaded->payload, model, optimizer, extra);
-  if (!r) return r.error().with_context(loaded->path.string());
+  if (!r) return r.error().with_context("checkpoint " + loaded->path.string());
   logger("optim")->info("resumed from {} (epoch {})", loaded->path.string(), loaded->meta.epoch);
   return std::optional<CheckpointMeta>(std::move(loaded->meta));
 }

@@ -1,8 +1,6 @@
-// Tests that need torch, kept in one translation unit (torch headers cost ~20 s each):
-// DiLoCo outer step, training state save/load and checkpoints, the built-in task.
+// Tests that need torch (torch headers cost ~20 s per translation unit): DiLoCo outer step and
+// the built-in task. Training state and checkpoints: training_state_test.cpp.
 #include <gtest/gtest.h>
-
-#include <limits>
 
 #include <torch/nn.h>
 #include <torch/optim/adam.h>
@@ -11,34 +9,12 @@
 
 #include "starling/optim/diloco.hpp"
 #include "starling/optim/fashion_task.hpp"
-#include "starling/optim/training_state.hpp"
-#include "support/temp_dir.hpp"
+#include "torch_helpers.hpp"
 
 using namespace starling;
 using namespace starling::optim;
-namespace fs = std::filesystem;
 
-namespace {
-
-bool same_parameters(torch::nn::Module& a, torch::nn::Module& b) {
-  auto pa = a.parameters(), pb = b.parameters();
-  if (pa.size() != pb.size()) return false;
-  for (std::size_t i = 0; i < pa.size(); ++i)
-    if (!torch::equal(pa[i], pb[i])) return false;
-  return true;
-}
-
-// One Adam step of `model` on a fixed batch.
-void train_step(torch::nn::Sequential& model, torch::optim::Optimizer& opt, int seed) {
-  torch::manual_seed(seed);
-  auto x = torch::randn({8, 1, 28, 28});
-  auto y = torch::randint(0, 10, {8});
-  opt.zero_grad();
-  torch::nn::functional::cross_entropy(model->forward(x), y).backward();
-  opt.step();
-}
-
-}  // namespace
+using torch_helpers::same_parameters;
 
 // ---- DiLoCo -------------------------------------------------------------------------------
 
@@ -103,149 +79,6 @@ TEST(Diloco, OuterStepEqualsTorchSgdNesterov) {
     s.outer_step(params, gs, o);
     EXPECT_TRUE(torch::allclose(params[0], anchor_ref.detach(), 1e-5, 1e-6)) << round;
   }
-}
-
-// ---- Training state and checkpoints ----------------------------------------------------------
-
-TEST(TrainingState, RoundTripRestoresModelAndOptimizer) {
-  auto a = make_fashion_model(FashionModel::cnn, 1);
-  torch::optim::Adam adam_a(a->parameters(), torch::optim::AdamOptions(1e-3));
-  for (int i = 0; i < 3; ++i) train_step(a, adam_a, i);
-  auto momentum = torch::randn({3});
-  auto state = save_training_state(*a, &adam_a, {{"outer_momentum", momentum}});
-  ASSERT_TRUE(state) << state.error().message();
-
-  auto b = make_fashion_model(FashionModel::cnn, 2);  // different initial parameters
-  torch::optim::Adam adam_b(b->parameters(), torch::optim::AdamOptions(1e-3));
-  EXPECT_FALSE(same_parameters(*a, *b));
-  NamedTensors extra{{"outer_momentum", torch::zeros({3})}};
-  auto r = load_training_state(state.value(), *b, &adam_b, &extra);
-  ASSERT_TRUE(r) << r.error().message();
-  EXPECT_TRUE(same_parameters(*a, *b));
-  EXPECT_TRUE(torch::equal(extra[0].second, momentum));
-  // Same optimizer state: the next step gives bit-identical parameters. (With a fresh Adam
-  // the first step would differ: its moments start at zero.)
-  train_step(a, adam_a, 10);
-  train_step(b, adam_b, 10);
-  EXPECT_TRUE(same_parameters(*a, *b));
-}
-
-TEST(TrainingState, RejectsMismatchAndGarbageWithoutTouchingTheModel) {
-  auto mlp = make_fashion_model(FashionModel::mlp, 1);
-  auto cnn = make_fashion_model(FashionModel::cnn, 1);
-  auto cnn_before = make_fashion_model(FashionModel::cnn, 1);
-  auto state = save_training_state(*mlp, nullptr);
-  ASSERT_TRUE(state);
-  auto r = load_training_state(state.value(), *cnn, nullptr);
-  ASSERT_FALSE(r);
-  EXPECT_EQ(r.error(), errc::invalid_argument);
-  EXPECT_TRUE(same_parameters(*cnn, *cnn_before));
-  // Missing optimizer state, missing extras.
-  torch::optim::Adam adam(mlp->parameters());
-  EXPECT_FALSE(load_training_state(state.value(), *mlp, &adam));
-  NamedTensors extra{{"x", torch::zeros({1})}};
-  EXPECT_FALSE(load_training_state(state.value(), *mlp, nullptr, &extra));
-  // Garbage and truncated archives are errors, not crashes.
-  Bytes junk(1000, 0x42);
-  EXPECT_FALSE(load_training_state(junk, *mlp, nullptr));
-  Bytes cut(state.value().begin(), state.value().begin() + state.value().size() / 2);
-  EXPECT_FALSE(load_training_state(cut, *mlp, nullptr));
-}
-
-// What a hostile or broken donor can send: parameters of another dtype or with NaN, and
-// optimizer moments of other shapes. Each is refused, and the receiver's model and optimizer
-// state stay exactly as they were (the moments are checked after Optimizer::load, so this
-// also exercises the rollback).
-TEST(TrainingState, HostileStateIsRefusedAndChangesNothing) {
-  auto mine = make_fashion_model(FashionModel::mlp, 1);
-  torch::optim::Adam adam(mine->parameters());
-  train_step(mine, adam, 1);
-  auto before = save_training_state(*mine, &adam);
-  ASSERT_TRUE(before);
-  auto unchanged = [&] {
-    auto now = save_training_state(*mine, &adam);
-    return now && now.value() == before.value();
-  };
-
-  // Parameters as float64.
-  auto wide = make_fashion_model(FashionModel::mlp, 2);
-  wide->to(torch::kFloat64);
-  torch::optim::Adam adam_wide(wide->parameters());
-  auto s1 = save_training_state(*wide, &adam_wide);
-  ASSERT_TRUE(s1);
-  auto r1 = load_training_state(s1.value(), *mine, &adam);
-  ASSERT_FALSE(r1);
-  EXPECT_NE(r1.error().message().find("Double"), std::string::npos) << r1.error().message();
-  EXPECT_TRUE(unchanged());
-
-  // A NaN parameter.
-  auto nan = make_fashion_model(FashionModel::mlp, 3);
-  {
-    torch::NoGradGuard g;
-    nan->parameters()[0].view(-1)[5] = std::numeric_limits<float>::quiet_NaN();
-  }
-  torch::optim::Adam adam_nan(nan->parameters());
-  auto s2 = save_training_state(*nan, &adam_nan);
-  ASSERT_TRUE(s2);
-  auto r2 = load_training_state(s2.value(), *mine, &adam);
-  ASSERT_FALSE(r2);
-  EXPECT_NE(r2.error().message().find("non-finite"), std::string::npos) << r2.error().message();
-  EXPECT_TRUE(unchanged());
-
-  // Right parameters, but Adam moments of flattened shapes (same count of tensors).
-  auto donor = make_fashion_model(FashionModel::mlp, 4);
-  std::vector<torch::Tensor> flat;
-  for (auto& p : donor->parameters()) {
-    flat.push_back(torch::zeros({p.numel()}, torch::requires_grad()));
-    flat.back().mutable_grad() = torch::ones({p.numel()});
-  }
-  torch::optim::Adam adam_flat(flat);
-  adam_flat.step();
-  auto s3 = save_training_state(*donor, &adam_flat);
-  ASSERT_TRUE(s3);
-  auto r3 = load_training_state(s3.value(), *mine, &adam);
-  ASSERT_FALSE(r3);
-  EXPECT_NE(r3.error().message().find("optimizer state of shape"), std::string::npos)
-      << r3.error().message();
-  EXPECT_TRUE(unchanged());
-  // And the receiver still trains.
-  train_step(mine, adam, 5);
-
-  // A well-formed state of the same model loads.
-  torch::optim::Adam adam_donor(donor->parameters());
-  train_step(donor, adam_donor, 6);
-  auto s4 = save_training_state(*donor, &adam_donor);
-  ASSERT_TRUE(s4);
-  ASSERT_TRUE(load_training_state(s4.value(), *mine, &adam));
-  EXPECT_TRUE(same_parameters(*mine, *donor));
-}
-
-TEST(TrainingState, CheckpointSaveAndResume) {
-  test::TempDir dir("torch");
-  auto cd = CheckpointDir::open(dir.path);
-  ASSERT_TRUE(cd);
-  auto a = make_fashion_model(FashionModel::mlp, 1);
-  torch::optim::Adam adam_a(a->parameters());
-  train_step(a, adam_a, 1);
-  CheckpointMeta m;
-  m.run_id = "r";
-  m.epoch = 12;
-  m.samples_total = 345;
-  m.task = "fashion-mnist/mlp";
-  ASSERT_TRUE(save_checkpoint(cd.value(), m, *a, &adam_a));
-
-  auto b = make_fashion_model(FashionModel::mlp, 2);
-  torch::optim::Adam adam_b(b->parameters());
-  auto loaded = load_latest_checkpoint(cd.value(), *b, &adam_b);
-  ASSERT_TRUE(loaded) << loaded.error().message();
-  ASSERT_TRUE(loaded.value().has_value());
-  EXPECT_EQ(loaded.value()->epoch, 12u);
-  EXPECT_EQ(loaded.value()->samples_total, 345u);
-  EXPECT_EQ(loaded.value()->parameter_names, parameter_names(*a));
-  EXPECT_TRUE(same_parameters(*a, *b));
-
-  auto wrong = make_fashion_model(FashionModel::cnn, 1);
-  EXPECT_FALSE(load_latest_checkpoint(cd.value(), *wrong, nullptr));
 }
 
 // ---- The built-in task
