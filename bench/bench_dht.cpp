@@ -49,8 +49,9 @@ struct Coordinator {
     long hops = -1;
     in >> ok >> ms >> dials >> hops;
     out.add(ok == 1, ms, dials, hops);
-    if (trace) *trace << rep.system << ' ' << phase << ' ' << g << ' ' << k << ' ' << ok << ' ' << ms
-                      << ' ' << dials << ' ' << hops << '\n';
+    if (trace)
+      *trace << rep.system << ' ' << phase << ' ' << g << ' ' << k << ' ' << ok << ' ' << ms << ' '
+             << dials << ' ' << hops << '\n';
   }
   void setup() {
     const auto t0 = steady_clock::now();
