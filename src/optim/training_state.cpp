@@ -5,6 +5,7 @@
 #include "starling/optim/training_state.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_map>
 
 #include <torch/utils.h>
@@ -95,22 +96,31 @@ result<sf::OptimizerState> optimizer_state(const torch::optim::Optimizer& opt, V
 // ---- Loading: stage (convert and check everything), then commit ----------------------------
 
 struct Staged {
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (receiver's tensor, new value)
+  // (receiver's tensor, new value): views into the input, checked, copied in at commit.
+  std::vector<std::pair<torch::Tensor, sf::TensorView>> copies;
   std::optional<OptimizerStateMap> optimizer;
 };
 
-result<torch::Tensor> stage_tensor(const sf::TensorView& v, const torch::Tensor& like,
-                                   const std::string& what) {
+result<void> check_view(const sf::TensorView& v, const torch::Tensor& like,
+                        const std::string& what) {
   if (st::torch_dtype(v.dtype) != like.scalar_type())
     return invalid(fmt::format("'{}' is {} not {}", what, c10::toString(st::torch_dtype(v.dtype)),
                                c10::toString(like.scalar_type())));
   if (!std::equal(v.shape.begin(), v.shape.end(), like.sizes().begin(), like.sizes().end()))
     return invalid(fmt::format("'{}' has shape [{}] not [{}]", what, fmt::join(v.shape, ","),
                                fmt::join(like.sizes(), ",")));
-  auto t = st::to_tensor(v);
-  if (t.is_floating_point() && !torch::isfinite(t).all().item<bool>())
-    return invalid(fmt::format("'{}' holds non-finite values", what));
-  return t;
+  if (!sf::all_finite(v)) return invalid(fmt::format("'{}' holds non-finite values", what));
+  return success();
+}
+
+// Copies a checked view into a tensor of its dtype and shape.
+void copy_into(torch::Tensor& dst, const sf::TensorView& v) {
+  if (dst.is_contiguous() && dst.device().is_cpu()) {
+    if (!v.data.empty()) std::memcpy(dst.data_ptr(), v.data.data(), v.data.size());
+    dst.unsafeGetTensorImpl()->bump_version();
+  } else {
+    dst.copy_(st::to_tensor(v));
+  }
 }
 
 result<void> stage_list(const std::vector<sf::NamedTensor>& in, const NamedTensors& want,
@@ -120,14 +130,13 @@ result<void> stage_list(const std::vector<sf::NamedTensor>& in, const NamedTenso
   for (const auto& [name, dst] : want) {
     auto it = by_name.find(name);
     if (it == by_name.end()) return invalid(fmt::format("{} '{}' missing", kind, name));
-    ST_TRY(auto t, stage_tensor(*it->second, dst, name));
-    out.copies.emplace_back(dst, std::move(t));
+    ST_TRY(check_view(*it->second, dst, name));
+    out.copies.emplace_back(dst, *it->second);
   }
   return success();
 }
 
-result<void> stage_model(const sf::TrainingState& s, const torch::nn::Module& model,
-                         Staged& out) {
+result<void> stage_model(const sf::TrainingState& s, const torch::nn::Module& model, Staged& out) {
   const auto want = model_tensors(model);
   ST_TRY(stage_list(s.model, want, "parameter or buffer", out));
   if (s.model.size() != want.size()) {
@@ -167,7 +176,8 @@ result<void> stage_group(const sf::ParamGroup& g, torch::optim::OptimizerParamGr
                       p.sizes().end()))
         return invalid(fmt::format("optimizer state of shape [{}] for a parameter of shape [{}]",
                                    fmt::join(slot.tensor.shape, ","), fmt::join(p.sizes(), ",")));
-      ST_TRY(slots[slot.id], stage_tensor(slot.tensor, p, "optimizer state"));
+      ST_TRY(check_view(slot.tensor, p, "optimizer state"));
+      slots[slot.id] = st::to_tensor(slot.tensor);
     }
     for (std::size_t j = 0; j < names.size(); ++j)
       if (required[j] && !slots[j].defined())
@@ -259,11 +269,11 @@ result<void> load_training_state(BytesView state, torch::nn::Module& model,
   // map: it depends on nothing in the input.
   try {
     torch::NoGradGuard no_grad;
-    for (auto& [dst, src] : staged.copies) dst.copy_(src);
+    for (auto& [dst, src] : staged.copies) copy_into(dst, src);
     if (optimizer && staged.optimizer) std::swap(optimizer->state(), *staged.optimizer);
   } catch (const std::exception& e) {
-    return make_error(errc::internal, fmt::format("training state: applying it failed: {}",
-                                                  e.what()));
+    return make_error(errc::internal,
+                      fmt::format("training state: applying it failed: {}", e.what()));
   }
   return success();
 }

@@ -50,6 +50,9 @@ struct TensorView {
   friend bool operator==(const TensorView& a, const TensorView& b);
 };
 
+// False if a floating tensor (f32, f16, bf16, f64) holds an infinity or a NaN.
+bool all_finite(const TensorView& t) noexcept;
+
 struct NamedTensor {
   std::string name;
   TensorView tensor;
