@@ -12,7 +12,8 @@
 //
 //   bench_allreduce --rank R --size N --dir D [--elems E] [--iters K] [--part-kb P]
 //                   [--listen MULTIADDR] [--announce IP] [--bandwidth BYTES_PER_S]
-//                   [--codec none|float16|blockwise8|...|auto]
+//                   [--codec none|float16|blockwise8|...|auto] [--balance-slack PARTS]
+//                   [--balance-hold-ms MS] [--max-window-kb KB]
 #include <algorithm>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
@@ -48,6 +49,7 @@ struct Args {
   std::string codec = "none";
   std::uint32_t max_window_kb = 0;  // 0: the yamux default
   long balance_slack = -1;          // -1: the averager's default
+  long balance_hold_ms = -1;        // -1: the averager's default
 };
 
 Args parse(int argc, char** argv) {
@@ -76,6 +78,8 @@ Args parse(int argc, char** argv) {
       a.codec = v;
     else if (k == "--balance-slack")
       a.balance_slack = std::stol(v);
+    else if (k == "--balance-hold-ms")
+      a.balance_hold_ms = std::stol(v);
     else if (k == "--max-window-kb")
       a.max_window_kb = static_cast<std::uint32_t>(std::stoul(v));
     else
@@ -176,6 +180,7 @@ int main(int argc, char** argv) try {
   cfg.round.part_elems = a.part_kb * 1024 / sizeof(float);
   cfg.round.stall_timeout = std::chrono::seconds(60);
   if (a.balance_slack >= 0) cfg.round.balance_slack = static_cast<std::size_t>(a.balance_slack);
+  if (a.balance_hold_ms >= 0) cfg.round.balance_hold = std::chrono::milliseconds(a.balance_hold_ms);
   cfg.open_timeout = std::chrono::seconds(60);
   auto sink = averaging::host_address_sink(host);
   auto avg = Averager::create(host, dir, schema, {{"x", x}}, cfg, sink);

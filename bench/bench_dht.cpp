@@ -6,7 +6,9 @@
 // both and compares.
 //   bench_dht starling|opendht [--nodes N] [--ops K] [--churn F] [--seed S] [--per-proc P]
 //                              [--join-wait SECONDS]
+#include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "bench_dht_opendht.hpp"
 #include "bench_dht_procs.hpp"
@@ -27,6 +29,8 @@ struct Coordinator {
   std::vector<bool> alive;
   std::vector<std::size_t> storer;
   std::vector<Blob> values;
+  std::string phase;
+  std::unique_ptr<std::ofstream> trace;  // BENCH_TRACE=file: one line per operation (appended)
 
   Worker& owner(std::size_t g) { return ws[g / p.per_proc]; }
   std::size_t pick(std::size_t not_this) {
@@ -42,8 +46,12 @@ struct Coordinator {
     int ok = 0;
     double ms = 0;
     std::uint64_t dials = 0;
-    in >> ok >> ms >> dials;
-    out.add(ok == 1, ms, dials);
+    long hops = -1;
+    in >> ok >> ms >> dials >> hops;
+    out.add(ok == 1, ms, dials, hops);
+    if (trace)
+      *trace << rep.system << ' ' << phase << ' ' << g << ' ' << k << ' ' << ok << ' ' << ms << ' '
+             << dials << ' ' << hops << '\n';
   }
   void setup() {
     const auto t0 = steady_clock::now();
@@ -69,7 +77,35 @@ struct Coordinator {
     }
     (after ? rep.rss_after_kib : rep.rss_before_kib) = rss;
   }
+  // CPU seconds used by all workers, and connections opened by all live nodes, so far.
+  std::pair<double, std::uint64_t> cpu() {
+    double s = 0;
+    std::uint64_t d = 0;
+    for (auto& w : ws) {
+      double c = 0;
+      std::uint64_t n = 0;
+      w.call("cpu") >> c >> n;
+      s += c;
+      d += n;
+    }
+    return {s, d};
+  }
+  void phase_end(Series& out, std::pair<double, std::uint64_t> c0) {
+    const auto c1 = cpu();
+    out.cpu_s = c1.first - c0.first;
+    out.all_dials = c1.second >= c0.second ? c1.second - c0.second : 0;
+  }
+  // CPU the joined, idle nodes use (timers, keepalives, background dials), in cores.
+  void idle() {
+    const double c0 = cpu().first;
+    const auto t0 = steady_clock::now();
+    // BENCH_IDLE_S: a longer pause (to profile the idle nodes).
+    const char* e = std::getenv("BENCH_IDLE_S");
+    std::this_thread::sleep_for(duration<double>(e ? std::strtod(e, nullptr) : 3.0));
+    rep.idle_cores = (cpu().first - c0) / (ms_since(t0) / 1000);
+  }
   void stores(Series& out, bool again) {
+    const auto c0 = cpu();
     for (std::size_t k = 0; k < p.ops; ++k) {
       if (!again) {
         values.emplace_back(64);
@@ -78,9 +114,12 @@ struct Coordinator {
       for (auto& b : values[k]) b = static_cast<std::uint8_t>(rng());
       op("store", storer[k], k, out);
     }
+    phase_end(out, c0);
   }
   void gets(Series& out) {
+    const auto c0 = cpu();
     for (std::size_t k = 0; k < p.ops; ++k) op("get", pick(storer[k]), k, out);
+    phase_end(out, c0);
   }
   void churn() {
     std::vector<std::size_t> sent(ws.size());
@@ -104,14 +143,21 @@ Report run(const Params& p, const std::string& system, MakeSet make) {
   c.rep.system = system;
   c.rep.p = p;
   c.rep.procs = c.ws.size();
+  if (const char* t = std::getenv("BENCH_TRACE"))
+    c.trace = std::make_unique<std::ofstream>(t, std::ios::app);
   c.setup();
+  c.idle();
   c.stats(false);  // rss_before counts the join too: the node's whole cost
   c.rep.rss_before_kib = 0;
+  c.phase = "store";
   c.stores(c.rep.store, false);
+  c.phase = "store_again";
   c.stores(c.rep.store_again, true);
+  c.phase = "get";
   c.gets(c.rep.get);
   c.stats(true);
   c.churn();
+  c.phase = "get_after_churn";
   c.gets(c.rep.get_after_churn);
   for (auto& w : c.ws) w.send("quit");
   for (auto& w : c.ws) w.receive();

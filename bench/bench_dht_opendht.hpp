@@ -47,17 +47,17 @@ class OpenDhtSet : public NodeSet {
         std::this_thread::sleep_for(20ms);
   }
 
-  std::pair<bool, double> store(std::size_t i, std::size_t k, const Blob& v) override {
+  Outcome store(std::size_t i, std::size_t k, const Blob& v) override {
     std::promise<bool> done;
     auto fut = done.get_future();
     const auto t0 = std::chrono::steady_clock::now();
     nodes_[i]->put(key_of(k), dht::Value(v), [&done](bool ok) { done.set_value(ok); });
     const bool ok =
         fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready && fut.get();
-    return {ok, ms_since(t0)};
+    return {ok, ms_since(t0), -1};
   }
 
-  std::pair<bool, double> get(std::size_t i, std::size_t k, const Blob& want) override {
+  Outcome get(std::size_t i, std::size_t k, const Blob& want) override {
     auto found = std::make_shared<std::promise<double>>();
     auto fut = found->get_future();
     auto once = std::make_shared<std::once_flag>();
@@ -75,7 +75,7 @@ class OpenDhtSet : public NodeSet {
         [found, once](bool) { std::call_once(*once, [&] { found->set_value(-1); }); });
     double ms = -1;
     if (fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready) ms = fut.get();
-    return {ms >= 0, ms};
+    return {ms >= 0, ms, -1};
   }
 
   void stop_node(std::size_t i) override {

@@ -7,8 +7,10 @@
 //   start <first global index> <count> <seed address>...  -> ok <address of each new node>
 //   join                                                   -> ok        (wait until joined)
 //   store|get <local index> <key index> <hex value>        -> ok <0|1> <ms> <connections opened>
+//                                                             <hops, -1 = unknown>
 //   kill <local index>                                     -> ok
 //   stats                                                  -> ok <rss KiB> <open fds>
+//   cpu                                                    -> ok <CPU seconds used> <dials by all>
 //   quit                                                   -> ok        (every node stopped)
 #pragma once
 
@@ -37,9 +39,9 @@ class NodeSet {
   virtual std::string start_node(std::uint64_t seed, const std::vector<std::string>& seeds) = 0;
   // Waits (bounded) until the started nodes are ready to serve.
   virtual void wait_joined(double /*max_s*/) {}
-  // Store / get key `k` through node `i`: (success, latency in ms).
-  virtual std::pair<bool, double> store(std::size_t i, std::size_t k, const Blob& v) = 0;
-  virtual std::pair<bool, double> get(std::size_t i, std::size_t k, const Blob& want) = 0;
+  // Store / get key `k` through node `i`: success, latency in ms, lookup hops if known.
+  virtual Outcome store(std::size_t i, std::size_t k, const Blob& v) = 0;
+  virtual Outcome get(std::size_t i, std::size_t k, const Blob& want) = 0;
   // Connections node `i` has opened so far (0 for a connectionless system).
   virtual std::uint64_t dials(std::size_t /*i*/) const { return 0; }
   virtual void stop_node(std::size_t i) = 0;
@@ -98,8 +100,9 @@ inline int worker_main(NodeSet& set, const Params& p, FILE* in, FILE* out) {
       std::string v;
       line >> i >> k >> v;
       const auto dials0 = set.dials(i);
-      auto [ok, ms] = cmd == "store" ? set.store(i, k, unhex(v)) : set.get(i, k, unhex(v));
-      reply << ' ' << (ok ? 1 : 0) << ' ' << ms << ' ' << set.dials(i) - dials0;
+      const Outcome o = cmd == "store" ? set.store(i, k, unhex(v)) : set.get(i, k, unhex(v));
+      reply << ' ' << (o.ok ? 1 : 0) << ' ' << o.ms << ' ' << set.dials(i) - dials0 << ' '
+            << o.hops;
     } else if (cmd == "kill") {
       std::size_t i = 0;
       line >> i;
@@ -107,6 +110,11 @@ inline int worker_main(NodeSet& set, const Params& p, FILE* in, FILE* out) {
       if (i < alive.size()) alive[i] = false;
     } else if (cmd == "stats") {
       reply << ' ' << rss_kib() - rss0 << ' ' << open_fds();
+    } else if (cmd == "cpu") {
+      std::uint64_t dials = 0;  // connections opened by every live node so far
+      for (std::size_t i = 0; i < alive.size(); ++i)
+        if (alive[i]) dials += set.dials(i);
+      reply << ' ' << cpu_seconds() << ' ' << dials;
     } else if (cmd == "quit") {
       set.stop_all();
       std::fprintf(out, "ok\n");

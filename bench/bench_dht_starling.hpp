@@ -62,7 +62,7 @@ class StarlingSet : public NodeSet {
     }
   }
 
-  std::pair<bool, double> store(std::size_t i, std::size_t k, const Blob& v) override {
+  Outcome store(std::size_t i, std::size_t k, const Blob& v) override {
     const auto t0 = std::chrono::steady_clock::now();
     auto r = starling::block_on(
         threads_[i]->executor(),
@@ -70,16 +70,19 @@ class StarlingSet : public NodeSet {
           return node->store(key, v, sdht::Millis(600'000));
         },
         std::chrono::seconds(60));
-    return {r && r.value().replicas > 0, ms_since(t0)};
+    return {r && r.value().replicas > 0, ms_since(t0), -1};
   }
 
-  std::pair<bool, double> get(std::size_t i, std::size_t k, const Blob& want) override {
+  Outcome get(std::size_t i, std::size_t k, const Blob& want) override {
     const auto t0 = std::chrono::steady_clock::now();
     auto r = starling::block_on(
         threads_[i]->executor(), [node = nodes_[i], key = key_of(k)] { return node->get(key); },
         std::chrono::seconds(60));
+    const double ms = ms_since(t0);
     const bool ok = r && r.value() && r.value()->plain && r.value()->plain->value == want;
-    return {ok, ms_since(t0)};
+    // Failures in the trace's hop column: -2 another value, -3 not found, -4 an error.
+    const long hops = ok ? static_cast<long>(r.value()->hops) : !r ? -4 : !r.value() ? -3 : -2;
+    return {ok, ms, hops};
   }
 
   std::uint64_t dials(std::size_t i) const override {
@@ -154,6 +157,9 @@ class StarlingSet : public NodeSet {
     cfg.warm_connections = warm_cap();
     // BENCH_ADMIT=1: admission of lookup-learned nodes (DhtConfig::admit_learned, off by default).
     if (const char* e = std::getenv("BENCH_ADMIT")) cfg.dht.admit_learned = std::atoi(e) != 0;
+    // BENCH_GET_DIALS=n: DhtConfig::get_dials (dials a get keeps in flight; 0 = no limit).
+    if (const char* e = std::getenv("BENCH_GET_DIALS"))
+      cfg.dht.get_dials = std::strtoul(e, nullptr, 10);
     auto node = sdht::DhtNode::create(host, cfg);
     ST_CO_TRY(co_await node->start(seeds));
     co_return Started{host, node};

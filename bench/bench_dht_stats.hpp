@@ -1,8 +1,10 @@
 // Shared bits of the DHT benchmark: parameters, latency summaries, process memory, JSON output.
 #pragma once
 
+#include <sys/resource.h>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -47,36 +49,86 @@ inline long rss_kib() {
   return 0;
 }
 
-// Latencies of successful operations and the success count of one kind of operation.
+// One operation as a worker measured it.
+struct Outcome {
+  bool ok = false;
+  double ms = 0;
+  long hops = -1;  // lookup hops to the node that had the value (-1: unknown)
+};
+
+// A quantile of sorted samples and its distribution-free 95% confidence interval: the order
+// statistics whose ranks bound n*p within 1.96 binomial standard deviations (no resampling).
+struct Quantile {
+  double value = 0, lo = 0, hi = 0;
+};
+inline Quantile quantile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return {};
+  const double n = static_cast<double>(sorted.size());
+  const double sd = 1.96 * std::sqrt(n * p * (1 - p));
+  auto at = [&](double r) {
+    const double c = std::clamp(r, 0.0, n - 1);
+    return sorted[static_cast<std::size_t>(c)];
+  };
+  return {at(std::floor(p * n)), at(std::floor(p * n - sd)), at(std::ceil(p * n + sd))};
+}
+
+// CPU time (user + system) this process used so far, all threads.
+inline double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(ru.ru_utime) + s(ru.ru_stime);
+}
+
+// Latencies of successful operations and the success count of one kind of operation, with the
+// connections the operating node opened during each (Starling) and its lookup hops.
 struct Series {
-  std::vector<double> ms;
-  std::size_t ok = 0, total = 0;
-  std::uint64_t dials = 0;  // connections the operating node opened during the operations
-  void add(bool success, double latency_ms, std::uint64_t opened = 0) {
-    ++total;
-    dials += opened;
-    if (success) {
-      ++ok;
-      ms.push_back(latency_ms);
-    }
+  struct Op {
+    bool ok;
+    double ms;
+    std::uint64_t dials;
+    long hops;
+  };
+  std::vector<Op> ops;
+  double cpu_s = 0;             // CPU time all worker processes used during these operations
+  std::uint64_t all_dials = 0;  // connections every node opened meanwhile (background too)
+  void add(bool success, double latency_ms, std::uint64_t opened = 0, long hops = -1) {
+    ops.push_back(Op{success, latency_ms, opened, hops});
   }
-  nlohmann::json json() const {
-    auto s = ms;
+  static nlohmann::json summary(std::vector<double> s) {
     std::sort(s.begin(), s.end());
-    auto q = [&](double p) {
-      if (s.empty()) return 0.0;
-      return s[std::min(s.size() - 1, static_cast<std::size_t>(p * static_cast<double>(s.size())))];
-    };
     double mean = 0;
     for (double v : s) mean += v;
     if (!s.empty()) mean /= static_cast<double>(s.size());
-    return {{"p50_ms", q(0.5)},
-            {"p99_ms", q(0.99)},
-            {"mean_ms", mean},
-            {"ok", ok},
-            {"total", total},
-            {"dials_per_op", total ? static_cast<double>(dials) / static_cast<double>(total) : 0.0},
-            {"success", total ? static_cast<double>(ok) / static_cast<double>(total) : 0.0}};
+    const Quantile q50 = quantile(s, 0.5), q90 = quantile(s, 0.9), q99 = quantile(s, 0.99);
+    return {{"n", s.size()},       {"p50_ms", q50.value}, {"p50_lo_ms", q50.lo},
+            {"p50_hi_ms", q50.hi}, {"p90_ms", q90.value}, {"p90_lo_ms", q90.lo},
+            {"p90_hi_ms", q90.hi}, {"p99_ms", q99.value}, {"p99_lo_ms", q99.lo},
+            {"p99_hi_ms", q99.hi}, {"mean_ms", mean}};
+  }
+  nlohmann::json json() const {
+    std::vector<double> all, dialed, undialed;
+    std::size_t ok = 0;
+    std::uint64_t dials = 0;
+    for (const auto& o : ops) {
+      dials += o.dials;
+      if (!o.ok) continue;
+      ++ok;
+      all.push_back(o.ms);
+      (o.dials ? dialed : undialed).push_back(o.ms);
+    }
+    const double total = static_cast<double>(ops.size());
+    auto j = summary(all);
+    j["ok"] = ok;
+    j["total"] = ops.size();
+    j["dials_per_op"] = total > 0 ? static_cast<double>(dials) / total : 0.0;
+    j["success"] = total > 0 ? static_cast<double>(ok) / total : 0.0;
+    j["cpu_ms_per_op"] = total > 0 ? cpu_s * 1000 / total : 0.0;
+    j["all_dials_per_op"] = total > 0 ? static_cast<double>(all_dials) / total : 0.0;
+    // The operations that opened a connection on their way and those that did not.
+    j["with_dials"] = summary(dialed);
+    j["without_dials"] = summary(undialed);
+    return j;
   }
 };
 
@@ -84,6 +136,7 @@ struct Report {
   std::string system;
   Params p;
   double setup_s = 0;
+  double idle_cores = 0;  // CPU the idle nodes of all workers use after the join, in cores
   std::size_t procs = 1;
   long max_fds = 0;                            // the most file descriptors one worker process held
   long rss_before_kib = 0, rss_after_kib = 0;  // summed over the worker processes
@@ -96,6 +149,7 @@ struct Report {
             {"max_fds_per_proc", max_fds},
             {"churn", p.churn},
             {"setup_s", setup_s},
+            {"idle_cores", idle_cores},
             {"kib_per_node", static_cast<double>(rss_after_kib - rss_before_kib) /
                                  static_cast<double>(std::max<std::size_t>(p.nodes, 1))},
             {"store", store.json()},

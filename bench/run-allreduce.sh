@@ -15,7 +15,9 @@
 #
 # Environment: BENCH_SIZES ("2 4 8"), BENCH_ELEMS (16777216), BENCH_ITERS (3),
 # BENCH_CODEC (blockwise8), BENCH_NETLAB (1), BENCH_NETLAB_MBIT (100),
-# BENCH_NETLAB_ITERS (2). Ends with one `RESULT {json}` line (loopback rows under "results",
+# BENCH_NETLAB_ITERS (2), BENCH_NETLAB_TRACE (a directory: per-link rates every 100 ms and
+# the processes' debug logs of the emulated-internet run, for a time series), BENCH_NETLAB_GLOO (1; 0 skips Gloo there),
+# BENCH_STARLING_ARGS (extra bench_allreduce options there, e.g. --balance-slack 0). Ends with one `RESULT {json}` line (loopback rows under "results",
 # the emulated internet under "netlab").
 set -euo pipefail
 build=${1:-build}
@@ -48,6 +50,7 @@ run_group() {
   local out=$1 n=$2 launcher=$3
   local d
   d=$(mktemp -d "$tmp/run.XXXX")
+  last_run_dir=$d
   pids=()
   for r in $(seq 0 $((n - 1))); do
     "$launcher" "$r" "$n" "$d" > "$d/out.$r" 2> "$d/err.$r" &
@@ -139,7 +142,7 @@ star_lab() {
   local ip
   ip=$("$nl" addr "h$(($1 + 1))")
   timeout "$limit" "$nl" exec "h$(($1 + 1))" -- "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" \
-    --iters "$iters" --listen "/ip4/$ip/tcp/0" --bandwidth $((mbit * 125000))
+    --iters "$iters" --listen "/ip4/$ip/tcp/0" --bandwidth $((mbit * 125000)) ${BENCH_STARLING_ARGS:-}
 }
 gloo_lab() {
   local ip
@@ -147,17 +150,37 @@ gloo_lab() {
   timeout "$limit" "$nl" exec "h$(($1 + 1))" -- "$gloo" --rank "$1" --size "$2" --dir "$3" --elems "$elems" \
     --iters "$iters" --host "$ip"
 }
+# BENCH_NETLAB_TRACE=DIR: a time series of Starling's rounds in DIR: every link's rate every
+# 100 ms (tools/netlab/linkwatch, wall-clock ms) and each process's debug log (phase times).
+trace=${BENCH_NETLAB_TRACE:-}
+if [[ -n $trace ]]; then
+  mkdir -p "$trace"
+  export STARLING_LOG=debug
+  "$here/../tools/netlab/linkwatch" --name "$netlab_name" --duration-s "$limit" \
+    --out "$trace/links.txt" &
+  watch_pid=$!
+fi
 run_group "$tmp/ls" "$n" star_lab
-run_group "$tmp/lg" "$n" gloo_lab
+if [[ -n $trace ]]; then
+  kill "$watch_pid" 2>/dev/null || true
+  unset STARLING_LOG
+  cp "$last_run_dir"/out.* "$last_run_dir"/err.* "$trace"/
+fi
+if [[ ${BENCH_NETLAB_GLOO:-1} == 0 ]]; then  # Starling alone (A/B runs)
+  echo '[0]' > "$tmp/lg"
+else
+  run_group "$tmp/lg" "$n" gloo_lab
+fi
 s=$(median "$tmp/ls")
 g=$(median "$tmp/lg")
 bound=$(jq -n "2 * ($n - 1) / $n * $bytes * 8 / ($mbit * 1e6)")
 printf "%-34s %10s %10s %10s\n" "$n hosts, ${mbit} Mbit/s links" "time s" "bound s" "of bound"
 printf "%-34s %10.2f %10.2f %9.0f%%\n" "starling" "$s" "$bound" "$(jq -n "100 * $bound / $s")"
-printf "%-34s %10.2f %10.2f %9.0f%%\n" "gloo ring" "$g" "$bound" "$(jq -n "100 * $bound / $g")"
+[[ $g == 0 ]] ||
+  printf "%-34s %10.2f %10.2f %9.0f%%\n" "gloo ring" "$g" "$bound" "$(jq -n "100 * $bound / $g")"
 echo "load average after the emulated-internet run: $(cut -d' ' -f1-3 /proc/loadavg)"
 finish "$(jq -cn --argjson s "$s" --argjson g "$g" --argjson b "$bound" --argjson m "$mbit" \
   --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" --slurpfile st "$tmp/ls" --slurpfile gt "$tmp/lg" \
   '{hosts:4, link_mbit:$m, codec:"none", starling_s:$s, gloo_s:$g, bound_s:$b,
-    starling_fraction_of_bound:($b / $s), gloo_fraction_of_bound:($b / $g),
+    starling_fraction_of_bound:($b / $s), gloo_fraction_of_bound:(if $g > 0 then $b / $g else null end),
     starling_rounds_s:$st[0], gloo_rounds_s:$gt[0], loadavg:$load}')"

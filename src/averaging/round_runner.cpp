@@ -269,10 +269,11 @@ void RoundRunner::balance_plan() {
   if (core_.subround() == balance_sub_) return;
   balance_sub_ = core_.subround();
   const bool i_am_client = group_.members[self_].client;
-  for (auto& P : p_) P.flow_total = P.flow_sent = 0;
+  for (auto& P : p_) P.flow_total = P.flow_sent = P.parts_total = 0;
   for (const auto& part : core_.plan().parts) {
     if (part.owner != self_) {
       p_[part.owner].flow_total += part.size();  // our values of its part
+      p_[part.owner].parts_total += part.size();
       continue;
     }
     for (std::uint32_t j = 0; j < n_; ++j)  // our result to everyone we talk to
@@ -295,6 +296,18 @@ bool RoundRunner::balance_ahead(std::uint32_t j) const {
   }
   const double lead = static_cast<double>(P.flow_sent) - slowest * P.flow_total;
   return any && lead > static_cast<double>(cfg_.round.balance_slack * cfg_.round.part_elems);
+}
+
+void RoundRunner::log_flow(std::uint32_t j, std::uint64_t before) const {
+  const auto& P = p_[j];
+  const char* what = nullptr;
+  if (before < P.parts_total && P.flow_sent >= P.parts_total) what = "parts";
+  if (before < P.flow_total && P.flow_sent >= P.flow_total) what = "parts and results";
+  if (!what) return;
+  logger("averaging")
+      ->debug(
+          "all-reduce: member {} sent its {} to {} after {} ms", self_, what, j,
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
 }
 
 void RoundRunner::fence(std::uint32_t j) {

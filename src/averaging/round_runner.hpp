@@ -109,7 +109,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
     bool heard = false;  // a frame arrived from this peer
     bool busy = false;   // a part or result is being written
     // Balanced progress (balance_ahead()): elements of parts and results this sub-round.
-    std::uint64_t flow_total = 0, flow_sent = 0;
+    std::uint64_t flow_total = 0, flow_sent = 0, parts_total = 0;
   };
 
   awaitable<void> connect(std::uint32_t j);
@@ -127,6 +127,8 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   void balance_plan();
   bool balance_ahead(std::uint32_t j) const;
   void fence(std::uint32_t j);
+  // Debug log of a flow's milestones (its parts, then everything, sent) for time series.
+  void log_flow(std::uint32_t j, std::uint64_t before) const;
   bool drained() const;
 
   net::StreamHost& host_;

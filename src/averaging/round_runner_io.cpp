@@ -118,7 +118,11 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
       bytes_sent_ += header.size() + payload.size();
       if (data_frame) {
         const auto sub = std::visit([](const auto& m) { return m.subround; }, f.msg);
-        if (sub == balance_sub_) P.flow_sent += data.size();
+        if (sub == balance_sub_) {
+          const auto before = P.flow_sent;
+          P.flow_sent += data.size();
+          log_flow(j, before);
+        }
         balance_.pulse();
       }
       if (P.queue.empty()) progress_.set();

@@ -79,12 +79,10 @@ void DhtCore::note_alive(const Contact& who, const NodeHeader& h, const Now& now
     routing_.remove(who.id);
     return;
   }
-  if (h.addrs.empty()) {
-    ping_for_eviction(routing_.on_seen(who, now.mono), now);
-  } else {
-    Contact c{who.peer, who.id, h.addrs};
-    ping_for_eviction(routing_.on_seen(c, now.mono), now);
-  }
+  const bool known = routing_.contains(who.id);
+  Contact c{who.peer, who.id, h.addrs.empty() ? who.addrs : h.addrs};
+  ping_for_eviction(routing_.on_seen(c, now.mono), now);
+  if (!known && routing_.contains(who.id)) replicate_to(c, now);  // a newcomer
 }
 
 void DhtCore::note_failure(const Contact& who, const Now& now) {
@@ -146,6 +144,7 @@ void DhtCore::fail_request(std::uint64_t rid, const Error& error, const Now& now
       routing_.on_ping_result(p.to.id, false, now.mono);
       return;
     case Purpose::cache:
+    case Purpose::replicate:
       return;
     case Purpose::admit:
       on_admit_done(p.to.id, now);
@@ -167,6 +166,7 @@ void DhtCore::on_response(RequestId id, const Response& resp, const Now& now) {
     }
     case Purpose::store:
     case Purpose::cache:
+    case Purpose::replicate:
       fits = std::holds_alternative<StoreResponse>(resp.body);
       break;
     case Purpose::ping:
@@ -202,6 +202,7 @@ void DhtCore::on_response(RequestId id, const Response& resp, const Now& now) {
       routing_.on_ping_result(done.to.id, true, now.mono);
       return;
     case Purpose::cache:
+    case Purpose::replicate:
       return;
     case Purpose::admit:
       on_admit_done(done.to.id, now);

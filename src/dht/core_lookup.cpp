@@ -31,8 +31,12 @@ void DhtCore::pump(std::uint64_t id, const Now& now) {
   if (it == ops_.end()) return;
   Operation& op = it->second;
   if (!op.lookup || op.storing) return;
+  Lookup::Connected connected;
+  // A plain get needs one holder; a latest get (like a store) must reach all the closest.
+  if (op.kind == OpKind::get && !op.latest && connected_ && cfg_.get_dials > 0)
+    connected = [this](const Contact& c) { return connected_(c.peer); };
   for (;;) {
-    auto next = op.lookup->next();
+    auto next = op.lookup->next(connected, cfg_.get_dials);
     if (next.empty()) break;
     for (const auto& c : next) {
       // Seeds given to bootstrap are tried even if they failed recently.

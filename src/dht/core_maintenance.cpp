@@ -48,6 +48,7 @@ TimePoint DhtCore::next_wakeup() const {
 void DhtCore::maintenance(const Now& now) {
   store_.expire(now.mono);
   blacklist_.sweep(now.mono);
+  expire_replicated(now);
   std::erase_if(store_cache_, [&](const auto& e) { return e.second.until <= now.mono; });
   if (routing_.size() > 0)
     for (const auto& t : routing_.refresh_targets(now.mono, cfg_.refresh_interval, rng_))

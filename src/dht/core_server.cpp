@@ -1,20 +1,38 @@
 // DhtCore: answering requests from other nodes (ping, store, find).
+#include <algorithm>
+
 #include "dht_log.hpp"
 #include "starling/dht/core.hpp"
 
 namespace starling::dht {
 
 Response DhtCore::handle_request(const net::PeerId& from, const Request& request, const Now& now) {
+  std::optional<Contact> newcomer;
   if (from != self_.peer) {
     Contact c{from, DhtId::of_peer(from), request.sender.addrs};
-    if (request.sender.client_mode)
+    if (request.sender.client_mode) {
       routing_.remove(c.id);  // clients never enter routing tables
-    else if (!blacklist_.blocked(c.id, now.mono))
-      ping_for_eviction(routing_.on_seen(c, now.mono), now);
+    } else {
+      const bool known = routing_.contains(c.id);
+      if (!blacklist_.blocked(c.id, now.mono))
+        ping_for_eviction(routing_.on_seen(c, now.mono), now);
+      // A newcomer: first time in the table, or its self-lookup (a join, maybe a restart with
+      // the same identity and an empty store, maybe blacklisted while it was down).
+      auto* f = std::get_if<FindRequest>(&request.body);
+      const bool self_lookup =
+          f && std::find(f->targets.begin(), f->targets.end(), c.id) != f->targets.end();
+      if (self_lookup || (!known && routing_.contains(c.id))) newcomer = std::move(c);
+    }
   }
-  if (std::holds_alternative<PingRequest>(request.body)) return Response{header(), PingResponse{}};
-  if (auto* s = std::get_if<StoreRequest>(&request.body)) return handle_store(from, *s, now);
-  return handle_find(from, std::get<FindRequest>(request.body), now);
+  Response resp;
+  if (std::holds_alternative<PingRequest>(request.body))
+    resp = Response{header(), PingResponse{}};
+  else if (auto* s = std::get_if<StoreRequest>(&request.body))
+    resp = handle_store(from, *s, now);
+  else
+    resp = handle_find(from, std::get<FindRequest>(request.body), now);
+  if (newcomer) replicate_to(*newcomer, now);  // queued after the answer is computed
+  return resp;
 }
 
 Response DhtCore::handle_store(const net::PeerId& from, const StoreRequest& req, const Now& now) {

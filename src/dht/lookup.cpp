@@ -26,16 +26,18 @@ void Lookup::add(Contact contact, std::size_t hop) {
 }
 
 void Lookup::set_state(Candidate& c, State s) {
+  if (c.state == State::in_flight && c.dial) --dials_;
   if (c.state == State::in_flight) --in_flight_;
   if (c.state == State::slow) --slow_;
   c.state = s;
   if (s == State::in_flight) ++in_flight_;
+  if (s == State::in_flight && c.dial) ++dials_;
   if (s == State::slow) ++slow_;
   if (s == State::responded) ++responded_;
   if (s == State::failed) ++failed_;
 }
 
-std::vector<Contact> Lookup::next() {
+std::vector<Contact> Lookup::next(const Connected& connected, std::size_t max_dials) {
   std::vector<Contact> out;
   std::size_t usable = 0;
   for (auto& [d, c] : by_distance_) {
@@ -43,6 +45,8 @@ std::vector<Contact> Lookup::next() {
     if (c.state == State::failed || c.state == State::slow) continue;
     ++usable;
     if (c.state == State::fresh) {
+      c.dial = connected && !connected(c.contact);
+      if (c.dial && max_dials > 0 && dials_ >= max_dials) continue;  // waits for that dial
       set_state(c, State::in_flight);
       ++queried_;
       out.push_back(c.contact);

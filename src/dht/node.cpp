@@ -49,7 +49,9 @@ DhtNode::DhtNode(std::shared_ptr<net::Host> host, DhtNodeConfig cfg)
       core_(cfg_.dht, host_->local_peer(), cfg_.validators, seed_of(cfg_), Clock::now()),
       client_(*host_),
       scope_(host_->get_executor()),
-      timer_(host_->get_executor()) {}
+      timer_(host_->get_executor()) {
+  core_.set_connected_hint([h = host_.get()](const net::PeerId& p) { return h->is_connected(p); });
+}
 
 DhtNode::~DhtNode() = default;
 

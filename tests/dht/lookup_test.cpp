@@ -102,3 +102,41 @@ TEST(Lookup, HopsAndCandidateBound) {
   l.add(want[0], 7);
   EXPECT_EQ(l.find(want[0].id)->hop, 2u);
 }
+
+TEST(Lookup, DialBudgetSendsConnectedCandidatesWhileOneDialIsInFlight) {
+  std::mt19937_64 rng(3);
+  Net net;
+  for (int i = 0; i < 6; ++i) net.nodes.push_back(net.make(rng));
+  const DhtId target = DhtId::random(rng);
+  auto sorted = net.nodes;
+  std::sort(sorted.begin(), sorted.end(),
+            [&](const Contact& a, const Contact& b) { return closer(target, a.id, b.id); });
+  // The two closest need a new connection, the others are connected.
+  auto connected = [&](const Contact& c) { return c.id != sorted[0].id && c.id != sorted[1].id; };
+  Lookup l(target, 3, 8);
+  for (const auto& c : net.nodes) l.add(c, 1);
+  auto first = l.next(connected, 1);
+  ASSERT_EQ(first.size(), 3u);  // the closest (a dial) and two connected ones past the second
+  EXPECT_EQ(first[0].id, sorted[0].id);
+  EXPECT_EQ(first[1].id, sorted[2].id);
+  EXPECT_EQ(first[2].id, sorted[3].id);
+  EXPECT_EQ(l.dials_in_flight(), 1u);
+  // A connected answer frees an alpha slot, but the second dial still waits for the first.
+  l.on_response(sorted[2].id, {});
+  auto second = l.next(connected, 1);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].id, sorted[4].id);
+  // The dial turns slow: its slot goes to the next dial.
+  l.on_slow(sorted[0].id);
+  EXPECT_EQ(l.dials_in_flight(), 0u);
+  auto third = l.next(connected, 1);
+  ASSERT_EQ(third.size(), 1u);
+  EXPECT_EQ(third[0].id, sorted[1].id);
+  // Without a budget (or without the hint) the closest go first, as before.
+  Lookup plain(target, 3, 8);
+  for (const auto& c : net.nodes) plain.add(c, 1);
+  auto all = plain.next(connected, 0);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[1].id, sorted[1].id);
+  EXPECT_EQ(plain.dials_in_flight(), 2u);
+}

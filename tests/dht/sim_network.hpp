@@ -48,7 +48,8 @@ class SimNetwork {
   explicit SimNetwork(SimOptions o) : opt_(std::move(o)), rng_(opt_.seed) {}
 
   // Adds a node (not joined yet) whose wall clock is off by `wall_skew`.
-  std::size_t add_node(std::optional<DhtConfig> cfg = std::nullopt, Duration wall_skew = {}) {
+  std::size_t add_node(std::optional<DhtConfig> cfg = std::nullopt, Duration wall_skew = {},
+                       std::optional<ValidatorChain> validators = std::nullopt) {
     const std::size_t i = nodes_.size();
     Bytes seed(32, 0);
     for (std::size_t b = 0; b < 8; ++b)
@@ -58,7 +59,8 @@ class SimNetwork {
     auto n = std::make_unique<Node>();
     n->key = key;
     n->skew = wall_skew;
-    n->core = std::make_unique<DhtCore>(cfg ? *cfg : opt_.config, peer, ValidatorChain::standard(),
+    n->core = std::make_unique<DhtCore>(cfg ? *cfg : opt_.config, peer,
+                                        validators ? *validators : ValidatorChain::standard(),
                                         opt_.seed * 7919 + i, now_);
     // No addresses: the simulated network routes by peer id (and addresses are opaque to
     // the core anyway); this keeps the 1000-node runs light on copies.
@@ -77,6 +79,17 @@ class SimNetwork {
   std::size_t size() const { return nodes_.size(); }
   bool alive(std::size_t i) const { return nodes_.at(i)->alive; }
   void kill(std::size_t i) { nodes_.at(i)->alive = false; }
+  // Node i restarts with the same identity and an empty state (store, table); join it again.
+  void restart(std::size_t i) {
+    Node& n = *nodes_.at(i);
+    const DhtConfig cfg = n.core->config();
+    const ValidatorChain v = n.core->validators();
+    n.core = std::make_unique<DhtCore>(cfg, n.core->peer(), v, opt_.seed * 7919 + i + 1, now_);
+    n.alive = true;
+    n.results.clear();
+    n.tick_at = TimePoint::max();
+    schedule_tick(i);
+  }
   TimePoint time() const { return now_; }
   Now now_of(std::size_t i) const {
     const auto since = std::chrono::duration_cast<std::chrono::microseconds>(now_ - start_);

@@ -14,10 +14,11 @@ need_root --nat
 export CHAOS_QUIET=1
 
 # peer.sh I ADDR PORT BOOT_ADDR BOOT_PORT DIR CLIENT: a DHT node plus a put/get loop. A client
-# (NATed) node cannot be dialed, so its put/get go through the bootstrap. The get asks every
-# closest node and merges (--latest): a plain get may stop at the first replica that answers, and
-# a node that joined after a sub-key was written (a restart takes a new place in the key space)
-# holds only the sub-keys written since (seen: "view p1 p2 p3" from such a replica).
+# (NATed) node cannot be dialed, so its put/get go through the bootstrap. The get is a plain one
+# (it merges the first three answers): a node that joins after a sub-key was written (or
+# restarts with an empty store) receives the existing records from the closest holders
+# (replication on join, docs/dht.md), so no replica it reaches is left with a partial dictionary
+# (before session 6 it was: "view p1 p2 p3", hence --latest then).
 # Each run puts its sub-key once (TTL 600 s) and then reads in a loop: every CLI call is a
 # process that loads libtorch and joins the DHT, ~2 s at load 10, so the settle phase (12 s)
 # leaves room for several reads after the last restart.
@@ -37,7 +38,7 @@ until "\$S" dht put chaos-members alive --subkey "p\$i" --ttl 600 --initial-peer
   sleep 0.3
 done
 while :; do
-  if "\$S" dht get chaos-members --latest --initial-peers "\$via" > "\$dir/get.out" 2>&1; then
+  if "\$S" dht get chaos-members --initial-peers "\$via" > "\$dir/get.out" 2>&1; then
     echo "view \$(grep -o 'subkey "p[0-9]*"' "\$dir/get.out" | tr -dc 'p0-9\n' | sort | tr '\n' ' ')"
   fi
   sleep 0.3

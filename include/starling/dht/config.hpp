@@ -70,6 +70,22 @@ struct DhtConfig {
   bool admit_learned = false;
   std::size_t admit_parallel = 2;
   std::size_t admit_queue = 256;
+  // Replication on join (Kademlia section 2.5; core_replicate.cpp): a node that sees a
+  // newcomer (its self-lookup, or its first entry into the routing table) sends it the records
+  // of the keys for which it is among the `replicas` closest, if this node is among the
+  // `replicate_senders` closest holders it knows; at most `replicate_max_records` per newcomer,
+  // and once per `replicate_cooldown`. The newcomer validates them like any store.
+  bool replicate_on_join = true;
+  std::size_t replicate_senders = 3;
+  std::size_t replicate_max_records = 4096;
+  Duration replicate_cooldown = 5s;
+  // Requests needing a new connection (the networked node's hint: no connection open to the
+  // peer) that a plain get keeps in flight at once (0 = no limit). It needs one holder of the
+  // value, and opening a connection (TCP, Noise XX, yamux) costs more than a round trip: the
+  // closest unconnected candidate is dialled alone while the other alpha slots go to connected
+  // candidates further down the beam (measured at 256 nodes: gets that went to unconnected
+  // nodes dialled 3 at a time on the getter's one thread; docs/benchmarks.md, DHT, session 6).
+  std::size_t get_dials = 1;
   // Relaxed bucket splitting (Kademlia paper section 4.2): a bucket that does not cover our
   // own id also splits while its depth is not a multiple of this (0 = classic rule: only the
   // bucket covering our id splits). 5 gives routing tables of ~16 buckets per level, fewer

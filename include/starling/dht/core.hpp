@@ -15,6 +15,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -139,10 +140,17 @@ class DhtCore {
   void set_admission_open(bool open, const Now& now);
   std::size_t admissions_waiting() const noexcept { return admit_queue_.size(); }
   std::uint64_t admissions_sent() const noexcept { return admit_sent_; }
+  // Records sent to newcomers by replication on join (DhtConfig::replicate_on_join).
+  std::uint64_t replicated_records() const noexcept { return replicated_records_; }
   VersionClock& version_clock() noexcept { return versions_; }
+  // Whether a request to a peer would go over an open connection (set by the networked node;
+  // without it every peer counts as connected). Gets limit their dials with it (get_dials).
+  void set_connected_hint(std::function<bool(const net::PeerId&)> hint) {
+    connected_ = std::move(hint);
+  }
 
  private:
-  enum class Purpose : std::uint8_t { lookup, store, ping, cache, admit };
+  enum class Purpose : std::uint8_t { lookup, store, ping, cache, admit, replicate };
   enum class TimerKind : std::uint8_t { request_deadline, request_slow, op_deadline };
   struct Timer {
     TimePoint at;
@@ -239,6 +247,9 @@ class DhtCore {
   void pump_admissions(const Now& now);
   void on_admit_done(const DhtId& id, const Now& now);
   bool foreground_busy() const;
+  // core_replicate.cpp
+  void replicate_to(const Contact& to, const Now& now);
+  void expire_replicated(const Now& now);
   // core_maintenance.cpp
   void maintenance(const Now& now);
   void republish(const Now& now);
@@ -269,6 +280,9 @@ class DhtCore {
   std::uint64_t admit_sent_ = 0;
   bool admit_open_ = true;
   std::deque<OpResult> results_;
+  std::function<bool(const net::PeerId&)> connected_;
+  std::unordered_map<DhtId, TimePoint> replicated_;  // newcomer -> end of its cooldown
+  std::uint64_t replicated_records_ = 0;
 };
 
 }  // namespace starling::dht

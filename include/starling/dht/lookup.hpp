@@ -11,6 +11,7 @@
 // Threading rule: owned by one DhtCore; used from its thread only.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -25,7 +26,11 @@ class Lookup {
     Contact contact;
     State state = State::fresh;
     std::size_t hop = 1;
+    bool dial = false;  // its request needed a new connection
   };
+  // Whether a candidate can be asked over a connection that is already open (the networked
+  // node's hint; the simulation has none: every candidate is).
+  using Connected = std::function<bool(const Contact&)>;
 
   Lookup(DhtId target, std::size_t alpha, std::size_t beam, std::size_t max_candidates = 0);
 
@@ -33,8 +38,10 @@ class Lookup {
   // Adds a candidate learned at `hop` (ignored if already known or hopelessly far).
   void add(Contact contact, std::size_t hop);
   // The candidates to query now (marked in flight): the closest fresh ones inside the beam,
-  // up to alpha requests in flight.
-  std::vector<Contact> next();
+  // up to alpha requests in flight. With `connected` and `max_dials` > 0, at most that many
+  // requests that need a new connection are in flight (not slow) at once: the others wait,
+  // and their alpha slots go to connected candidates further down the beam.
+  std::vector<Contact> next(const Connected& connected = {}, std::size_t max_dials = 0);
   // `from` answered with `peers` (added at its hop + 1).
   void on_response(const DhtId& from, std::vector<Contact> peers);
   void on_failure(const DhtId& from);
@@ -44,6 +51,7 @@ class Lookup {
   // Nothing is in flight (not even slow) and nothing is left to query.
   bool idle() const;
   std::size_t in_flight() const noexcept { return in_flight_; }
+  std::size_t dials_in_flight() const noexcept { return dials_; }
 
   // The `n` closest candidates that answered, closest first.
   std::vector<Contact> closest_responded(std::size_t n) const;
@@ -63,6 +71,7 @@ class Lookup {
   std::map<DhtId, Candidate> by_distance_;  // key: id ^ target
   std::size_t in_flight_ = 0;               // in flight and not slow
   std::size_t slow_ = 0;
+  std::size_t dials_ = 0;  // in flight (not slow) and needing a new connection
   std::size_t responded_ = 0, failed_ = 0, queried_ = 0;
 };
 
