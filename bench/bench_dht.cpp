@@ -49,8 +49,9 @@ struct Coordinator {
     long hops = -1;
     in >> ok >> ms >> dials >> hops;
     out.add(ok == 1, ms, dials, hops);
-    if (trace) *trace << rep.system << ' ' << phase << ' ' << g << ' ' << k << ' ' << ok << ' ' << ms
-                      << ' ' << dials << ' ' << hops << '\n';
+    if (trace)
+      *trace << rep.system << ' ' << phase << ' ' << g << ' ' << k << ' ' << ok << ' ' << ms << ' '
+             << dials << ' ' << hops << '\n';
   }
   void setup() {
     const auto t0 = steady_clock::now();
@@ -98,7 +99,9 @@ struct Coordinator {
   void idle() {
     const double c0 = cpu().first;
     const auto t0 = steady_clock::now();
-    std::this_thread::sleep_for(seconds(3));
+    // BENCH_IDLE_S: a longer pause (to profile the idle nodes).
+    const char* e = std::getenv("BENCH_IDLE_S");
+    std::this_thread::sleep_for(duration<double>(e ? std::strtod(e, nullptr) : 3.0));
     rep.idle_cores = (cpu().first - c0) / (ms_since(t0) / 1000);
   }
   void stores(Series& out, bool again) {

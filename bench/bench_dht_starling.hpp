@@ -80,7 +80,9 @@ class StarlingSet : public NodeSet {
         std::chrono::seconds(60));
     const double ms = ms_since(t0);
     const bool ok = r && r.value() && r.value()->plain && r.value()->plain->value == want;
-    return {ok, ms, ok ? static_cast<long>(r.value()->hops) : -1};
+    // Failures in the trace's hop column: -2 another value, -3 not found, -4 an error.
+    const long hops = ok ? static_cast<long>(r.value()->hops) : !r ? -4 : !r.value() ? -3 : -2;
+    return {ok, ms, hops};
   }
 
   std::uint64_t dials(std::size_t i) const override {

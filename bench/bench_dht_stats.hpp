@@ -1,10 +1,10 @@
 // Shared bits of the DHT benchmark: parameters, latency summaries, process memory, JSON output.
 #pragma once
 
-#include <algorithm>
-#include <cmath>
 #include <sys/resource.h>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -101,10 +101,10 @@ struct Series {
     for (double v : s) mean += v;
     if (!s.empty()) mean /= static_cast<double>(s.size());
     const Quantile q50 = quantile(s, 0.5), q90 = quantile(s, 0.9), q99 = quantile(s, 0.99);
-    return {{"n", s.size()},           {"p50_ms", q50.value}, {"p50_lo_ms", q50.lo},
-            {"p50_hi_ms", q50.hi},     {"p90_ms", q90.value}, {"p90_lo_ms", q90.lo},
-            {"p90_hi_ms", q90.hi},     {"p99_ms", q99.value}, {"p99_lo_ms", q99.lo},
-            {"p99_hi_ms", q99.hi},     {"mean_ms", mean}};
+    return {{"n", s.size()},       {"p50_ms", q50.value}, {"p50_lo_ms", q50.lo},
+            {"p50_hi_ms", q50.hi}, {"p90_ms", q90.value}, {"p90_lo_ms", q90.lo},
+            {"p90_hi_ms", q90.hi}, {"p99_ms", q99.value}, {"p99_lo_ms", q99.lo},
+            {"p99_hi_ms", q99.hi}, {"mean_ms", mean}};
   }
   nlohmann::json json() const {
     std::vector<double> all, dialed, undialed;

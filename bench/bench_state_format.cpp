@@ -65,7 +65,8 @@ void die(const std::string& what) {
 // The pre-session-6 serialisation (training_state.cpp then): the anchor.
 std::string torch_save(const torch::nn::Module& m, const torch::optim::Optimizer& o) {
   torch::serialize::OutputArchive root;
-  torch::serialize::OutputArchive model_ar(root.compilation_unit()), opt_ar(root.compilation_unit());
+  torch::serialize::OutputArchive model_ar(root.compilation_unit()),
+      opt_ar(root.compilation_unit());
   m.save(model_ar);
   root.write("model", model_ar);
   o.save(opt_ar);
@@ -169,8 +170,10 @@ int main(int argc, char** argv) {
                     {"save_speedup", save_ratio},
                     {"load_speedup", load_ratio}});
   }
-  std::printf("ratios: torch archive / Starling format (> 1: Starling smaller or faster). load "
-              "= parse + all checks + apply; torch load = parse + apply, no checks\n");
-  std::printf("RESULT %s\n", nlohmann::json{{"bench", "state_format"}, {"rows", rows}}.dump().c_str());
+  std::printf(
+      "ratios: torch archive / Starling format (> 1: Starling smaller or faster). load "
+      "= parse + all checks + apply; torch load = parse + apply, no checks\n");
+  std::printf("RESULT %s\n",
+              nlohmann::json{{"bench", "state_format"}, {"rows", rows}}.dump().c_str());
   return 0;
 }

@@ -22,6 +22,7 @@ void check_tensor(const sf::TensorView& t, const sf::Limits& lim) {
   check(sf::dtype_size(t.dtype) != 0 && t.shape.size() <= lim.max_rank);
   for (auto d : t.shape) check(d >= 0);
   check(static_cast<std::uint64_t>(t.numel()) * sf::dtype_size(t.dtype) == t.data.size());
+  (void)sf::all_finite(t);
 }
 
 }  // namespace

@@ -26,8 +26,7 @@ std::size_t wire_size(const RecordKey& key, const Record& r) {
 }  // namespace
 
 void DhtCore::replicate_to(const Contact& to, const Now& now) {
-  if (!cfg_.replicate_on_join || cfg_.client_mode || to.id == self_.id ||
-      store_.key_count() == 0)
+  if (!cfg_.replicate_on_join || cfg_.client_mode || to.id == self_.id || store_.key_count() == 0)
     return;
   if (auto it = replicated_.find(to.id); it != replicated_.end() && it->second > now.mono) return;
   replicated_[to.id] = now.mono + cfg_.replicate_cooldown;

@@ -7,12 +7,12 @@
 
 #include <fmt/format.h>
 
+#include "state_format_layout.hpp"
+
 namespace starling::optim::state_format {
 namespace {
 
-constexpr char kMagic[8] = {'S', 'T', 'A', 'R', 'S', 'T', 'A', 'T'};
-enum Tag : std::uint8_t { kModel = 1, kOptimizer = 2, kExtra = 3, kMetadata = 4 };
-constexpr std::string_view kTagNames[] = {"", "model", "optimizer", "extra", "metadata"};
+using namespace layout;
 
 constexpr std::string_view kSgdOptions[] = {"lr", "momentum", "dampening", "weight_decay",
                                             "nesterov"};
@@ -30,102 +30,6 @@ constexpr std::string_view kAdagradSlots[] = {"sum"};
 bool valid_kind(std::uint8_t k) {
   return k >= static_cast<std::uint8_t>(OptimizerKind::sgd) &&
          k <= static_cast<std::uint8_t>(OptimizerKind::adagrad);
-}
-
-// ---- Encoding: one writer, run once to count and once to fill a buffer of that size ----------
-
-struct Counter {
-  std::size_t n = 0;
-  void put(const void*, std::size_t k) { n += k; }
-};
-struct Filler {
-  std::uint8_t* p;
-  void put(const void* src, std::size_t k) {
-    if (k) std::memcpy(p, src, k);
-    p += k;
-  }
-};
-
-template <class S, class T>
-void put_le(S& s, T v) {
-  using U = std::make_unsigned_t<T>;
-  const auto u = static_cast<U>(v);
-  std::uint8_t b[sizeof(T)];
-  for (std::size_t i = 0; i < sizeof(T); ++i) b[i] = static_cast<std::uint8_t>(u >> (8 * i));
-  s.put(b, sizeof(T));
-}
-template <class S>
-void put_f64(S& s, double v) {
-  std::uint64_t bits;
-  std::memcpy(&bits, &v, 8);
-  put_le(s, bits);
-}
-template <class S, class Len>
-void put_string(S& s, std::string_view str) {
-  put_le(s, static_cast<Len>(str.size()));
-  s.put(str.data(), str.size());
-}
-
-template <class S>
-void put_tensor(S& s, const TensorView& t) {
-  put_le(s, static_cast<std::uint8_t>(t.dtype));
-  put_le(s, static_cast<std::uint8_t>(t.shape.size()));
-  for (auto d : t.shape) put_le(s, d);
-  s.put(t.data.data(), t.data.size());
-}
-
-template <class S>
-void put_list(S& s, const std::vector<NamedTensor>& list) {
-  put_le(s, static_cast<std::uint32_t>(list.size()));
-  for (const auto& t : list) {
-    put_string<S, std::uint16_t>(s, t.name);
-    put_tensor(s, t.tensor);
-  }
-}
-
-template <class S>
-void put_optimizer(S& s, const OptimizerState& o) {
-  put_le(s, static_cast<std::uint8_t>(o.kind));
-  put_le(s, static_cast<std::uint32_t>(o.groups.size()));
-  for (const auto& g : o.groups) {
-    put_le(s, static_cast<std::uint8_t>(g.options.size()));
-    for (const auto& opt : g.options) {
-      put_string<S, std::uint8_t>(s, opt.name);
-      put_f64(s, opt.value);
-    }
-    put_le(s, g.params);
-    put_le(s, static_cast<std::uint32_t>(g.states.size()));
-    for (const auto& st : g.states) {
-      put_le(s, st.index);
-      put_le(s, st.step);
-      put_le(s, static_cast<std::uint8_t>(st.slots.size()));
-      for (const auto& slot : st.slots) {
-        put_le(s, slot.id);
-        put_tensor(s, slot.tensor);
-      }
-    }
-  }
-}
-
-template <class S, class Body>
-void put_section(S& s, std::uint8_t tag, const Body& body) {
-  Counter c;
-  body(c);
-  put_le(s, tag);
-  put_le(s, static_cast<std::uint64_t>(c.n));
-  body(s);
-}
-
-template <class S>
-void put_state(S& s, const TrainingState& st) {
-  s.put(kMagic, sizeof(kMagic));
-  put_le(s, kVersion);
-  put_le(s, std::uint32_t{0});
-  put_section(s, kModel, [&](auto& b) { put_list(b, st.model); });
-  if (st.optimizer) put_section(s, kOptimizer, [&](auto& b) { put_optimizer(b, *st.optimizer); });
-  if (!st.extra.empty()) put_section(s, kExtra, [&](auto& b) { put_list(b, st.extra); });
-  if (!st.metadata.empty())
-    put_section(s, kMetadata, [&](auto& b) { b.put(st.metadata.data(), st.metadata.size()); });
 }
 
 // All exponent bits set: an infinity or a NaN. Element-wise over unaligned data, read in host
@@ -160,8 +64,8 @@ class Reader {
 
   result<BytesView> take(std::size_t n, std::string_view what) {
     if (n > left())
-      return bad(fmt::format("truncated {} at byte {}: needs {} bytes, {} left", what, pos(), n,
-                             left()));
+      return bad(
+          fmt::format("truncated {} at byte {}: needs {} bytes, {} left", what, pos(), n, left()));
     BytesView v = in_.subspan(off_, n);
     off_ += n;
     return v;
@@ -205,7 +109,8 @@ result<TensorView> read_tensor(Reader& r, const Limits& lim, std::string_view wh
   const std::size_t size = dtype_size(t.dtype);
   if (size == 0) return bad(fmt::format("{}: unknown dtype {}", what, dtype));
   ST_TRY(auto rank, r.le<std::uint8_t>("rank"));
-  if (rank > lim.max_rank) return over(fmt::format("{}: rank {} (limit {})", what, rank, lim.max_rank));
+  if (rank > lim.max_rank)
+    return over(fmt::format("{}: rank {} (limit {})", what, rank, lim.max_rank));
   // The bytes the data needs, checked against what is left before anything is allocated.
   std::uint64_t bytes = size;
   t.shape.reserve(rank);
@@ -218,9 +123,8 @@ result<TensorView> read_tensor(Reader& r, const Limits& lim, std::string_view wh
     t.shape.push_back(d);
   }
   // A zero dimension after a huge one: the product is 0, but the shape itself must be sane.
-  if (std::any_of(t.shape.begin(), t.shape.end(), [&](std::int64_t d) {
-        return static_cast<std::uint64_t>(d) > lim.max_bytes;
-      }))
+  if (std::any_of(t.shape.begin(), t.shape.end(),
+                  [&](std::int64_t d) { return static_cast<std::uint64_t>(d) > lim.max_bytes; }))
     return over(fmt::format("{}: a dimension over {}", what, lim.max_bytes));
   ST_TRY(t.data, r.take(static_cast<std::size_t>(bytes), what));
   if (t.dtype == Dtype::boolean)
@@ -264,16 +168,16 @@ result<ParamState> read_param_state(Reader& r, const Limits& lim, OptimizerKind 
   ST_TRY(auto n, r.le<std::uint8_t>("slot count"));
   const auto names = slot_names(kind);
   if (n > names.size())
-    return bad(fmt::format("{}: {} state slots ({} has {})", where, n, kind_name(kind),
-                           names.size()));
+    return bad(
+        fmt::format("{}: {} state slots ({} has {})", where, n, kind_name(kind), names.size()));
   for (std::uint8_t i = 0; i < n; ++i) {
     Slot s;
     ST_TRY(s.id, r.le<std::uint8_t>("slot id"));
     if (s.id >= names.size() || (!st.slots.empty() && s.id <= st.slots.back().id))
       return bad(fmt::format("{}: parameter {}: slot id {} out of order or not one of {}'s", where,
                              st.index, s.id, kind_name(kind)));
-    ST_TRY(s.tensor, read_tensor(r, lim,
-                                 fmt::format("{} parameter {} {}", where, st.index, names[s.id])));
+    ST_TRY(s.tensor,
+           read_tensor(r, lim, fmt::format("{} parameter {} {}", where, st.index, names[s.id])));
     st.slots.push_back(std::move(s));
   }
   return st;
@@ -285,8 +189,8 @@ result<ParamGroup> read_group(Reader& r, const Limits& lim, OptimizerKind kind,
   ST_TRY(auto n_opts, r.le<std::uint8_t>("option count"));
   const auto known = option_names(kind);
   if (n_opts > known.size())
-    return bad(fmt::format("{}: {} options ({} has {})", where, n_opts, kind_name(kind),
-                           known.size()));
+    return bad(
+        fmt::format("{}: {} options ({} has {})", where, n_opts, kind_name(kind), known.size()));
   for (std::uint8_t i = 0; i < n_opts; ++i) {
     Option o;
     ST_TRY(auto len, r.le<std::uint8_t>("option name length"));
@@ -324,7 +228,8 @@ result<OptimizerState> read_optimizer(Reader& r, const Limits& lim) {
   if (!valid_kind(kind)) return bad(fmt::format("unknown optimizer kind {}", kind));
   o.kind = static_cast<OptimizerKind>(kind);
   ST_TRY(auto n, r.le<std::uint32_t>("group count"));
-  if (n > lim.max_groups) return over(fmt::format("{} parameter groups (limit {})", n, lim.max_groups));
+  if (n > lim.max_groups)
+    return over(fmt::format("{} parameter groups (limit {})", n, lim.max_groups));
   ST_TRY(r.fits(n, 1 + 4 + 4, "parameter groups"));
   for (std::uint32_t i = 0; i < n; ++i) {
     ST_TRY(auto g, read_group(r, lim, o.kind, fmt::format("optimizer group {}", i)));
@@ -352,8 +257,8 @@ result<void> read_section(std::uint8_t tag, Reader& r, const Limits& lim, Traini
     default: {
       if (r.left() == 0) return bad("empty metadata section (the encoder omits it)");
       if (r.left() > lim.max_metadata_bytes)
-        return over(fmt::format("metadata of {} bytes (limit {})", r.left(),
-                                lim.max_metadata_bytes));
+        return over(
+            fmt::format("metadata of {} bytes (limit {})", r.left(), lim.max_metadata_bytes));
       ST_TRY(st.metadata, r.take(r.left(), "metadata"));
       return success();
     }
@@ -364,14 +269,22 @@ result<void> read_section(std::uint8_t tag, Reader& r, const Limits& lim, Traini
 
 std::size_t dtype_size(Dtype d) noexcept {
   switch (d) {
-    case Dtype::f32: return 4;
-    case Dtype::f16: return 2;
-    case Dtype::bf16: return 2;
-    case Dtype::f64: return 8;
-    case Dtype::i64: return 8;
-    case Dtype::i32: return 4;
-    case Dtype::u8: return 1;
-    case Dtype::boolean: return 1;
+    case Dtype::f32:
+      return 4;
+    case Dtype::f16:
+      return 2;
+    case Dtype::bf16:
+      return 2;
+    case Dtype::f64:
+      return 8;
+    case Dtype::i64:
+      return 8;
+    case Dtype::i32:
+      return 4;
+    case Dtype::u8:
+      return 1;
+    case Dtype::boolean:
+      return 1;
   }
   return 0;
 }
@@ -391,11 +304,16 @@ std::int64_t TensorView::numel() const noexcept {
 
 bool all_finite(const TensorView& t) noexcept {
   switch (t.dtype) {
-    case Dtype::f32: return none_all_ones<std::uint32_t>(t.data, 0x7f800000u);
-    case Dtype::f64: return none_all_ones<std::uint64_t>(t.data, 0x7ff0000000000000u);
-    case Dtype::f16: return none_all_ones<std::uint16_t>(t.data, 0x7c00u);
-    case Dtype::bf16: return none_all_ones<std::uint16_t>(t.data, 0x7f80u);
-    default: return true;
+    case Dtype::f32:
+      return none_all_ones<std::uint32_t>(t.data, 0x7f800000u);
+    case Dtype::f64:
+      return none_all_ones<std::uint64_t>(t.data, 0x7ff0000000000000u);
+    case Dtype::f16:
+      return none_all_ones<std::uint16_t>(t.data, 0x7c00u);
+    case Dtype::bf16:
+      return none_all_ones<std::uint16_t>(t.data, 0x7f80u);
+    default:
+      return true;
   }
 }
 
@@ -417,38 +335,32 @@ std::string_view kind_name(OptimizerKind k) noexcept {
 
 std::span<const std::string_view> option_names(OptimizerKind k) noexcept {
   switch (k) {
-    case OptimizerKind::sgd: return kSgdOptions;
+    case OptimizerKind::sgd:
+      return kSgdOptions;
     case OptimizerKind::adam:
-    case OptimizerKind::adamw: return kAdamOptions;
-    case OptimizerKind::rmsprop: return kRmspropOptions;
-    case OptimizerKind::adagrad: return kAdagradOptions;
+    case OptimizerKind::adamw:
+      return kAdamOptions;
+    case OptimizerKind::rmsprop:
+      return kRmspropOptions;
+    case OptimizerKind::adagrad:
+      return kAdagradOptions;
   }
   return {};
 }
 
 std::span<const std::string_view> slot_names(OptimizerKind k) noexcept {
   switch (k) {
-    case OptimizerKind::sgd: return kSgdSlots;
+    case OptimizerKind::sgd:
+      return kSgdSlots;
     case OptimizerKind::adam:
-    case OptimizerKind::adamw: return kAdamSlots;
-    case OptimizerKind::rmsprop: return kRmspropSlots;
-    case OptimizerKind::adagrad: return kAdagradSlots;
+    case OptimizerKind::adamw:
+      return kAdamSlots;
+    case OptimizerKind::rmsprop:
+      return kRmspropSlots;
+    case OptimizerKind::adagrad:
+      return kAdagradSlots;
   }
   return {};
-}
-
-result<Bytes> encode(const TrainingState& state, const Limits& limits) {
-  Counter c;
-  put_state(c, state);
-  if (c.n > limits.max_bytes)
-    return over(fmt::format("state of {} bytes (limit {})", c.n, limits.max_bytes));
-  Bytes out(c.n);
-  Filler f{out.data()};
-  put_state(f, state);
-  // The writer is mechanical; the decoder holds the rules. Decoding touches no tensor data
-  // (except bools), so this costs little beside the copy.
-  ST_TRY(decode(out, limits));
-  return out;
 }
 
 result<TrainingState> decode(BytesView in, const Limits& limits) {

@@ -26,12 +26,9 @@ namespace {
 // AdamOptions and AdamWOptions have the same fields; so have their param states.
 template <class Options>
 std::vector<sf::Option> adam_options(const Options& a) {
-  return {{"lr", a.lr()},
-          {"beta1", std::get<0>(a.betas())},
-          {"beta2", std::get<1>(a.betas())},
-          {"eps", a.eps()},
-          {"weight_decay", a.weight_decay()},
-          {"amsgrad", a.amsgrad() ? 1.0 : 0.0}};
+  return {
+      {"lr", a.lr()},   {"beta1", std::get<0>(a.betas())},  {"beta2", std::get<1>(a.betas())},
+      {"eps", a.eps()}, {"weight_decay", a.weight_decay()}, {"amsgrad", a.amsgrad() ? 1.0 : 0.0}};
 }
 
 template <class State>
@@ -51,14 +48,22 @@ result<sf::Dtype> wire_dtype(const torch::Tensor& t) {
   if (!t.device().is_cpu() || t.layout() != torch::kStrided)
     return make_error(errc::unsupported, "state format: only dense CPU tensors");
   switch (t.scalar_type()) {
-    case torch::kFloat: return sf::Dtype::f32;
-    case torch::kHalf: return sf::Dtype::f16;
-    case torch::kBFloat16: return sf::Dtype::bf16;
-    case torch::kDouble: return sf::Dtype::f64;
-    case torch::kLong: return sf::Dtype::i64;
-    case torch::kInt: return sf::Dtype::i32;
-    case torch::kByte: return sf::Dtype::u8;
-    case torch::kBool: return sf::Dtype::boolean;
+    case torch::kFloat:
+      return sf::Dtype::f32;
+    case torch::kHalf:
+      return sf::Dtype::f16;
+    case torch::kBFloat16:
+      return sf::Dtype::bf16;
+    case torch::kDouble:
+      return sf::Dtype::f64;
+    case torch::kLong:
+      return sf::Dtype::i64;
+    case torch::kInt:
+      return sf::Dtype::i32;
+    case torch::kByte:
+      return sf::Dtype::u8;
+    case torch::kBool:
+      return sf::Dtype::boolean;
     default:
       return make_error(errc::unsupported, fmt::format("state format: no dtype for {}",
                                                        c10::toString(t.scalar_type())));
@@ -67,14 +72,22 @@ result<sf::Dtype> wire_dtype(const torch::Tensor& t) {
 
 c10::ScalarType torch_dtype(sf::Dtype d) {
   switch (d) {
-    case sf::Dtype::f32: return torch::kFloat;
-    case sf::Dtype::f16: return torch::kHalf;
-    case sf::Dtype::bf16: return torch::kBFloat16;
-    case sf::Dtype::f64: return torch::kDouble;
-    case sf::Dtype::i64: return torch::kLong;
-    case sf::Dtype::i32: return torch::kInt;
-    case sf::Dtype::u8: return torch::kByte;
-    case sf::Dtype::boolean: return torch::kBool;
+    case sf::Dtype::f32:
+      return torch::kFloat;
+    case sf::Dtype::f16:
+      return torch::kHalf;
+    case sf::Dtype::bf16:
+      return torch::kBFloat16;
+    case sf::Dtype::f64:
+      return torch::kDouble;
+    case sf::Dtype::i64:
+      return torch::kLong;
+    case sf::Dtype::i32:
+      return torch::kInt;
+    case sf::Dtype::u8:
+      return torch::kByte;
+    case sf::Dtype::boolean:
+      return torch::kBool;
   }
   return torch::kFloat;  // not reached: decode accepts only the values above
 }
@@ -115,8 +128,10 @@ std::vector<sf::Option> options_of(K k, const o::OptimizerOptions& opts) {
               {"weight_decay", s.weight_decay()},
               {"nesterov", s.nesterov() ? 1.0 : 0.0}};
     }
-    case K::adam: return adam_options(static_cast<const o::AdamOptions&>(opts));
-    case K::adamw: return adam_options(static_cast<const o::AdamWOptions&>(opts));
+    case K::adam:
+      return adam_options(static_cast<const o::AdamOptions&>(opts));
+    case K::adamw:
+      return adam_options(static_cast<const o::AdamWOptions&>(opts));
     case K::rmsprop: {
       const auto& r = static_cast<const o::RMSpropOptions&>(opts);
       return {{"lr", r.lr()},
@@ -140,7 +155,8 @@ std::vector<sf::Option> options_of(K k, const o::OptimizerOptions& opts) {
 
 std::vector<torch::Tensor> slots_of(K k, o::OptimizerParamState& s) {
   switch (k) {
-    case K::sgd: return {static_cast<o::SGDParamState&>(s).momentum_buffer()};
+    case K::sgd:
+      return {static_cast<o::SGDParamState&>(s).momentum_buffer()};
     case K::adam: {
       auto& a = static_cast<o::AdamParamState&>(s);
       return {a.exp_avg(), a.exp_avg_sq(), a.max_exp_avg_sq()};
@@ -153,32 +169,42 @@ std::vector<torch::Tensor> slots_of(K k, o::OptimizerParamState& s) {
       auto& r = static_cast<o::RMSpropParamState&>(s);
       return {r.square_avg(), r.momentum_buffer(), r.grad_avg()};
     }
-    case K::adagrad: return {static_cast<o::AdagradParamState&>(s).sum()};
+    case K::adagrad:
+      return {static_cast<o::AdagradParamState&>(s).sum()};
   }
   return {};
 }
 
 std::int64_t step_of(K k, o::OptimizerParamState& s) {
   switch (k) {
-    case K::sgd: return 0;
-    case K::adam: return static_cast<o::AdamParamState&>(s).step();
-    case K::adamw: return static_cast<o::AdamWParamState&>(s).step();
-    case K::rmsprop: return static_cast<o::RMSpropParamState&>(s).step();
-    case K::adagrad: return static_cast<o::AdagradParamState&>(s).step();
+    case K::sgd:
+      return 0;
+    case K::adam:
+      return static_cast<o::AdamParamState&>(s).step();
+    case K::adamw:
+      return static_cast<o::AdamWParamState&>(s).step();
+    case K::rmsprop:
+      return static_cast<o::RMSpropParamState&>(s).step();
+    case K::adagrad:
+      return static_cast<o::AdagradParamState&>(s).step();
   }
   return 0;
 }
 
 std::vector<bool> required_slots(K k, const o::OptimizerOptions& opts) {
   switch (k) {
-    case K::sgd: return {true};
-    case K::adam: return {true, true, static_cast<const o::AdamOptions&>(opts).amsgrad()};
-    case K::adamw: return {true, true, static_cast<const o::AdamWOptions&>(opts).amsgrad()};
+    case K::sgd:
+      return {true};
+    case K::adam:
+      return {true, true, static_cast<const o::AdamOptions&>(opts).amsgrad()};
+    case K::adamw:
+      return {true, true, static_cast<const o::AdamWOptions&>(opts).amsgrad()};
     case K::rmsprop: {
       const auto& r = static_cast<const o::RMSpropOptions&>(opts);
       return {true, r.momentum() > 0, r.centered()};
     }
-    case K::adagrad: return {true};
+    case K::adagrad:
+      return {true};
   }
   return {};
 }
@@ -195,8 +221,10 @@ std::unique_ptr<o::OptimizerParamState> make_param_state(K k, std::int64_t step,
       st->momentum_buffer(s[0]);
       return st;
     }
-    case K::adam: return adam_state<o::AdamParamState>(step, s);
-    case K::adamw: return adam_state<o::AdamWParamState>(step, s);
+    case K::adam:
+      return adam_state<o::AdamParamState>(step, s);
+    case K::adamw:
+      return adam_state<o::AdamWParamState>(step, s);
     case K::rmsprop: {
       auto st = std::make_unique<o::RMSpropParamState>();
       st->step(step);

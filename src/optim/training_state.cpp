@@ -136,8 +136,7 @@ result<void> stage_list(const std::vector<sf::NamedTensor>& in, const NamedTenso
   return success();
 }
 
-result<void> stage_model(const sf::TrainingState& s, const torch::nn::Module& model,
-                         Staged& out) {
+result<void> stage_model(const sf::TrainingState& s, const torch::nn::Module& model, Staged& out) {
   const auto want = model_tensors(model);
   ST_TRY(stage_list(s.model, want, "parameter or buffer", out));
   if (s.model.size() != want.size()) {
@@ -273,8 +272,8 @@ result<void> load_training_state(BytesView state, torch::nn::Module& model,
     for (auto& [dst, src] : staged.copies) copy_into(dst, src);
     if (optimizer && staged.optimizer) std::swap(optimizer->state(), *staged.optimizer);
   } catch (const std::exception& e) {
-    return make_error(errc::internal, fmt::format("training state: applying it failed: {}",
-                                                  e.what()));
+    return make_error(errc::internal,
+                      fmt::format("training state: applying it failed: {}", e.what()));
   }
   return success();
 }

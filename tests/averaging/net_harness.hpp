@@ -38,6 +38,7 @@ struct Node {
   asio::io_context io;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   std::thread thread;
+  std::promise<void> ran_out;  // io.run() returned: no work left (or stopped)
   std::shared_ptr<net::Host> host;
   std::shared_ptr<Averager> avg;
   std::vector<std::vector<float>> tensors;
@@ -88,7 +89,10 @@ class Cluster {
     for (std::size_t i = 0; i < n; ++i) {
       auto node = std::make_unique<Node>();
       node->guard.emplace(node->io.get_executor());
-      node->thread = std::thread([io = &node->io] { io->run(); });
+      node->thread = std::thread([n = node.get()] {
+        n->io.run();
+        n->ran_out.set_value();
+      });
       net::HostConfig hc;
       node->host = net::Host::create(node->io.get_executor(), crypto::KeyPair::generate(), hc);
       auto started = node->run(
@@ -134,8 +138,13 @@ class Cluster {
         });
       n->avg.reset();
       n->host.reset();
+      // Let the coroutines that are still finishing (sessions closing after the host stopped)
+      // run to their end: destroying an io_context with suspended coroutines frees their
+      // frames in no particular order, and a TaskScope destroyed then emits cancellations into
+      // frames already freed (ASan: heap-use-after-free). Bounded: stop after 20 s.
+      auto done = n->ran_out.get_future();
       n->guard.reset();
-      n->io.stop();
+      if (done.wait_for(20s) != std::future_status::ready) n->io.stop();
       n->thread.join();
     }
   }

@@ -160,8 +160,8 @@ TEST(DhtReplication, ReplicatedRecordsPassTheReceiversValidators) {
   const auto owned = RecordKey::from_string("owned-" + owner_marker(net.core(2).peer()));
   const auto version = static_cast<std::uint64_t>(wall_micros(net.now_of(2).wall));
   ASSERT_TRUE(
-      store(net, 2, owned, {make_signed_record(net.key(2), owned, std::nullopt, to_bytes("mine"),
-                                               10min, version)})
+      store(net, 2, owned,
+            {make_signed_record(net.key(2), owned, std::nullopt, to_bytes("mine"), 10min, version)})
           .status);
   net.run_for(5s);
   ASSERT_TRUE(net.join(newcomer, {0}).status);
@@ -182,9 +182,8 @@ TEST(DhtReplication, ANewcomerGetsABoundedNumberOfRecordsOncePerCooldown) {
   const std::size_t newcomer = net.add_node();
   net.run_for(30s);
   for (int k = 0; k < 40; ++k)
-    ASSERT_TRUE(store(net, 1, RecordKey::from_string("bulk-" + std::to_string(k)),
-                      {plain("v", 1)})
-                    .status);
+    ASSERT_TRUE(
+        store(net, 1, RecordKey::from_string("bulk-" + std::to_string(k)), {plain("v", 1)}).status);
   net.run_for(5s);
   const std::uint64_t before = replicated(net);
   ASSERT_TRUE(net.join(newcomer, {0}).status);

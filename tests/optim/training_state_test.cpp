@@ -211,7 +211,8 @@ TEST(TrainingState, HostileStateIsRefusedAndChangesNothing) {
   // parameters of another group layout; a tensor the model does not have.
   auto sgd = make_optimizer(sf::OptimizerKind::sgd, donor->parameters());
   train_step(donor, *sgd, 2);
-  refused(save(*donor, sgd.get()), errc::invalid_argument, "optimizer state is SGD's, this optimizer is Adam");
+  refused(save(*donor, sgd.get()), errc::invalid_argument,
+          "optimizer state is SGD's, this optimizer is Adam");
   to::Adam amsgrad(mine->parameters(), to::AdamOptions().amsgrad(true));
   auto r = load_training_state(good, *mine, &amsgrad);
   ASSERT_FALSE(r);
@@ -219,7 +220,10 @@ TEST(TrainingState, HostileStateIsRefusedAndChangesNothing) {
       << r.error().message();
   refused(edited(good, [](sf::TrainingState& s) { s.optimizer->groups.push_back({}); }),
           errc::invalid_argument, "2 parameter groups");
-  refused(edited(good, [](sf::TrainingState& s) { s.model.push_back({"9.weight", s.model[0].tensor}); }),
+  refused(edited(good,
+                 [](sf::TrainingState& s) {
+                   s.model.push_back({"9.weight", s.model[0].tensor});
+                 }),
           errc::invalid_argument, "'9.weight' is not in this model");
   refused(edited(good, [](sf::TrainingState& s) { s.model.pop_back(); }), errc::invalid_argument,
           "missing");
