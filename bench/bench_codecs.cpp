@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_cpu.hpp"
+
 #include "starling/averaging/compression.hpp"
 #include "starling/core/thread_pool.hpp"
 
@@ -28,9 +30,7 @@ using namespace starling::averaging;
 namespace {
 
 double now(clockid_t clock) {
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  return bench::clock_s(clock);
 }
 
 // Median over `reps` runs of f's duration on `clock`. Single-threaded runs are timed with the

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sys/resource.h>
+#include <time.h>
 
 namespace starling::bench {
 
@@ -13,6 +14,13 @@ inline double process_cpu_s() {
     return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
   };
   return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+// Seconds on `clock` (CLOCK_THREAD_CPUTIME_ID, CLOCK_MONOTONIC, ...).
+inline double clock_s(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 }  // namespace starling::bench

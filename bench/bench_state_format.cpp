@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_cpu.hpp"
+
 #include "starling/optim/fashion_task.hpp"
 #include "starling/optim/state_format.hpp"
 #include "starling/optim/training_state.hpp"
@@ -33,10 +35,8 @@ using namespace starling::optim;
 
 namespace {
 
-double now(clockid_t c) {
-  timespec ts{};
-  clock_gettime(c, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+double now(clockid_t clock) {
+  return bench::clock_s(clock);
 }
 
 struct Time {
