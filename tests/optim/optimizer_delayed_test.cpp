@@ -10,6 +10,7 @@
 #include <atomic>
 
 #include "optim/fake_collaboration.hpp"
+#include "optim/hub_peer.hpp"
 #include "optim/linear_task.hpp"
 #include "starling/optim/optimizer.hpp"
 
@@ -59,17 +60,10 @@ class GatedCollaboration : public test::FakeCollaboration {
 };
 
 OptimizerOptions delayed_options() {
-  OptimizerOptions o;
-  o.run_id = "delayed";
-  o.target_batch_size = 64;
-  o.batch_size = 8;
+  OptimizerOptions o = test::hub_options("delayed", 64, 8);
   o.delay_optimizer_step = true;
-  o.matchmaking_time = 1s;
   o.averaging_timeout = 60s;
-  o.load_state_timeout = 10s;
-  o.progress.min_refresh = 50ms;
   o.progress.max_refresh = 200ms;
-  o.progress.max_publish_interval = 200ms;
   o.progress.stale_after = 600s;  // the partner's record below never goes stale
   o.progress_ttl = 600s;
   return o;
