@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
 
 #include "starling/core/async.hpp"
 #include "starling/core/bytes.hpp"
@@ -63,6 +64,38 @@ TEST(Async, WithTimeoutCancelsSlowOperation) {
   EXPECT_LT(Clock::now() - t0, 2s);
   ASSERT_FALSE(out);
   EXPECT_EQ(out.error(), errc::timeout);
+}
+
+// An operation that needs a few executor turns to unwind after cancellation (as a dial
+// through several layers does): the deadline's timer completes first, and the result must
+// still say "cancelled", not "timeout", so callers stop instead of retrying.
+TEST(Async, WithTimeoutReportsCancellationFromOutsideAsCancelled) {
+  asio::io_context io;
+  result<int> inner = 0, outer = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> awaitable<void> {
+        auto slow_to_unwind = []() -> awaitable<result<int>> {
+          auto r = co_await sleep_for(10s);
+          co_await asio::this_coro::reset_cancellation_state();
+          for (int i = 0; i < 3; ++i) co_await asio::post(asio::use_awaitable);
+          if (!r) co_return r.error();
+          co_return 1;
+        };
+        auto wrapped = [&]() -> awaitable<result<int>> {
+          inner = co_await with_timeout(slow_to_unwind(), 10s, "inner op");
+          co_return inner;
+        };
+        outer = co_await with_timeout(wrapped(), 20ms, "outer deadline");
+      },
+      asio::detached);
+  auto t0 = Clock::now();
+  io.run();
+  EXPECT_LT(Clock::now() - t0, 2s);
+  ASSERT_FALSE(inner);
+  EXPECT_EQ(inner.error(), errc::cancelled) << inner.error().message();
+  ASSERT_FALSE(outer);
+  EXPECT_EQ(outer.error(), errc::timeout);
 }
 
 TEST(Async, TaskScopeCloseIsBounded) {

@@ -42,13 +42,17 @@ inline constexpr auto use_nothrow = asio::experimental::as_tuple(asio::use_await
 Error from_asio(const std::error_code& ec, std::string context = {});
 
 // Runs `op` with a deadline. If the deadline passes first, `op` is cancelled and the
-// result is errc::timeout with `what` as context.
+// result is errc::timeout with `what` as context. If the caller is cancelled, the result is
+// errc::cancelled whichever of the two branches unwinds first (callers stop on cancelled but
+// may retry on timeout).
 template <class T>
 awaitable<result<T>> with_timeout(awaitable<result<T>> op, Duration timeout, std::string what) {
   using namespace asio::experimental::awaitable_operators;
   asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
   auto r = co_await (std::move(op) || timer.async_wait(use_nothrow));
   if (r.index() == 0) co_return std::move(std::get<0>(r));
+  // The timer only completes with an error when the group was cancelled from outside.
+  if (std::get<0>(std::get<1>(r))) co_return make_error(errc::cancelled, std::move(what));
   co_return make_error(errc::timeout, std::move(what));
 }
 
