@@ -171,11 +171,17 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_peer(PeerId peer
   std::string errors;
   for (auto& a : addrs) {
     if (remaining(deadline) <= Duration::zero()) break;
+    auto cs = co_await asio::this_coro::cancellation_state;
+    if (cs.cancelled() != asio::cancellation_type::none) break;
     auto r = co_await dial_addr(a, peer, deadline);
     if (r) co_return r;
     errors += (errors.empty() ? "" : "; ") + r.error().message();
     if (r.error() == errc::cancelled) break;
   }
+  if (auto cs = co_await asio::this_coro::cancellation_state;
+      cs.cancelled() != asio::cancellation_type::none)
+    co_return make_error(errc::cancelled, "dial " + peer.to_string() + " cancelled" +
+                                              (errors.empty() ? "" : ": " + errors));
   if (errors.empty()) errors = "deadline passed before any address was tried";
   co_return make_error(errc::unavailable, "dial " + peer.to_string() + " failed: " + errors);
 }
@@ -185,19 +191,34 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::get_or_dial(const Pee
   if (stopping_) co_return make_error(errc::cancelled, "host is stopping");
   if (peer == id_) co_return make_error(errc::invalid_argument, "cannot dial self");
   if (auto c = best_connection(peer)) co_return c;
-  // Join a dial already in progress instead of opening a second connection.
-  if (auto it = dialing_.find(peer); it != dialing_.end()) {
+  // Join a dial already in progress instead of opening a second connection. If that dial was
+  // cancelled by its own caller (not by us), dial again ourselves.
+  for (auto it = dialing_.find(peer); it != dialing_.end(); it = dialing_.find(peer)) {
     auto pending = it->second;
     ST_CO_TRY(co_await with_timeout(pending->done.wait(), remaining(deadline),
                                     "waiting for dial to " + peer.to_string()));
-    co_return pending->outcome;
+    if (pending->outcome || pending->outcome.error() != errc::cancelled || stopping_)
+      co_return pending->outcome;
+    if (auto c = best_connection(peer)) co_return c;
   }
-  auto pending = std::make_shared<PendingDial>(ex_);
-  dialing_[peer] = pending;
+  // Whatever ends this dial (result, cancellation, exception), joiners are woken and the
+  // entry is removed: a stale entry would make the peer undialable for the Host's life.
+  struct Finish {
+    std::weak_ptr<Host> host;
+    PeerId peer;
+    std::shared_ptr<PendingDial> pending;
+    ~Finish() {
+      pending->done.set();
+      auto h = host.lock();
+      if (!h) return;
+      if (auto it = h->dialing_.find(peer); it != h->dialing_.end() && it->second == pending)
+        h->dialing_.erase(it);
+    }
+  } finish{weak_from_this(), peer, std::make_shared<PendingDial>(ex_)};
+  finish.pending->outcome = make_error(errc::cancelled, "dial to " + peer.to_string() + " cancelled");
+  dialing_[peer] = finish.pending;
   auto r = co_await dial_peer(peer, deadline);
-  pending->outcome = r;
-  pending->done.set();
-  dialing_.erase(peer);
+  finish.pending->outcome = r;
   co_return r;
 }
 
