@@ -16,8 +16,10 @@ awaitable<result<void>> read_exact(ByteStream& s, MutableBytesView buf) {
 }
 
 awaitable<result<void>> BufferedReader::fill() {
-  if (pos_ > 0 && pos_ == buf_.size()) {
-    buf_.clear();
+  // Drop what was consumed (at most a partial varint or frame header remains), so the buffer
+  // never grows with the bytes a long stream has carried.
+  if (pos_ > 0) {
+    buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(pos_));
     pos_ = 0;
   }
   std::size_t old = buf_.size();
@@ -58,8 +60,21 @@ awaitable<result<Bytes>> BufferedReader::read_length_prefixed(std::size_t max_le
   if (len > max_len)
     co_return make_error(errc::too_large, "length prefix " + std::to_string(len) +
                                               " exceeds limit " + std::to_string(max_len));
-  Bytes out(len);
-  ST_CO_TRY(co_await read_exact(out));
+  co_return co_await read_bytes(len);
+}
+
+awaitable<result<Bytes>> BufferedReader::read_bytes(std::size_t n) {
+  constexpr std::size_t kStep = 64 * 1024;
+  Bytes out;
+  out.reserve(std::min(n, kStep));
+  while (out.size() < n) {
+    // Grow geometrically (at most twice what has arrived, plus one step).
+    std::size_t chunk = std::min(n - out.size(), std::max(kStep, out.size()));
+    std::size_t old = out.size();
+    out.resize(old + chunk);
+    auto r = co_await read_exact(MutableBytesView(out).subspan(old));
+    if (!r) co_return r.error();
+  }
   co_return out;
 }
 

@@ -174,11 +174,8 @@ awaitable<result<std::optional<std::uint64_t>>> read_frame_length(BufferedReader
 }
 
 awaitable<result<Bytes>> read_frame_body(BufferedReader& r, std::size_t n) {
-  Bytes body(n);
-  // (BufferedReader::read_exact memcpy()s from/to data(), which is null for an empty vector.)
-  if (n == 0) co_return body;
-  auto got = co_await r.read_exact(body);
-  if (got) co_return body;
+  auto got = co_await r.read_bytes(n);
+  if (got) co_return std::move(got).value();
   if (got.error() == errc::closed)
     co_return make_error(errc::protocol_violation,
                          "stream ended inside a frame of " + std::to_string(n) + " bytes");

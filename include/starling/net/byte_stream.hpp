@@ -60,6 +60,9 @@ class BufferedReader {
   explicit BufferedReader(ByteStream& s) : s_(&s) {}
   awaitable<result<std::uint64_t>> read_uvarint();
   awaitable<result<void>> read_exact(MutableBytesView out);
+  // Reads exactly n bytes into a new buffer that grows as the bytes arrive (a peer that
+  // announces a large frame and sends nothing holds no memory for it).
+  awaitable<result<Bytes>> read_bytes(std::size_t n);
   // Reads a uvarint length prefix then that many bytes; errc::too_large above max_len.
   awaitable<result<Bytes>> read_length_prefixed(std::size_t max_len);
   Bytes take_buffered();
