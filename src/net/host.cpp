@@ -8,6 +8,11 @@
 #include "starling/net/noise.hpp"
 
 namespace starling::net {
+namespace {
+constexpr Duration kPingIdle = 60s;          // a ping stream with no ping for this long ends
+constexpr Duration kPingWrite = 10s;         // an echo the pinger does not read in this long
+constexpr int kMaxPingsPerStream = 1 << 16;  // then the pinger opens a new stream
+}  // namespace
 
 std::shared_ptr<Host> Host::create(asio::any_io_executor ex, crypto::KeyPair key, HostConfig cfg) {
   return std::shared_ptr<Host>(new Host(std::move(ex), std::move(key), std::move(cfg)));
@@ -66,13 +71,19 @@ awaitable<result<void>> Host::start() {
                 : []() -> awaitable<void> { co_return; }();
   });
   set_stream_handler(kPingProtocol, [](ByteStreamPtr s, PeerId) -> awaitable<void> {
+    // Every wait is bounded: a peer that stops sending, or stops reading our echoes, loses
+    // the stream instead of holding it (and its window of unread bytes) forever.
     std::array<std::uint8_t, 32> buf;
-    for (;;) {
-      auto r = co_await read_exact(*s, buf);
+    for (int pings = 0; pings < kMaxPingsPerStream; ++pings) {
+      auto r = co_await with_timeout(read_exact(*s, buf), kPingIdle, "ping");
+      if (!r && r.error() == errc::closed) {  // the pinger is done: a clean close
+        (void)co_await with_timeout(s->close_write(), kPingWrite, "ping close");
+        co_return;
+      }
       if (!r) break;
-      if (!co_await s->write(buf)) break;
+      if (!co_await with_timeout(s->write(buf), kPingWrite, "ping echo")) break;
     }
-    (void)co_await s->close_write();
+    s->reset();
   });
   scope_.spawn(idle_sweeper());
   co_return success();
