@@ -14,11 +14,20 @@ namespace {
 constexpr Duration kStateIdle = 60s;   // a state stream with no request for this long is closed
 constexpr Duration kSourceWait = 30s;  // a blob source must answer within this
 
-awaitable<result<void>> write_frame(net::ByteStream& s, const StateFrame& f,
-                                    BytesView payload = {}) {
+constexpr Duration kStateWrite = 60s;  // a reader that takes no frame for this long is dropped
+
+awaitable<result<void>> write_frame_now(net::ByteStream& s, const StateFrame& f,
+                                        BytesView payload) {
   ST_CO_TRY(co_await s.write(net::length_prefixed(wire::encode_state_frame(f))));
   if (!payload.empty()) ST_CO_TRY(co_await s.write(payload));
   co_return success();
+}
+
+// Bounded: a reader that stops reading would otherwise hold this handler (and the snapshot it
+// serves) for as long as it keeps the connection alive.
+awaitable<result<void>> write_frame(net::ByteStream& s, const StateFrame& f,
+                                    BytesView payload = {}) {
+  co_return co_await with_timeout(write_frame_now(s, f, payload), kStateWrite, "state write");
 }
 
 // Pool tasks (plain function objects: GCC 12 mishandles lambdas nested in coroutine lambdas).
