@@ -66,11 +66,27 @@ Response DhtCore::handle_find(const net::PeerId& from, const FindRequest& req, c
   FindResponse out;
   const DhtId requester = DhtId::of_peer(from);
   const std::size_t peers = std::min(cfg_.k, cfg_.limits.max_peers_per_target);
+  // Records go out within a byte budget (half a message: peers and framing take the rest),
+  // each key at most once: a request naming one big key many times costs one copy, and a
+  // target whose records do not fit gets peers only (the getter asks those).
+  std::size_t budget = cfg_.limits.max_message_bytes / 2;
+  std::vector<DhtId> answered;
   for (const auto& target : req.targets) {
     FindResult r;
     for (auto& c : routing_.closest(target, peers, requester))
       r.peers.push_back(PeerInfo{std::move(c.peer), std::move(c.addrs)});
-    if (req.want_values) r.records = store_.records(target, now.mono);
+    const bool repeated = std::find(answered.begin(), answered.end(), target) != answered.end();
+    if (req.want_values && !repeated) {
+      answered.push_back(target);
+      const Slot* slot = store_.find(target, now.mono);
+      if (slot && slot->byte_size() <= budget) {
+        budget -= slot->byte_size();
+        r.records = store_.records(target, now.mono);
+      } else if (slot) {
+        dht_log().debug("find from {}: records of {} ({} bytes) left out of the answer",
+                        from.short_string(), to_hex(target.bytes()).substr(0, 12), slot->byte_size());
+      }
+    }
     out.results.push_back(std::move(r));
   }
   return Response{header(), std::move(out)};

@@ -19,6 +19,19 @@ result<MergeResult> RecordStore::put(const RecordKey& key, const std::optional<S
                                               std::to_string(limits_.max_subkeys_per_key) +
                                               " sub-keys");
   }
+  if (it != slots_.end()) {
+    const Entry* held = it->second.slot.find(subkey);
+    const std::size_t replaced = held ? Slot::size_of(subkey, held->body) : 0;
+    const std::size_t projected = it->second.slot.byte_size() - replaced +
+                                  Slot::size_of(subkey, body);
+    if (projected > limits_.max_bytes_per_key)
+      return make_error(dht_errc::capacity, "key " + key.to_string() + " would hold " +
+                                                std::to_string(projected) + " bytes (limit " +
+                                                std::to_string(limits_.max_bytes_per_key) + ")");
+  } else if (Slot::size_of(subkey, body) > limits_.max_bytes_per_key) {
+    return make_error(dht_errc::capacity, "record of " + std::to_string(body.value.size()) +
+                                              " bytes exceeds the per-key limit");
+  }
   if (bytes_ + added > limits_.max_bytes)
     return make_error(dht_errc::capacity, std::to_string(bytes_) + " bytes held");
   if (it == slots_.end()) {

@@ -131,6 +131,8 @@ struct DhtConfig {
   std::size_t max_stored_keys = 100000;
   std::size_t max_subkeys_per_key = 4096;
   std::size_t max_stored_bytes = 256 << 20;
+  // Records of one key (all its sub-keys); at most half of limits.max_message_bytes.
+  std::size_t max_bytes_per_key = 2 << 20;
 
   // Client mode: this node does not accept connections, so it never answers requests and
   // tells peers not to put it into their routing tables.

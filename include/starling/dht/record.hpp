@@ -87,9 +87,10 @@ class Slot {
   std::size_t item_count() const noexcept { return dict_.size() + (plain_ ? 1 : 0); }
   // Latest deadline of any item (nullopt if empty).
   std::optional<TimePoint> last_deadline() const;
+  // The bytes one item counts for in byte_size().
+  static std::size_t size_of(const std::optional<SubKey>& sk, const RecordBody& b) noexcept;
 
  private:
-  static std::size_t size_of(const std::optional<SubKey>& sk, const RecordBody& b) noexcept;
   std::optional<Entry> plain_;
   std::map<SubKey, Entry> dict_;
   std::size_t bytes_ = 0;

@@ -18,6 +18,9 @@ class RecordStore {
     std::size_t max_keys = 100000;
     std::size_t max_subkeys_per_key = 4096;
     std::size_t max_bytes = 256 << 20;
+    // One key's records must fit in one find response (config: max_message_bytes / 2), or
+    // no node could ever return them.
+    std::size_t max_bytes_per_key = 2 << 20;
   };
   explicit RecordStore(Limits limits) : limits_(limits) {}
   RecordStore() : RecordStore(Limits{}) {}
