@@ -27,7 +27,7 @@ TEST(DhtAbuse, OneKeyHoldsAtMostItsByteLimitAndReplacingAnEntryStillWorks) {
   const TimePoint now{};
   const auto key = RecordKey::from_string("shared");
   std::size_t accepted = 0;
-  result<MergeResult> last = MergeResult::inserted;
+  result<MergeResult> last = MergeResult::stored;
   for (int i = 0; i < 20 && last; ++i) {
     const auto r = entry("w" + std::to_string(i), 1000);
     last = store.put(key, r.subkey, r.body, now + 1min, now);

@@ -77,7 +77,7 @@ TEST(HostDial, CancelledDialLeavesThePeerDialable) {
     auto s = co_await a->open_stream(b->local_peer(), kEchoProtocol, 10s);
     CO_ASSERT_OK(s);
     EXPECT_TRUE(a->is_connected(b->local_peer()));
-    (void)co_await s.value()->close();
+    (void)co_await s.value()->close_write();
     co_await scope.close(1s);
     co_await a->stop();
     co_await b->stop();
