@@ -85,6 +85,7 @@ RoundCore::RoundCore(std::vector<RoundMember> members, std::uint32_t self,
       deadline_(deadline),
       failed_(members_.size()),
       blamed_(members_.size()),
+      closed_(members_.size()),
       last_activity_(members_.size(), now),
       counted_elems_(members_.size(), 0) {
   for (const auto& m : members_) caps_.push_back(m.cap);
@@ -150,6 +151,12 @@ void RoundCore::on_peer_failed(std::uint32_t peer, const std::string& reason, Ti
                                bool blame) {
   if (status_ != Status::running || peer >= n_ || peer == self_ || failed_.test(peer)) return;
   mark_failed(peer, reason, blame);
+  advance(now);
+}
+
+void RoundCore::on_peer_closed(std::uint32_t peer, TimePoint now) {
+  if (status_ != Status::running || peer >= n_ || peer == self_ || failed_.test(peer)) return;
+  closed_.set(peer);
   advance(now);
 }
 

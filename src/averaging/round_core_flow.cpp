@@ -182,6 +182,7 @@ void RoundCore::advance(TimePoint now) {
   bool progress = true;
   while (progress && status_ == Status::running) {
     progress = false;
+    fail_closed_waits();
     Sub& s = sub_;
     const std::uint32_t index = s.index;
     if (is_owner() && !rs_complete()) {
@@ -368,6 +369,14 @@ Bitset RoundCore::waiting_on() const {
       if (s.alive.test(j) && !members_[j].cap.client && !s.fin2[j]) want(j);
   }
   return w;
+}
+
+// A peer that closed cleanly sends nothing more: waiting on it would only end in a stall.
+void RoundCore::fail_closed_waits() {
+  if (closed_.none()) return;
+  Bitset w = waiting_on();
+  w &= closed_;
+  for (auto j : w.indices()) mark_failed(j, "closed its streams before sending what we wait for");
 }
 
 void RoundCore::tick(TimePoint now) {

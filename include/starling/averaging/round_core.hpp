@@ -172,6 +172,10 @@ class RoundCore {
   // `blame`: the peer misbehaved (malformed bytes), as opposed to vanishing.
   void on_peer_failed(std::uint32_t peer, const std::string& reason, TimePoint now,
                       bool blame = false);
+  // The transport saw every stream of `peer` end cleanly (EOF at a frame boundary). Not a
+  // failure by itself: a member that finished has sent everything and closes. It becomes one
+  // as soon as this member waits on `peer` for anything (now or later in the round).
+  void on_peer_closed(std::uint32_t peer, TimePoint now);
   // Advances timers (stall detection, deadline).
   void tick(TimePoint now);
   // Late data (the core was built with an empty `local`): this member's values (N floats,
@@ -257,6 +261,7 @@ class RoundCore {
   bool fin2_complete() const;
   void decide(TimePoint now);
   Bitset waiting_on() const;
+  void fail_closed_waits();
   void mark_failed(std::uint32_t peer, const std::string& reason, bool blame = false);
   void fail(Error e);
   void send(std::uint32_t to, RoundMessage m);
@@ -285,6 +290,7 @@ class RoundCore {
   Error error_;
   Bitset failed_;
   Bitset blamed_;
+  Bitset closed_;  // peers whose streams ended cleanly (on_peer_closed)
   std::vector<TimePoint> last_activity_;
   Sub sub_;
   std::vector<Buffered> future_;
