@@ -49,7 +49,8 @@ void RoundCore::begin_subround(std::uint32_t index, std::vector<Segment> segment
                sub_.plan.total, nparts, (~sub_.alive).to_string());
   send_parts();
   auto future = std::exchange(future_, {});
-  future_bytes_ = 0;
+  held_bytes_ = 0;
+  ahead_.clear();
   for (auto& b : future) {
     if (status_ != Status::running) break;
     if (failed_.test(b.from)) continue;
