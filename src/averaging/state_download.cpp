@@ -82,9 +82,26 @@ awaitable<void> StateDownload::ask_manifest(StateAnnouncement a) {
   donors_.push_back(std::move(r).value());
 }
 
+std::vector<PeerKey> StateDownload::chosen_donors() const {
+  std::vector<PeerKey> out;
+  for (const auto& d : use_) out.push_back(d->peer);
+  return out;
+}
+
 result<void> StateDownload::choose_snapshot() {
   std::map<Bytes, std::vector<std::shared_ptr<StateDonor>>> by_snap;
+  std::vector<std::uint64_t> epochs;
+  for (auto& d : donors_) epochs.push_back(d->manifest.epoch);
+  const std::uint64_t median = lower_median(epochs);
   for (auto& d : donors_) {
+    if (d->manifest.epoch > median && d->manifest.epoch - median > opts_.max_epoch_lead) {
+      logger("averaging")
+          ->warn("load_state: donor {} claims epoch {}, more than {} ahead of the median {}: "
+                 "refused",
+                 d->peer.short_hex(), d->manifest.epoch, opts_.max_epoch_lead, median);
+      d->stream->reset();
+      continue;
+    }
     const auto& m = d->manifest;
     const bool size_ok = target_.size ? m.size == *target_.size : m.size <= target_.max_bytes;
     if (m.schema_hash != target_.kind || !size_ok || !validate_manifest(m)) {
