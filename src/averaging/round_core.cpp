@@ -262,7 +262,8 @@ result<void> RoundCore::buffer_future(std::uint32_t from, const RoundMessage& ms
     p->data = b.data;
   } else if (auto* r = std::get_if<ResultMsg>(&b.msg)) {
     if (r->data.empty() || !insert_once(a.results, r->part))
-      return make_error(errc::protocol_violation, "empty or repeated result for the next sub-round");
+      return make_error(errc::protocol_violation,
+                        "empty or repeated result for the next sub-round");
     if ((a.result_floats += r->data.size()) > n)
       return make_error(errc::too_large, "more results than the vector for the next sub-round");
     b.data.assign(r->data.begin(), r->data.end());

@@ -27,7 +27,7 @@ struct ReduceTask {
   ReduceJob job;
   std::shared_ptr<PoolGate> gate;
   const std::function<void(std::uint32_t)>* before;  // test hook (may be empty)
-  const TensorCodecs* codecs;  // null: uncompressed, nothing to encode
+  const TensorCodecs* codecs;                        // null: uncompressed, nothing to encode
   std::uint64_t begin;
   std::span<const float> residual;
   std::span<float> residual_out;
@@ -136,9 +136,10 @@ awaitable<void> RoundRunner::wait_pool_tasks() {
   if (pool_tasks_ == 0) co_return;
   gate_->closed.store(true);
   logger("averaging")
-      ->warn("all-reduce: {} pool task(s) still queued or running after the round's deadline; "
-             "they will not touch its buffers",
-             pool_tasks_);
+      ->warn(
+          "all-reduce: {} pool task(s) still queued or running after the round's deadline; "
+          "they will not touch its buffers",
+          pool_tasks_);
   // Tasks already inside finish a bounded computation (one part): wait for them.
   const TimePoint hard = Clock::now() + 10s;
   while (gate_->inside.load() > 0 && Clock::now() < hard) {
@@ -258,8 +259,14 @@ awaitable<void> RoundRunner::reduce_part(ReduceJob job) {
   PoolUse use(this, true);  // counted by pump()
   const std::uint32_t sub = job.subround, part = job.part;
   const auto begin = static_cast<std::uint64_t>(job.out.data() - output_.data());
-  ReduceTask task{std::move(job),     gate_, &cfg_.before_reduce, compressed() ? cfg_.codecs : nullptr,
-                  begin,              {},    {},                  &codec_ns_};
+  ReduceTask task{std::move(job),
+                  gate_,
+                  &cfg_.before_reduce,
+                  compressed() ? cfg_.codecs : nullptr,
+                  begin,
+                  {},
+                  {},
+                  &codec_ns_};
   if (task.codecs && !cfg_.result_residual.empty() &&
       begin + task.job.out.size() <= output_.size()) {
     task.residual = cfg_.result_residual.subspan(begin, task.job.out.size());

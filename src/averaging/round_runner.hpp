@@ -134,8 +134,8 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
     bool fenced = false;
     bool inbound_seen = false;
     std::uint32_t ended = 0;  // streams that ended cleanly (EOF at a frame boundary)
-    bool heard = false;  // a frame arrived from this peer
-    bool busy = false;   // a part or result is being written
+    bool heard = false;       // a frame arrived from this peer
+    bool busy = false;        // a part or result is being written
     // Balanced progress (balance_ahead()): elements of parts and results this sub-round.
     std::uint64_t flow_total = 0, flow_sent = 0, parts_total = 0;
   };

@@ -96,9 +96,10 @@ result<void> StateDownload::choose_snapshot() {
   for (auto& d : donors_) {
     if (d->manifest.epoch > median && d->manifest.epoch - median > opts_.max_epoch_lead) {
       logger("averaging")
-          ->warn("load_state: donor {} claims epoch {}, more than {} ahead of the median {}: "
-                 "refused",
-                 d->peer.short_hex(), d->manifest.epoch, opts_.max_epoch_lead, median);
+          ->warn(
+              "load_state: donor {} claims epoch {}, more than {} ahead of the median {}: "
+              "refused",
+              d->peer.short_hex(), d->manifest.epoch, opts_.max_epoch_lead, median);
       d->stream->reset();
       continue;
     }

@@ -1,8 +1,8 @@
 // State transfer (state_transfer.hpp): the donor's snapshot, announcement and server (tensor
 // snapshots and byte blobs), and the newcomer's side (StateDownload does the transfer).
 
-#include <set>
 #include <cstring>
+#include <set>
 
 #include "averager_impl.hpp"
 #include "starling/core/log.hpp"

@@ -76,8 +76,8 @@ result<void> check_at(BytesView b, const Schema& s, int depth) {
   return success();
 }
 
-constexpr std::uint32_t kId = 64;        // group ids, snapshot ids, hashes
-constexpr std::uint32_t kText = 4096;    // reasons, keys
+constexpr std::uint32_t kId = 64;      // group ids, snapshot ids, hashes
+constexpr std::uint32_t kText = 4096;  // reasons, keys
 constexpr std::uint32_t kFrame = static_cast<std::uint32_t>(kMaxFrame);
 constexpr std::uint32_t kGroupBits = (kMaxGroupSize + 7) / 8;
 constexpr std::uint32_t kMembers = kMaxGroupSize;
@@ -111,26 +111,19 @@ constexpr Field kFinReportF[] = {{1, Kind::varint},
                                  {3, Kind::bytes, 1, kGroupBits},
                                  {4, Kind::bytes, 1, kGroupBits},
                                  {5, Kind::bytes, 1, kGroupBits}};
-constexpr Field kRoundFrameF[] = {{1, Kind::varint},
-                                  {2, Kind::varint},
-                                  {3, Kind::varint},
-                                  {4, Kind::bytes, 1, kGroupBits},
-                                  {5, Kind::varint},
-                                  {6, Kind::message, kMembers, kFrame, &kFinReport},
-                                  {7, Kind::varint},
-                                  {8, Kind::bytes, 1, kId},
-                                  {9, Kind::varint},
-                                  {10, Kind::varint},
-                                  {11, Kind::fixed64}};
+constexpr Field kRoundFrameF[] = {
+    {1, Kind::varint},  {2, Kind::varint},
+    {3, Kind::varint},  {4, Kind::bytes, 1, kGroupBits},
+    {5, Kind::varint},  {6, Kind::message, kMembers, kFrame, &kFinReport},
+    {7, Kind::varint},  {8, Kind::bytes, 1, kId},
+    {9, Kind::varint},  {10, Kind::varint},
+    {11, Kind::fixed64}};
 constexpr Field kStateRequestF[] = {
     {1, Kind::varint}, {2, Kind::bytes, 1, kId}, {3, Kind::varint, 256, 256 * 5}};
-constexpr Field kStateManifestF[] = {{1, Kind::bytes, 1, kId},
-                                     {2, Kind::varint},
-                                     {3, Kind::bytes, 1, kMaxMetadata},
-                                     {4, Kind::bytes, 1, kId},
-                                     {5, Kind::varint},
-                                     {6, Kind::varint},
-                                     {7, Kind::bytes, kFrame / 32, kId}};
+constexpr Field kStateManifestF[] = {
+    {1, Kind::bytes, 1, kId},          {2, Kind::varint}, {3, Kind::bytes, 1, kMaxMetadata},
+    {4, Kind::bytes, 1, kId},          {5, Kind::varint}, {6, Kind::varint},
+    {7, Kind::bytes, kFrame / 32, kId}};
 constexpr Field kStateFrameF[] = {{1, Kind::message, 1, kFrame, &kStateManifest},
                                   {2, Kind::varint},
                                   {3, Kind::varint},

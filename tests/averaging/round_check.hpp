@@ -67,7 +67,7 @@ inline Bitset counted_anywhere(RoundSim& sim, std::uint32_t member) {
 // After a single crash, the victim's contribution is in every part of the result or in none
 // (never in some parts only), and every survivor is counted everywhere.
 inline void expect_all_or_nothing(RoundSim& sim, std::uint32_t victim,
-                           const std::vector<std::uint32_t>& done, std::size_t elems) {
+                                  const std::vector<std::uint32_t>& done, std::size_t elems) {
   for (auto i : done) {
     const auto& ce = sim.core(i).counted_elements();
     EXPECT_TRUE(ce[victim] == 0 || ce[victim] == elems)

@@ -25,8 +25,8 @@ TEST(RoundClose, FinishedPeerClosingIsNotAFailure) {
     EXPECT_EQ(done.size(), o.n);
     for (auto i : done) {
       EXPECT_TRUE(sim.core(i).failed().none())
-          << "member " << i << " counts a finished peer as failed: "
-          << sim.core(i).failed().to_string();
+          << "member " << i
+          << " counts a finished peer as failed: " << sim.core(i).failed().to_string();
       EXPECT_EQ(sim.core(i).subround(), 0u) << "member " << i;
     }
   }

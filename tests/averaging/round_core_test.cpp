@@ -11,7 +11,6 @@ using starling::averaging::test::RoundSim;
 using starling::averaging::test::SimOptions;
 using namespace starling::averaging::test;
 
-
 TEST(RoundCore, ExactWeightedMeanWithoutFailures) {
   for (std::size_t n : {1, 2, 3, 5, 8, 16}) {
     for (std::uint64_t seed = 1; seed <= 3; ++seed) {

@@ -33,9 +33,8 @@ TEST(RoundRunner, EarlyHalfCloseOfOneStreamIsNotAFailure) {
   auto r = fut.get();
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_TRUE(rp.runner->core().failed().none()) << rp.runner->core().failed().to_string();
-  auto peer_done = rp.on_io([&]() -> awaitable<bool> {
-    co_return rp.peer->core().status() == RoundCore::Status::done;
-  });
+  auto peer_done = rp.on_io(
+      [&]() -> awaitable<bool> { co_return rp.peer->core().status() == RoundCore::Status::done; });
   ASSERT_TRUE(peer_done);
   EXPECT_EQ(std::memcmp(rp.out0.data(), rp.peer->output().data(), rp.out0.size() * 4), 0);
 }

@@ -148,18 +148,16 @@ struct RunnerPair {
     cfg.protocol = kRunnerTestProtocol;
     peer = std::make_unique<ScriptedPeer>(members, std::move(local1), cfg.round, deadline);
     peer->close_inbound_early = close_inbound_early;
-    runner = std::make_shared<detail::RoundRunner>(*a, g, 0,
-                                                   std::vector<net::PeerId>{a->local_peer(),
-                                                                            b->local_peer()},
-                                                   local0, out0, cfg, deadline, pool);
-    a->set_stream_handler(kRunnerTestProtocol,
-                          [r = runner](net::ByteStreamPtr s, net::PeerId) -> awaitable<void> {
-                            auto rd = std::make_shared<net::BufferedReader>(*s);
-                            auto h = co_await with_timeout(
-                                rd->read_length_prefixed(wire::kMaxFrame), 10s, "hello");
-                            if (!h) co_return;
-                            co_await r->serve_inbound(1, s, rd);
-                          });
+    runner = std::make_shared<detail::RoundRunner>(
+        *a, g, 0, std::vector<net::PeerId>{a->local_peer(), b->local_peer()}, local0, out0, cfg,
+        deadline, pool);
+    a->set_stream_handler(
+        kRunnerTestProtocol, [r = runner](net::ByteStreamPtr s, net::PeerId) -> awaitable<void> {
+          auto rd = std::make_shared<net::BufferedReader>(*s);
+          auto h = co_await with_timeout(rd->read_length_prefixed(wire::kMaxFrame), 10s, "hello");
+          if (!h) co_return;
+          co_await r->serve_inbound(1, s, rd);
+        });
     b->set_stream_handler(kRunnerTestProtocol,
                           [p = peer.get()](net::ByteStreamPtr s, net::PeerId) -> awaitable<void> {
                             co_await p->serve(s);
@@ -172,9 +170,7 @@ struct RunnerPair {
     auto fut = spawn_future(io, [r = runner]() { return r->run(); });
     asio::co_spawn(
         io,
-        [this]() -> awaitable<void> {
-          (void)co_await peer->run(*b, a->local_peer(), group_id);
-        },
+        [this]() -> awaitable<void> { (void)co_await peer->run(*b, a->local_peer(), group_id); },
         asio::detached);
     return fut;
   }

@@ -34,15 +34,18 @@ TEST(WireScan, EveryEncodedFramePasses) {
   EXPECT_TRUE(scan::check(
       wire::encode_match(JoinRequest{member(), Bytes(32, 1), "key[3]", WallClock::now()}),
       scan::kMatchFrame));
-  StateManifest man{Bytes(32, 1), 9, to_bytes("meta"), Bytes(32, 2), 10, 4,
+  StateManifest man{Bytes(32, 1),
+                    9,
+                    to_bytes("meta"),
+                    Bytes(32, 2),
+                    10,
+                    4,
                     {Bytes(32, 1), Bytes(32, 2), Bytes(32, 3)}};
-  EXPECT_TRUE(
-      scan::check(wire::encode_state_frame(StateFrame{man, {}, 0, {}}), scan::kStateFrame));
+  EXPECT_TRUE(scan::check(wire::encode_state_frame(StateFrame{man, {}, 0, {}}), scan::kStateFrame));
   EXPECT_TRUE(scan::check(wire::encode_state_request(StateRequest{false, Bytes(32, 1), {1, 2, 3}}),
                           scan::kStateRequest));
-  EXPECT_TRUE(scan::check(
-      wire::encode_announcement({member(), 4, Bytes(32, 1), WallClock::now()}),
-      scan::kStateAnnouncement));
+  EXPECT_TRUE(scan::check(wire::encode_announcement({member(), 4, Bytes(32, 1), WallClock::now()}),
+                          scan::kStateAnnouncement));
 }
 
 TEST(WireScan, RejectsWhatTheParserWouldAccept) {
