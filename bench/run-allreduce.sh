@@ -19,7 +19,8 @@
 # the processes' debug logs of the emulated-internet run, for a time series), BENCH_NETLAB_GLOO (1; 0 skips Gloo there),
 # BENCH_STARLING_ARGS (extra bench_allreduce options there, e.g. --balance-slack 0),
 # BENCH_NETLAB_CAP_PCT (94; an extra Starling row whose processes cap their upload at this
-# percent of the link, bench_allreduce --max-upload; 0 skips it). Ends with one `RESULT {json}` line (loopback rows under "results",
+# percent of the link, bench_allreduce --max-upload, with a BENCH_NETLAB_CAP_BURST (65536)
+# byte bucket: the host's default burst, 100 ms of the rate, fills the link's queue; 0 skips it). Ends with one `RESULT {json}` line (loopback rows under "results",
 # the emulated internet under "netlab").
 set -euo pipefail
 build=${1:-build}
@@ -170,7 +171,7 @@ if [[ -n $trace ]]; then
   cp "$last_run_dir"/out.* "$last_run_dir"/err.* "$trace"/
 fi
 if [[ $cap_pct != 0 ]]; then  # the same with each process's upload capped below the link
-  star_extra="--max-upload $((mbit * 125000 * cap_pct / 100))"
+  star_extra="--max-upload $((mbit * 125000 * cap_pct / 100)) --upload-burst ${BENCH_NETLAB_CAP_BURST:-65536}"
   run_group "$tmp/lc" "$n" star_lab
   star_extra=""
 else

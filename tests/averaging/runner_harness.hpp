@@ -132,6 +132,12 @@ struct RunnerPair {
     }
     a->add_addresses(b->local_peer(), b->listen_addresses());
     b->add_addresses(a->local_peer(), a->listen_addresses());
+    // One connection before the round: two simultaneous dials could otherwise race.
+    auto conn = on_io([this]() -> awaitable<result<void>> {
+      auto peer = a->local_peer();
+      co_return co_await b->connect(peer, 10s);
+    });
+    if (!conn) throw std::runtime_error(conn.error().message());
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> vd(-1, 1);
     std::vector<float> local1(n);

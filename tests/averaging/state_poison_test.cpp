@@ -7,6 +7,7 @@
 using namespace starling;
 using namespace starling::averaging;
 using starling::averaging::test::Cluster;
+using starling::averaging::test::copy_tensors;
 
 namespace {
 
@@ -28,12 +29,6 @@ Bytes digest(BytesView data) {
 Bytes digest_of(Cluster& c, std::size_t i) {
   const auto f = c.flat(i);
   return digest(BytesView(reinterpret_cast<const std::uint8_t*>(f.data()), f.size() * 4));
-}
-
-void copy_tensors(Cluster& c, std::size_t from, std::size_t to) {
-  for (std::size_t t = 0; t < c.node(to).tensors.size(); ++t)
-    std::copy(c.node(from).tensors[t].begin(), c.node(from).tensors[t].end(),
-              c.node(to).tensors[t].begin());
 }
 
 result<void> share(Cluster& c, std::size_t i, std::uint64_t epoch, Bytes meta) {
