@@ -14,6 +14,10 @@
 //                   [--listen MULTIADDR] [--announce IP] [--bandwidth BYTES_PER_S]
 //                   [--codec none|float16|blockwise8|...|auto] [--balance-slack PARTS]
 //                   [--balance-hold-ms MS] [--max-window-kb KB]
+//                   [--max-upload BYTES_PER_S] [--upload-burst BYTES]
+// --max-upload caps this process's upload (every connection's raw TCP bytes, one token bucket,
+// the host's own limiter) below the link's rate, so the sender's queue stays in the process
+// instead of the link's buffer; --upload-burst is the bucket's burst (0: the host's default).
 #include <algorithm>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
@@ -50,6 +54,8 @@ struct Args {
   std::uint32_t max_window_kb = 0;  // 0: the yamux default
   long balance_slack = -1;          // -1: the averager's default
   long balance_hold_ms = -1;        // -1: the averager's default
+  std::uint64_t max_upload = 0;     // bytes/s, 0: unlimited
+  std::uint64_t upload_burst = 0;   // bytes, 0: the host's default
 };
 
 Args parse(int argc, char** argv) {
@@ -80,6 +86,10 @@ Args parse(int argc, char** argv) {
       a.balance_slack = std::stol(v);
     else if (k == "--balance-hold-ms")
       a.balance_hold_ms = std::stol(v);
+    else if (k == "--max-upload")
+      a.max_upload = std::stoull(v);
+    else if (k == "--upload-burst")
+      a.upload_burst = std::stoull(v);
     else if (k == "--max-window-kb")
       a.max_window_kb = static_cast<std::uint32_t>(std::stoul(v));
     else
@@ -154,6 +164,8 @@ int main(int argc, char** argv) try {
   hc.listen = {a.listen};
   hc.idle_timeout = std::chrono::minutes(10);
   if (a.max_window_kb > 0) hc.yamux.max_window = a.max_window_kb * 1024;
+  hc.max_upload_bytes_per_second = a.max_upload;
+  hc.bandwidth_burst_bytes = a.upload_burst;
   auto host = net::Host::create(io.get_executor(), crypto::KeyPair::generate(), hc);
   auto st = on(io, [&]() { return host->start(); });
   if (!st) throw std::runtime_error(st.error().message());

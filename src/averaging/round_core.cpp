@@ -85,6 +85,7 @@ RoundCore::RoundCore(std::vector<RoundMember> members, std::uint32_t self,
       deadline_(deadline),
       failed_(members_.size()),
       blamed_(members_.size()),
+      closed_(members_.size()),
       last_activity_(members_.size(), now),
       counted_elems_(members_.size(), 0) {
   for (const auto& m : members_) caps_.push_back(m.cap);
@@ -153,6 +154,12 @@ void RoundCore::on_peer_failed(std::uint32_t peer, const std::string& reason, Ti
   advance(now);
 }
 
+void RoundCore::on_peer_closed(std::uint32_t peer, TimePoint now) {
+  if (status_ != Status::running || peer >= n_ || peer == self_ || failed_.test(peer)) return;
+  closed_.set(peer);
+  advance(now);
+}
+
 void RoundCore::mark_failed(std::uint32_t peer, const std::string& reason, bool blame) {
   if (failed_.test(peer)) return;
   failed_.set(peer);
@@ -167,6 +174,9 @@ void RoundCore::fail(Error e) {
   status_ = Status::failed;
   error_ = std::move(e);
   jobs_.clear();
+  future_.clear();
+  ahead_.clear();
+  held_bytes_ = 0;
   logger("averaging")->warn("all-reduce [member {}] failed: {}", self_, error_.message());
 }
 
@@ -206,12 +216,7 @@ result<void> RoundCore::handle(std::uint32_t from, const RoundMessage& msg, Time
   if (sr > sub_.index + 1)
     return make_error(errc::protocol_violation, "message for sub-round " + std::to_string(sr) +
                                                     " while in " + std::to_string(sub_.index));
-  if (sr == sub_.index + 1) {
-    buffer_future(from, msg);
-    if (future_bytes_ > (output_.size() + 1024) * sizeof(float) * 2)
-      return make_error(errc::too_large, "too much data for the next sub-round");
-    return success();
-  }
+  if (sr == sub_.index + 1) return buffer_future(from, msg);
   return std::visit(
       [&](const auto& m) -> result<void> {
         using T = std::decay_t<decltype(m)>;
@@ -220,21 +225,6 @@ result<void> RoundCore::handle(std::uint32_t from, const RoundMessage& msg, Time
         if constexpr (std::is_same_v<T, FinMsg>) return handle_fin(from, m);
       },
       msg);
-}
-
-void RoundCore::buffer_future(std::uint32_t from, const RoundMessage& msg) {
-  Buffered b;
-  b.from = from;
-  b.msg = msg;
-  if (auto* p = std::get_if<PartMsg>(&b.msg)) {
-    b.data.assign(p->data.begin(), p->data.end());
-    p->data = b.data;
-  } else if (auto* r = std::get_if<ResultMsg>(&b.msg)) {
-    b.data.assign(r->data.begin(), r->data.end());
-    r->data = b.data;
-  }
-  future_bytes_ += b.data.size() * sizeof(float) + 64;
-  future_.push_back(std::move(b));
 }
 
 result<void> RoundCore::check_floats(std::span<const float> d, std::uint64_t want,

@@ -49,7 +49,8 @@ void RoundCore::begin_subround(std::uint32_t index, std::vector<Segment> segment
                sub_.plan.total, nparts, (~sub_.alive).to_string());
   send_parts();
   auto future = std::exchange(future_, {});
-  future_bytes_ = 0;
+  held_bytes_ = 0;
+  ahead_.clear();
   for (auto& b : future) {
     if (status_ != Status::running) break;
     if (failed_.test(b.from)) continue;
@@ -182,6 +183,7 @@ void RoundCore::advance(TimePoint now) {
   bool progress = true;
   while (progress && status_ == Status::running) {
     progress = false;
+    fail_closed_waits();
     Sub& s = sub_;
     const std::uint32_t index = s.index;
     if (is_owner() && !rs_complete()) {
@@ -368,6 +370,14 @@ Bitset RoundCore::waiting_on() const {
       if (s.alive.test(j) && !members_[j].cap.client && !s.fin2[j]) want(j);
   }
   return w;
+}
+
+// A peer that closed cleanly sends nothing more: waiting on it would only end in a stall.
+void RoundCore::fail_closed_waits() {
+  if (closed_.none()) return;
+  Bitset w = waiting_on();
+  w &= closed_;
+  for (auto j : w.indices()) mark_failed(j, "closed its streams before sending what we wait for");
 }
 
 void RoundCore::tick(TimePoint now) {

@@ -25,12 +25,17 @@ RoundConfig offloaded(RoundConfig c) {
 // decoded form, so that the owner holds exactly what every other member will decode.
 struct ReduceTask {
   ReduceJob job;
-  const TensorCodecs* codecs;  // null: uncompressed, nothing to encode
+  std::shared_ptr<PoolGate> gate;
+  const std::function<void(std::uint32_t)>* before;  // test hook (may be empty)
+  const TensorCodecs* codecs;                        // null: uncompressed, nothing to encode
   std::uint64_t begin;
   std::span<const float> residual;
   std::span<float> residual_out;
   std::atomic<std::int64_t>* ns;
   result<Bytes> operator()() const {
+    if (*before) (*before)(job.part);
+    PoolGate::Pass pass(gate.get());
+    if (!pass.ok) return make_error(errc::cancelled, "all-reduce: the round ended");
     run_reduce_job(job);
     if (!codecs) return Bytes{};
     Timed t{ns};
@@ -63,7 +68,7 @@ RoundRunner::RoundRunner(net::StreamHost& host, GroupInfo group, std::uint32_t s
       done_(ex_),
       progress_(ex_),
       balance_(ex_),
-      jobs_done_(ex_) {
+      pool_idle_(ex_) {
   for (auto& p : p_) p.wake = std::make_unique<AsyncEvent>(ex_);
 }
 
@@ -114,15 +119,35 @@ awaitable<result<void>> RoundRunner::run() {
   }
   timer_.cancel();
   (void)co_await scope_.close(2s);
-  while (jobs_in_flight_ > 0) {
-    jobs_done_.reset();
-    (void)co_await with_timeout(jobs_done_.wait(), 10s, "reductions");
-  }
+  co_await wait_pool_tasks();
   if (core_.status() == RoundCore::Status::running)
     co_return make_error(
         errc::timeout, "all-reduce: round did not finish by its deadline (" + core_.phase() + ")");
   if (!ok) co_return core_.error();
   co_return success();
+}
+
+awaitable<void> RoundRunner::wait_pool_tasks() {
+  const TimePoint until = std::max(deadline_, Clock::now()) + cfg_.linger;
+  while (pool_tasks_ > 0 && Clock::now() < until) {
+    pool_idle_.reset();
+    (void)co_await with_timeout(pool_idle_.wait(), until - Clock::now(), "pool tasks");
+  }
+  if (pool_tasks_ == 0) co_return;
+  gate_->closed.store(true);
+  logger("averaging")
+      ->warn(
+          "all-reduce: {} pool task(s) still queued or running after the round's deadline; "
+          "they will not touch its buffers",
+          pool_tasks_);
+  // Tasks already inside finish a bounded computation (one part): wait for them.
+  const TimePoint hard = Clock::now() + 10s;
+  while (gate_->inside.load() > 0 && Clock::now() < hard) {
+    pool_idle_.reset();
+    (void)co_await with_timeout(pool_idle_.wait(), 5ms, "pool tasks inside");
+  }
+  if (gate_->inside.load() > 0)
+    logger("averaging")->error("all-reduce: a pool task is still reducing after 10 s");
 }
 
 bool RoundRunner::drained() const {
@@ -231,15 +256,17 @@ void RoundRunner::connecting_grace(TimePoint now) {
 // owner sends once to every member), then the core sends the result.
 awaitable<void> RoundRunner::reduce_part(ReduceJob job) {
   auto self = shared_from_this();
-  struct InFlight {
-    RoundRunner* r;
-    ~InFlight() {
-      if (--r->jobs_in_flight_ == 0) r->jobs_done_.set();
-    }
-  } in_flight{this};
+  PoolUse use(this, true);  // counted by pump()
   const std::uint32_t sub = job.subround, part = job.part;
   const auto begin = static_cast<std::uint64_t>(job.out.data() - output_.data());
-  ReduceTask task{std::move(job), compressed() ? cfg_.codecs : nullptr, begin, {}, {}, &codec_ns_};
+  ReduceTask task{std::move(job),
+                  gate_,
+                  &cfg_.before_reduce,
+                  compressed() ? cfg_.codecs : nullptr,
+                  begin,
+                  {},
+                  {},
+                  &codec_ns_};
   if (task.codecs && !cfg_.result_residual.empty() &&
       begin + task.job.out.size() <= output_.size()) {
     task.residual = cfg_.result_residual.subspan(begin, task.job.out.size());
@@ -262,6 +289,22 @@ void RoundRunner::stream_lost(std::uint32_t j, const Error& e, bool blame) {
     logger("averaging")->warn("all-reduce: member {} sent malformed data: {}", j, e.message());
   if (core_.status() == RoundCore::Status::running && !core_.failed().test(j))
     core_.on_peer_failed(j, e.message(), Clock::now(), blame);
+  pump();
+}
+
+// Our stream to a non-client, and (when we are a non-client) the one j opens to us.
+std::uint32_t RoundRunner::expected_streams(std::uint32_t j) const {
+  const bool i_am_client = group_.members[self_].client;
+  return (group_.members[j].client ? 0u : 1u) + (i_am_client ? 0u : 1u);
+}
+
+// One stream's EOF says nothing about j's other stream, which may still carry frames (yamux
+// streams are independent): the core learns that j closed only when every stream has ended.
+void RoundRunner::stream_ended(std::uint32_t j) {
+  auto& P = p_[j];
+  if (++P.ended < expected_streams(j)) return;
+  if (core_.status() == RoundCore::Status::running && !core_.failed().test(j))
+    core_.on_peer_closed(j, Clock::now());
   pump();
 }
 
@@ -329,7 +372,7 @@ void RoundRunner::pump() {
   }
   for (auto& job : core_.take_reduce_jobs()) {
     if (scope_.closed()) break;  // the round is over: a task would not start
-    ++jobs_in_flight_;
+    ++pool_tasks_;
     scope_.spawn(reduce_part(std::move(job)));
   }
   for (std::uint32_t j = 0; j < n_; ++j)

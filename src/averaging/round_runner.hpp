@@ -33,6 +33,8 @@ struct RoundRunnerConfig {
   Duration linger = 3s;  // after the end: draining writes and waiting for peers' EOF
   std::string protocol = kAllReduceProtocol;         // the averager's all-reduce protocol id
   std::function<void(const std::string&)> on_phase;  // test hook
+  // Test hook: runs on the pool right before a part's reduction (may block, like slow compute).
+  std::function<void(std::uint32_t part)> before_reduce;
   // Per-tensor codecs for parts and results on the wire (null or not compressed(): raw
   // float32). Must outlive the runner.
   const TensorCodecs* codecs = nullptr;
@@ -54,6 +56,31 @@ struct Timed {
   ~Timed() {
     ns->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
   }
+};
+
+// Shared by a round and its pool tasks that touch the round's buffers (the caller's input,
+// output and residuals): a task enters before it touches them and leaves after; once the
+// round closes the gate (it stopped waiting, see RoundRunner::run()), no task enters.
+struct PoolGate {
+  std::atomic<bool> closed{false};
+  std::atomic<int> inside{0};
+  bool enter() {
+    inside.fetch_add(1);
+    if (!closed.load()) return true;
+    inside.fetch_sub(1);
+    return false;
+  }
+  void leave() { inside.fetch_sub(1); }
+  struct Pass {
+    PoolGate* g;
+    bool ok;
+    explicit Pass(PoolGate* gate) : g(gate), ok(gate->enter()) {}
+    Pass(const Pass&) = delete;
+    Pass& operator=(const Pass&) = delete;
+    ~Pass() {
+      if (ok) g->leave();
+    }
+  };
 };
 
 class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
@@ -106,8 +133,9 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
     std::unique_ptr<AsyncEvent> wake;
     bool fenced = false;
     bool inbound_seen = false;
-    bool heard = false;  // a frame arrived from this peer
-    bool busy = false;   // a part or result is being written
+    std::uint32_t ended = 0;  // streams that ended cleanly (EOF at a frame boundary)
+    bool heard = false;       // a frame arrived from this peer
+    bool busy = false;        // a part or result is being written
     // Balanced progress (balance_ahead()): elements of parts and results this sub-round.
     std::uint64_t flow_total = 0, flow_sent = 0, parts_total = 0;
   };
@@ -121,6 +149,25 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   awaitable<void> reduce_part(ReduceJob job);
   bool compressed() const { return cfg_.codecs && cfg_.codecs->compressed(); }
   void stream_lost(std::uint32_t j, const Error& e, bool blame);
+  // A stream of j ended cleanly; once all of j's streams have, the core learns j closed.
+  void stream_ended(std::uint32_t j);
+  std::uint32_t expected_streams(std::uint32_t j) const;
+  // Counts a pool task that may touch the round's buffers while it lives (`adopt`: the count
+  // was taken already, when the task was spawned).
+  struct PoolUse {
+    RoundRunner* r;
+    explicit PoolUse(RoundRunner* rr, bool adopt = false) : r(rr) {
+      if (!adopt) ++r->pool_tasks_;
+    }
+    PoolUse(const PoolUse&) = delete;
+    PoolUse& operator=(const PoolUse&) = delete;
+    ~PoolUse() {
+      if (--r->pool_tasks_ == 0) r->pool_idle_.set();
+    }
+  };
+  // Waits for the pool tasks, at most until max(deadline, now) + linger; then closes the gate
+  // (tasks that have not started touching the buffers never will) and waits for those inside.
+  awaitable<void> wait_pool_tasks();
   // Balanced progress: the writers share this member's uplink, and TCP shares it unevenly, so
   // a writer whose flow is ahead of the slowest flow with data ready holds its next part or
   // result back a little (bounded) and lets the others catch up.
@@ -150,7 +197,8 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   AsyncEvent done_, progress_;
   AsyncEvent balance_;  // pulsed when a flow progresses
   std::uint32_t balance_sub_ = ~0u;
-  std::size_t jobs_in_flight_ = 0;
+  std::size_t pool_tasks_ = 0;  // pool tasks (reductions, encodings) not yet returned
+  std::shared_ptr<PoolGate> gate_ = std::make_shared<PoolGate>();
   // (sub-round, part)
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::shared_ptr<const Bytes>> encoded_results_;
   std::size_t readers_ = 0;
@@ -158,7 +206,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   std::atomic<std::int64_t> codec_ns_{0};  // worker time spent encoding and decoding
   TimePoint started_{};
   void connecting_grace(TimePoint now);
-  AsyncEvent jobs_done_;
+  AsyncEvent pool_idle_;
   bool ending_ = false;
   std::string last_phase_;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;

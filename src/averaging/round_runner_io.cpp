@@ -23,6 +23,7 @@ constexpr std::size_t kReadChunk = 256 * 1024;
 // Pool tasks as plain function objects (GCC 12 mishandles lambdas nested in coroutines).
 // This member's values of a part, for its owner (with error feedback when configured).
 struct EncodeTask {
+  std::shared_ptr<PoolGate> gate;
   const TensorCodecs* codecs;
   std::uint64_t begin;
   std::span<const float> in;
@@ -30,6 +31,8 @@ struct EncodeTask {
   std::span<float> residual_out;
   std::atomic<std::int64_t>* ns;
   result<Bytes> operator()() const {
+    PoolGate::Pass pass(gate.get());
+    if (!pass.ok) return make_error(errc::cancelled, "all-reduce: the round ended");
     Timed t{ns};
     return codecs->encode(begin, in, {}, residual, residual_out);
   }
@@ -89,11 +92,12 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
         if (!encoded) {
           // A part holds this member's own values: a subspan of local_.
           const auto begin = static_cast<std::uint64_t>(data.data() - local_.data());
-          EncodeTask task{cfg_.codecs, begin, data, {}, {}, &codec_ns_};
+          EncodeTask task{gate_, cfg_.codecs, begin, data, {}, {}, &codec_ns_};
           if (!cfg_.residual.empty() && begin + data.size() <= local_.size()) {
             task.residual = cfg_.residual.subspan(begin, data.size());
             task.residual_out = cfg_.residual_out.subspan(begin, data.size());
           }
+          PoolUse use(this);
           auto e = co_await pool_.run(task);
           if (!e) {
             logger("averaging")
@@ -169,7 +173,11 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
   for (;;) {
     auto hdr = co_await r->read_length_prefixed(wire::kMaxFrame);
     if (!hdr) {
-      if (!ending_) stream_lost(j, hdr.error(), hdr.error() == errc::too_large);
+      if (ending_) co_return;
+      if (hdr.error() == errc::closed && r->buffered() == 0)
+        stream_ended(j);  // EOF between frames: j has nothing more to say on this stream
+      else
+        stream_lost(j, hdr.error(), hdr.error() == errc::too_large);
       co_return;
     }
     bytes_received_ += hdr.value().size() + uvarint_size(hdr.value().size());

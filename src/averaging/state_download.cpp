@@ -82,9 +82,27 @@ awaitable<void> StateDownload::ask_manifest(StateAnnouncement a) {
   donors_.push_back(std::move(r).value());
 }
 
+std::vector<PeerKey> StateDownload::chosen_donors() const {
+  std::vector<PeerKey> out;
+  for (const auto& d : use_) out.push_back(d->peer);
+  return out;
+}
+
 result<void> StateDownload::choose_snapshot() {
   std::map<Bytes, std::vector<std::shared_ptr<StateDonor>>> by_snap;
+  std::vector<std::uint64_t> epochs;
+  for (auto& d : donors_) epochs.push_back(d->manifest.epoch);
+  const std::uint64_t median = lower_median(epochs);
   for (auto& d : donors_) {
+    if (d->manifest.epoch > median && d->manifest.epoch - median > opts_.max_epoch_lead) {
+      logger("averaging")
+          ->warn(
+              "load_state: donor {} claims epoch {}, more than {} ahead of the median {}: "
+              "refused",
+              d->peer.short_hex(), d->manifest.epoch, opts_.max_epoch_lead, median);
+      d->stream->reset();
+      continue;
+    }
     const auto& m = d->manifest;
     const bool size_ok = target_.size ? m.size == *target_.size : m.size <= target_.max_bytes;
     if (m.schema_hash != target_.kind || !size_ok || !validate_manifest(m)) {
@@ -136,7 +154,7 @@ awaitable<result<void>> StateDownload::fetch(StateDonor& d, const std::vector<st
                                              opts_.stall_timeout, "state part header"));
     ST_CO_TRY(auto f, wire::decode_state_frame(fb));
     const std::size_t b = std::size_t{p} * ps;
-    const std::size_t len = std::min<std::size_t>(ps, buf_.size() - b);
+    const std::size_t len = std::min<std::size_t>(ps, manifest_.size - b);
     if (!f.part || *f.part != p || f.payload_len != len)
       co_return make_error(errc::protocol_violation, "donor sent the wrong part: " + f.error);
     Bytes tmp(len);
@@ -148,6 +166,9 @@ awaitable<result<void>> StateDownload::fetch(StateDonor& d, const std::vector<st
       co_return make_error(errc::protocol_violation,
                            "part " + std::to_string(p) + " does not match its hash");
     if (!have_[p]) {
+      // The buffer grows as verified parts arrive (parts are requested in order), never to
+      // the manifest's claimed size up front.
+      if (buf_.size() < b + len) buf_.resize(b + len);
       std::copy(tmp.begin(), tmp.end(), buf_.begin() + static_cast<std::ptrdiff_t>(b));
       have_[p] = true;
       ++have_count_;
@@ -223,7 +244,7 @@ awaitable<result<StateInfo>> StateDownload::run(std::vector<StateAnnouncement> c
   ST_CO_TRY(choose_snapshot());
   // 3. Parts in parallel from every chosen donor.
   const std::size_t nparts = manifest_.part_hashes.size();
-  buf_.assign(manifest_.size, 0);
+  buf_.clear();
   for (std::uint32_t p = 0; p < nparts; ++p) queue_.push_back(p);
   have_.assign(nparts, false);
   {

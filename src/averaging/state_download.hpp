@@ -51,6 +51,9 @@ class StateDownload : public std::enable_shared_from_this<StateDownload> {
   // Runs the whole download; on success `data()` holds the state.
   awaitable<result<StateInfo>> run(std::vector<StateAnnouncement> candidates);
   Bytes& data() { return buf_; }
+  const StateManifest& manifest() const { return manifest_; }
+  // Donors holding the chosen snapshot (after run()).
+  std::vector<PeerKey> chosen_donors() const;
 
  private:
   awaitable<void> ask_manifest(StateAnnouncement a);

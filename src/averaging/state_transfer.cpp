@@ -2,6 +2,7 @@
 // snapshots and byte blobs), and the newcomer's side (StateDownload does the transfer).
 
 #include <cstring>
+#include <set>
 
 #include "averager_impl.hpp"
 #include "starling/core/log.hpp"
@@ -230,6 +231,13 @@ awaitable<result<std::vector<StateAnnouncement>>> Averager::announcements(const 
   co_return anns;
 }
 
+std::uint64_t lower_median(std::vector<std::uint64_t> epochs) {
+  if (epochs.empty()) return 0;
+  auto mid = epochs.begin() + static_cast<std::ptrdiff_t>((epochs.size() - 1) / 2);
+  std::nth_element(epochs.begin(), mid, epochs.end());
+  return *mid;
+}
+
 awaitable<result<StateInfo>> Averager::load_state(LoadStateOptions opts) {
   auto self = shared_from_this();
   const std::uint64_t bytes = schema_.numel() * sizeof(float);
@@ -259,26 +267,58 @@ awaitable<result<BlobState>> Averager::load_kind(Bytes kind, std::uint64_t size,
   opts.max_donors = std::max<std::size_t>(1, opts.max_donors);
   opts.parts_per_request = std::clamp<std::size_t>(opts.parts_per_request, 1, 64);
 
-  // 1. Who announces a state of this kind.
-  ST_CO_TRY(auto anns, co_await announcements(kind));
-  if (anns.size() > 2 * opts.max_donors) anns.resize(2 * opts.max_donors);
+  // 1. Who announces a state of this kind (none far ahead of the others' epochs).
+  ST_CO_TRY(auto all, co_await announcements(kind));
+  std::vector<std::uint64_t> epochs;
+  for (const auto& a : all) epochs.push_back(a.epoch);
+  const std::uint64_t median = lower_median(std::move(epochs));
+  std::set<PeerKey> refused;
+  for (const auto& a : all)
+    if (a.epoch > median && a.epoch - median > opts.max_epoch_lead) {
+      logger("averaging")
+          ->warn("load_state: {} announces epoch {}, more than {} ahead of the median {}: refused",
+                 a.donor.peer.short_hex(), a.epoch, opts.max_epoch_lead, median);
+      refused.insert(a.donor.peer);
+    }
 
-  // 2-4. Manifests, the best snapshot, parts from several donors (state_download.cpp).
-  // Member by member: GCC 12 miscompiles braced initialisers in coroutines.
-  detail::StateDownload::Target target;
-  target.kind = kind;
-  if (size > 0) target.size = size;
-  target.max_bytes = opts.max_bytes;
-  target.protocol = impl_->state_protocol;
-  auto dl = std::make_shared<detail::StateDownload>(*host_, *pool_, add_addresses_,
-                                                    std::move(target), opts, deadline);
-  auto info = co_await dl->run(std::move(anns));
-  if (!info) co_return info.error();
-  BlobState out;
-  out.info = std::move(info).value();
-  out.data = std::move(dl->data());
-  out.info.time = Clock::now() - t0;
-  co_return out;
+  // 2-4. Manifests, the best snapshot, parts from several donors (state_download.cpp); a
+  // snapshot the caller's check refuses is dropped with its donors and the others are tried.
+  const std::size_t attempts = opts.verify ? std::max<std::size_t>(1, opts.max_verify_attempts) : 1;
+  for (std::size_t attempt = 0;; ++attempt) {
+    std::vector<StateAnnouncement> anns;
+    for (const auto& a : all)
+      if (!refused.contains(a.donor.peer)) anns.push_back(a);
+    if (anns.empty())
+      co_return make_error(errc::unavailable, "load_state: every donor was refused");
+    if (anns.size() > 2 * opts.max_donors) anns.resize(2 * opts.max_donors);
+    // Member by member: GCC 12 miscompiles braced initialisers in coroutines.
+    detail::StateDownload::Target target;
+    target.kind = kind;
+    if (size > 0) target.size = size;
+    target.max_bytes = opts.max_bytes;
+    target.protocol = impl_->state_protocol;
+    auto dl = std::make_shared<detail::StateDownload>(*host_, *pool_, add_addresses_,
+                                                      std::move(target), opts, deadline);
+    auto info = co_await dl->run(std::move(anns));
+    if (!info) co_return info.error();
+    if (opts.verify) {
+      auto ok = opts.verify(dl->manifest(), dl->data());
+      if (!ok) {
+        logger("averaging")
+            ->warn("load_state: the snapshot of epoch {} from {} donor(s) failed the check: {}",
+                   dl->manifest().epoch, dl->chosen_donors().size(), ok.error().message());
+        for (const auto& p : dl->chosen_donors()) refused.insert(p);
+        if (attempt + 1 >= attempts)
+          co_return ok.error().with_context("load_state: no snapshot passed the check");
+        continue;
+      }
+    }
+    BlobState out;
+    out.info = std::move(info).value();
+    out.data = std::move(dl->data());
+    out.info.time = Clock::now() - t0;
+    co_return out;
+  }
 }
 
 }  // namespace starling::averaging

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "starling/pb/averaging.pb.h"
+#include "wire_scan.hpp"
 
 namespace starling::averaging::wire {
 namespace {
@@ -11,16 +12,6 @@ namespace pb = starling::pb::averaging;
 
 Error bad(std::string what) {
   return Error(errc::invalid_argument, "averaging wire: " + what);
-}
-
-template <class Msg>
-result<Msg> parse(BytesView b, const char* what) {
-  if (b.size() > kMaxFrame)
-    return make_error(errc::too_large, std::string("averaging wire: ") + what);
-  Msg m;
-  if (!m.ParseFromArray(b.data(), static_cast<int>(b.size())))
-    return bad(std::string("unparsable ") + what);
-  return m;
 }
 
 template <class Msg>
@@ -92,7 +83,7 @@ Bytes encode_entry(const MatchEntry& e) {
 }
 
 result<MatchEntry> decode_entry(BytesView b) {
-  ST_TRY(auto m, parse<pb::MatchEntry>(b, "match entry"));
+  ST_TRY(auto m, scan::parse<pb::MatchEntry>(b, scan::kMatchEntry));
   MatchEntry e;
   if (!m.has_info()) return bad("match entry without member");
   ST_TRY(e.info, get_member(m.info()));
@@ -138,7 +129,7 @@ Bytes encode_match(const MatchFrame& f) {
 }
 
 result<MatchFrame> decode_match(BytesView b) {
-  ST_TRY(auto m, parse<pb::MatchFrame>(b, "match frame"));
+  ST_TRY(auto m, scan::parse<pb::MatchFrame>(b, scan::kMatchFrame));
   const int set = m.has_join() + m.has_reply() + m.has_begin() + m.has_confirm() + m.has_start() +
                   m.has_disband() + m.has_leave();
   if (set != 1) return bad("match frame must carry exactly one message");
@@ -236,7 +227,7 @@ Bytes encode_round(const RoundMessage& msg, std::uint64_t payload_len) {
 }
 
 result<RoundFrame> decode_round(BytesView b, std::size_t members) {
-  ST_TRY(auto m, parse<pb::RoundFrame>(b, "round frame"));
+  ST_TRY(auto m, scan::parse<pb::RoundFrame>(b, scan::kRoundFrame));
   if (!m.has_kind()) return bad("round frame without kind");
   RoundFrame out;
   switch (m.kind()) {

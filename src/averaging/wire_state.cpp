@@ -3,6 +3,7 @@
 #include "starling/averaging/schema.hpp"
 #include "starling/averaging/wire.hpp"
 #include "starling/pb/averaging.pb.h"
+#include "wire_scan.hpp"
 
 namespace starling::averaging {
 
@@ -60,15 +61,6 @@ std::string s_of(const Bytes& b) {
 }
 
 template <class Msg>
-result<Msg> parse(BytesView b, const char* what) {
-  if (b.size() > kMaxFrame)
-    return make_error(errc::too_large, std::string("averaging wire: ") + what);
-  Msg m;
-  if (!m.ParseFromArray(b.data(), static_cast<int>(b.size())))
-    return bad(std::string("unparsable ") + what);
-  return m;
-}
-template <class Msg>
 Bytes serialize(const Msg& m) {
   Bytes out(m.ByteSizeLong());
   m.SerializeToArray(out.data(), static_cast<int>(out.size()));
@@ -91,7 +83,7 @@ Bytes encode_announcement(const StateAnnouncement& a) {
 }
 
 result<StateAnnouncement> decode_announcement(BytesView b) {
-  ST_TRY(auto m, parse<pb::StateAnnouncement>(b, "state announcement"));
+  ST_TRY(auto m, scan::parse<pb::StateAnnouncement>(b, scan::kStateAnnouncement));
   StateAnnouncement a;
   if (!m.has_donor() || m.donor().peer().empty() || m.donor().peer().size() > kMaxPeerIdLen)
     return bad("announcement donor");
@@ -120,7 +112,7 @@ Bytes encode_state_request(const StateRequest& r) {
 }
 
 result<StateRequest> decode_state_request(BytesView b) {
-  ST_TRY(auto m, parse<pb::StateRequest>(b, "state request"));
+  ST_TRY(auto m, scan::parse<pb::StateRequest>(b, scan::kStateRequest));
   StateRequest r;
   r.manifest = m.manifest();
   if (m.snapshot().size() > 64) return bad("snapshot id length");
@@ -154,7 +146,7 @@ Bytes encode_state_frame(const StateFrame& f) {
 }
 
 result<StateFrame> decode_state_frame(BytesView b) {
-  ST_TRY(auto m, parse<pb::StateFrame>(b, "state frame"));
+  ST_TRY(auto m, scan::parse<pb::StateFrame>(b, scan::kStateFrame));
   StateFrame f;
   const int kinds = m.has_manifest() + m.has_part() + m.has_error();
   if (kinds != 1) return bad("state frame must carry exactly one of manifest, part, error");

@@ -232,4 +232,11 @@ class Cluster {
   std::vector<std::unique_ptr<Node>> nodes_;
 };
 
+// Copies node `from`'s tensors into node `to`'s, in place (the averager holds views of them).
+inline void copy_tensors(Cluster& c, std::size_t from, std::size_t to) {
+  for (std::size_t t = 0; t < c.node(to).tensors.size(); ++t)
+    std::copy(c.node(from).tensors[t].begin(), c.node(from).tensors[t].end(),
+              c.node(to).tensors[t].begin());
+}
+
 }  // namespace starling::averaging::test

@@ -28,6 +28,9 @@ struct SimOptions {
   Duration stall_timeout = 2s;
   Duration deadline = 120s;
   bool inline_reduce = true;
+  // A member that finishes (done or failed) ends its streams cleanly: every peer it talks to
+  // gets on_peer_closed() after the member's last messages (a stream's EOF follows its data).
+  bool close_when_finished = false;
 };
 
 class RoundSim {
@@ -71,6 +74,15 @@ class RoundSim {
   // Crash member x right after it enters `phase` and has sent what that step produced.
   void kill_on_phase(std::uint32_t x, std::string phase, bool notice) {
     phase_kills_.push_back({x, std::move(phase), notice});
+  }
+  // Member x stops at time offset `at` and ends its streams cleanly (no reset): peers get
+  // on_peer_closed() after its last messages.
+  void close_at(std::uint32_t x, Duration at) {
+    push(now_ + at, [this, x] {
+      if (crashed_[x]) return;
+      crashed_[x] = true;
+      notify_closed(x);
+    });
   }
   // Mutates messages as they are sent (return false to drop the message).
   std::function<bool(std::uint32_t from, std::uint32_t to, RoundMessage&, std::vector<float>&)>
@@ -141,6 +153,11 @@ class RoundSim {
       });
     }
     for (auto& env : cores_[i]->take_outbox()) send(i, env);
+    if (o_.close_when_finished && cores_[i]->status() != RoundCore::Status::running &&
+        !closed_.count(i)) {
+      closed_.insert(i);
+      notify_closed(i);
+    }
     const TimePoint w = cores_[i]->next_wakeup();
     if (w != TimePoint::max() && (!wake_[i] || *wake_[i] > w || *wake_[i] <= now_)) {
       wake_[i] = w;
@@ -185,6 +202,19 @@ class RoundSim {
     });
   }
 
+  // After every message x sent so far has been delivered (delays are below 6 ms).
+  void notify_closed(std::uint32_t x) {
+    for (std::uint32_t k = 0; k < cores_.size(); ++k) {
+      if (k == x || (members_[k].cap.client && members_[x].cap.client)) continue;
+      push(now_ + 6ms, [this, k, x] {
+        if (crashed_[k] || cut(x, k)) return;
+        touch(k);
+        cores_[k]->on_peer_closed(x, now_);
+        after(k);
+      });
+    }
+  }
+
   void crash(std::uint32_t x, bool notice) {
     if (crashed_[x]) return;
     crashed_[x] = true;
@@ -223,6 +253,7 @@ class RoundSim {
   std::uint64_t seq_ = 0, next_msg_ = 0;
   std::map<std::uint64_t, std::uint32_t> inflight_;
   std::set<std::pair<std::uint32_t, std::uint32_t>> cut_;
+  std::set<std::uint32_t> closed_;  // members whose clean close was sent
   std::vector<PhaseKill> phase_kills_;
 };
 

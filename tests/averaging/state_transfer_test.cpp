@@ -9,6 +9,7 @@
 using namespace starling;
 using namespace starling::averaging;
 using starling::averaging::test::Cluster;
+using starling::averaging::test::copy_tensors;
 
 namespace {
 
@@ -18,13 +19,6 @@ AveragerConfig cfg_small_parts() {
   c.round.part_elems = 4096;
   c.open_timeout = 20s;
   return c;
-}
-
-void copy_tensors(Cluster& c, std::size_t from, std::size_t to) {
-  // Copy in place: the averager holds views of these buffers.
-  for (std::size_t t = 0; t < c.node(to).tensors.size(); ++t)
-    std::copy(c.node(from).tensors[t].begin(), c.node(from).tensors[t].end(),
-              c.node(to).tensors[t].begin());
 }
 
 result<void> share(Cluster& c, std::size_t i, std::uint64_t epoch, std::string meta) {

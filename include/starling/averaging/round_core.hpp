@@ -172,6 +172,10 @@ class RoundCore {
   // `blame`: the peer misbehaved (malformed bytes), as opposed to vanishing.
   void on_peer_failed(std::uint32_t peer, const std::string& reason, TimePoint now,
                       bool blame = false);
+  // The transport saw every stream of `peer` end cleanly (EOF at a frame boundary). Not a
+  // failure by itself: a member that finished has sent everything and closes. It becomes one
+  // as soon as this member waits on `peer` for anything (now or later in the round).
+  void on_peer_closed(std::uint32_t peer, TimePoint now);
   // Advances timers (stall detection, deadline).
   void tick(TimePoint now);
   // Late data (the core was built with an empty `local`): this member's values (N floats,
@@ -214,6 +218,12 @@ class RoundCore {
   // decode(encode(x)) so that the owner holds exactly what it sends). Valid after reduction.
   std::span<float> part_output(std::uint32_t part) const;
   const RoundPlan& plan() const noexcept { return sub_.plan; }
+  // Bytes held for messages of the next sub-round (kept until it starts), exactly: their float
+  // payloads, their Fin reports' bitsets and a fixed sizeof(Buffered) each. A peer may be
+  // ahead by at most what it could legitimately send in one sub-round (N floats of parts, N
+  // of results, one Fin of each stage; no part or result twice); more is a protocol violation.
+  std::size_t held_bytes() const noexcept { return held_bytes_; }
+  static std::size_t held_per_message() noexcept;  // the fixed part of each held message
 
  private:
   struct Buffered {  // a message for the next sub-round, kept until it starts
@@ -257,6 +267,7 @@ class RoundCore {
   bool fin2_complete() const;
   void decide(TimePoint now);
   Bitset waiting_on() const;
+  void fail_closed_waits();
   void mark_failed(std::uint32_t peer, const std::string& reason, bool blame = false);
   void fail(Error e);
   void send(std::uint32_t to, RoundMessage m);
@@ -265,7 +276,7 @@ class RoundCore {
   result<void> handle_result(std::uint32_t from, const ResultMsg& m);
   result<void> handle_fin(std::uint32_t from, const FinMsg& m);
   result<void> check_floats(std::span<const float> d, std::uint64_t want, const char* what) const;
-  void buffer_future(std::uint32_t from, const RoundMessage& msg);
+  result<void> buffer_future(std::uint32_t from, const RoundMessage& msg);
   void tally(const Sub& s, const Bitset& missing);
   result<void> check_report(const FinReport& r) const;
   std::string who(std::uint32_t m) const;
@@ -285,10 +296,18 @@ class RoundCore {
   Error error_;
   Bitset failed_;
   Bitset blamed_;
+  Bitset closed_;  // peers whose streams ended cleanly (on_peer_closed)
   std::vector<TimePoint> last_activity_;
   Sub sub_;
   std::vector<Buffered> future_;
-  std::size_t future_bytes_ = 0;
+  // Per peer: what it sent ahead for the next sub-round (see held_bytes()).
+  struct Ahead {
+    std::uint64_t part_floats = 0, result_floats = 0;
+    std::vector<std::uint32_t> parts, results;  // indices seen (sorted)
+    Bitset fins = Bitset(2);                    // stage 1, stage 2
+  };
+  std::vector<Ahead> ahead_;
+  std::size_t held_bytes_ = 0;
   std::vector<Envelope> outbox_;
   FloatBuffer* owned_ = nullptr;  // during on_message()
   std::vector<ReduceJob> jobs_;

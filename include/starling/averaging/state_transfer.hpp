@@ -10,6 +10,7 @@
 // Threading rule: types only; the Averager runs the protocol on its host's executor.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,6 +64,15 @@ struct LoadStateOptions {
   // the most donors) before any other; without one, the usual rule. (Training: the digest of
   // the parameters most peers hold, when repairing a fork.)
   Bytes prefer_metadata;
+  // A donor claiming an epoch more than this far ahead of the median of the donors' epochs
+  // (the lower median, over announcements and again over manifests) is refused: one poisoned
+  // donor cannot pull a newcomer to an epoch nobody else holds.
+  std::uint64_t max_epoch_lead = 100;
+  // If set: the caller's check of a downloaded state before anything changes (e.g. a digest
+  // of `data` against the manifest's metadata). A failed check refuses that snapshot and its
+  // donors, and the download starts over with the others (at most max_verify_attempts times).
+  std::function<result<void>(const StateManifest& m, BytesView data)> verify;
+  std::size_t max_verify_attempts = 3;
 };
 
 struct StateInfo {
@@ -79,5 +89,7 @@ struct StateInfo {
 Bytes snapshot_id(const StateManifest& m);
 // Checks a manifest's internal consistency (sizes, part count, id).
 result<void> validate_manifest(const StateManifest& m);
+// The lower median of `epochs` (0 if empty).
+std::uint64_t lower_median(std::vector<std::uint64_t> epochs);
 
 }  // namespace starling::averaging
