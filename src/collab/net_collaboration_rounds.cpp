@@ -13,9 +13,6 @@ auto log() {
   return logger("collab");
 }
 
-// How often a step waiting for a cancelled early step (still matchmaking) looks again.
-constexpr Duration kCancelledPoll = 25ms;
-
 const char* codec_of(optim::Compression c) {
   switch (c) {
     case optim::Compression::float16:
@@ -139,12 +136,9 @@ void NetCollaboration::cancel_prepared_round() {
 
 awaitable<bool> NetCollaboration::wait_cancelled(TimePoint until) {
   auto self = shared_from_this();
-  // PendingStep::cancel() ends a grouped step at once, one still matchmaking when its group
-  // forms or its matchmaking deadline passes.
-  while (impl_->cancelled && !impl_->cancelled->finished()) {
-    if (Clock::now() >= until) co_return false;
-    if (!co_await sleep_for(kCancelledPoll)) co_return false;
-  }
+  // PendingStep::cancel() ends matchmaking and a grouped step at once; the step is over as
+  // soon as its Leave / Disband went out and its streams closed.
+  if (auto c = impl_->cancelled; c && !c->finished() && !co_await c->wait(until)) co_return false;
   impl_->cancelled.reset();
   co_return true;
 }
