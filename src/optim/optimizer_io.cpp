@@ -16,6 +16,9 @@ auto log() {
 
 // Bounds on single DHT operations of the progress loop.
 constexpr Duration kPublishTimeout = 10s;
+// At shutdown: the last record's time-to-live, and how long its publication may take.
+constexpr Duration kLeavingTtl = 1s;
+constexpr Duration kLeavingPublishTimeout = 3s;
 constexpr Duration kFetchTimeout = 10s;
 // The progress loop checks whether to publish at least this often.
 constexpr Duration kLoopTick = 250ms;
@@ -188,11 +191,12 @@ awaitable<result<Collaboration::State>> OptimizerIo::provide_state() {
   co_return *snapshot_;
 }
 
-awaitable<void> OptimizerIo::publish_once() {
-  const Duration ttl = options_.progress_ttl;
+awaitable<void> OptimizerIo::publish_once(std::optional<Duration> ttl_override) {
+  const Duration ttl = ttl_override.value_or(options_.progress_ttl);
   auto rec = tracker_.make_record(Clock::now(), ttl);
   auto r = co_await with_timeout(collab_->publish_progress(encode_progress(rec), ttl),
-                                 kPublishTimeout, "publish progress");
+                                 ttl_override ? kLeavingPublishTimeout : kPublishTimeout,
+                                 "publish progress");
   if (!r) log()->info("publishing progress failed: {}", r.error().message());
 }
 
@@ -242,6 +246,9 @@ result<void> OptimizerIo::stop(Duration timeout) {
         self->collab_->serve_state(nullptr);
         self->collab_->cancel_prepared_round();
         ST_CO_TRY(co_await self->scope_.close(timeout));
+        // The last record lives kLeavingTtl: the others stop counting this peer (its samples,
+        // a majority that includes it) within a second instead of after progress_ttl.
+        co_await self->publish_once(kLeavingTtl);
         co_return true;
       },
       timeout + 5s, "optimizer shutdown", false);

@@ -75,7 +75,7 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
  private:
   static constexpr Duration kRunBound = 60s;
   awaitable<void> progress_loop();
-  awaitable<void> publish_once();
+  awaitable<void> publish_once(std::optional<Duration> ttl_override = std::nullopt);
   awaitable<void> fetch_once();
   awaitable<result<Collaboration::State>> provide_state();
   static awaitable<result<Collaboration::State>> provide_state_of(std::weak_ptr<OptimizerIo> weak);

@@ -84,7 +84,7 @@ struct ProgressConfig {
   // A record older than this (on the reader's clock) is ignored: its peer is presumed gone.
   Duration stale_after = 30s;
   // Others' progress is fetched again after clamp(eta * refresh_fraction, min, max).
-  Duration min_refresh = 500ms;
+  Duration min_refresh = 150ms;
   Duration max_refresh = 10s;
   double refresh_fraction = 0.3;
   // The own record is republished at least this often (must be well below stale_after) and
