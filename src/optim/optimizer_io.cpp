@@ -128,8 +128,12 @@ result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, Round
         }
         const Duration budget = std::max<Duration>(options.deadline - Clock::now(), 1ms);
         std::string what = "averaging round " + options.key;
+        self->running_ = Running{options.key, self->tracker_.local_epoch(),
+                                 options.expected_members, Clock::now()};
         auto op = self->collab_->average(spans, options);
-        co_return co_await with_timeout(std::move(op), budget + 1s, std::move(what));
+        auto r = co_await with_timeout(std::move(op), budget + 1s, std::move(what));
+        if (self->running_ && self->running_->key == options.key) self->running_.reset();
+        co_return r;
       },
       wait_bound, "averaging round", true);
 }
@@ -221,7 +225,21 @@ awaitable<void> OptimizerIo::fetch_once() {
     }
   }
   tracker_.expire(now);
+  if (r) maybe_abandon_round(began, now);
   next_fetch_ = now + tracker_.next_fetch(now);
+}
+
+void OptimizerIo::maybe_abandon_round(TimePoint fetch_began, TimePoint now) {
+  if (!running_ || fetch_began < running_->started) return;
+  // The round needs a strict majority of the peers expected at its epoch; peers that moved
+  // past that epoch (or left) never join it.
+  const std::size_t need = running_->expected / 2 + 1;
+  const std::size_t there = tracker_.peers_at(running_->epoch, now);
+  if (running_->expected == 0 || there >= need) return;
+  log()->info("round {}: {} of the {} peers needed are at epoch {}; abandoning it",
+              running_->key, there, need, running_->epoch);
+  collab_->abandon_round(running_->key);
+  running_.reset();
 }
 
 awaitable<void> OptimizerIo::progress_loop() {
