@@ -236,8 +236,8 @@ void OptimizerIo::maybe_abandon_round(TimePoint fetch_began, TimePoint now) {
   const std::size_t need = running_->expected / 2 + 1;
   const std::size_t there = tracker_.peers_at(running_->epoch, now);
   if (running_->expected == 0 || there >= need) return;
-  log()->info("round {}: {} of the {} peers needed are at epoch {}; abandoning it",
-              running_->key, there, need, running_->epoch);
+  log()->info("round {}: {} of the {} peers needed are at epoch {}; abandoning it", running_->key,
+              there, need, running_->epoch);
   collab_->abandon_round(running_->key);
   running_.reset();
 }

@@ -558,8 +558,8 @@ TEST(Matchmaking, CancelDisbandsOrLeaves) {
   cfg.target_group_size = 4;
   auto key = GroupKey::initial({"m", 16, 0}, 1).value();
   const WallTime t0 = WallTime{} + 1h;
-  MatchmakingCore l(cfg, MemberInfo{pk(0), {}, 100, false, 1.0}, Bytes(32, 1), key, t0,
-                    t0 + 30s, 1);
+  MatchmakingCore l(cfg, MemberInfo{pk(0), {}, 100, false, 1.0}, Bytes(32, 1), key, t0, t0 + 30s,
+                    1);
   auto req = [&](int i) {
     return JoinRequest{MemberInfo{pk(i), {}, 100, false, 1.0}, Bytes(32, 1), "m", t0 + 30s};
   };
@@ -584,8 +584,8 @@ TEST(Matchmaking, CancelDisbandsOrLeaves) {
 
   // A follower: finds the leader in its view, joins, is accepted, cancels.
   for (int seed = 2; seed < 40; ++seed) {
-    MatchmakingCore f(cfg, MemberInfo{pk(5), {}, 100, false, 1.0}, Bytes(32, 1), key, t0,
-                      t0 + 30s, seed);
+    MatchmakingCore f(cfg, MemberInfo{pk(5), {}, 100, false, 1.0}, Bytes(32, 1), key, t0, t0 + 30s,
+                      seed);
     std::vector<MatchEntry> view{entry(5), entry(6)};
     for (auto& e : view) e.deadline = t0 + 30s;
     f.on_view(view, t0 + cfg.settle);

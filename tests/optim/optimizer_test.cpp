@@ -28,9 +28,9 @@ namespace {
 using test::batch;
 using test::expect_agreement;
 using test::flat_params;
+using test::HubPeer;
 using test::make_linear;
 using test::wait_until;
-using test::HubPeer;
 
 void backward(torch::nn::Linear& m, const torch::Tensor& x, const torch::Tensor& y) {
   torch::mse_loss(m->forward(x), y).backward();
@@ -62,14 +62,14 @@ TEST(Optimizer, ValidatesOptionsAndParameters) {
 // refused up front (it would fail at the first state transfer or checkpoint).
 TEST(Optimizer, RefusesOptimizersTheStateFormatCannotCarry) {
   auto m = make_linear(1);
-  auto r = Optimizer::create(*m, std::make_unique<torch::optim::LBFGS>(m->parameters()),
-                             options(12, 4));
+  auto r =
+      Optimizer::create(*m, std::make_unique<torch::optim::LBFGS>(m->parameters()), options(12, 4));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error(), errc::unsupported);
   EXPECT_NE(r.error().message().find("LBFGS"), std::string::npos) << r.error().message();
   EXPECT_NE(r.error().message().find("SGD, Adam"), std::string::npos) << r.error().message();
-  EXPECT_TRUE(Optimizer::create(*m, std::make_unique<torch::optim::Adam>(m->parameters()),
-                                options(12, 4)));
+  EXPECT_TRUE(
+      Optimizer::create(*m, std::make_unique<torch::optim::Adam>(m->parameters()), options(12, 4)));
 }
 
 // shutdown() publishes the last progress record with a 1 s ttl, so the others stop counting
@@ -191,7 +191,6 @@ TEST(Optimizer, CheckpointAndResume) {
 }
 
 // ---- Several peers over the Hub ----------------------------------------------------------
-
 
 TEST(OptimizerCollaboration, PeersStepTogetherJoinersCatchUpDeadPeersDoNotStall) {
   auto hub = std::make_shared<test::Hub>(500ms);
