@@ -87,6 +87,7 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   StepResult res;
   GroupInfo group;
   const bool matched = !opts.group;
+  if (st->cancelled) co_return make_error(errc::cancelled, "averager: step cancelled");
   if (opts.group) {
     group = *opts.group;
   } else {
@@ -103,7 +104,9 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
                                                           add_addresses_, cfg_.open_timeout,
                                                           impl_->join_protocol, cfg_.on_phase);
     impl_->match = session;
+    st->match = session;
     auto g = co_await session->run();
+    st->match.reset();
     impl_->match.reset();
     if (!g) co_return g.error();
     group = std::move(g).value();
@@ -226,9 +229,19 @@ result<StepResult> PendingStep::run_blocking(double weight) {
 }
 
 void PendingStep::cancel() {
+  if (st_->cancelled || st_->outcome) return;
   st_->cancelled = true;
+  if (st_->match) st_->match->cancel("step cancelled");
   if (st_->runner && !st_->data_ready)
     st_->runner->abandon(Error(errc::cancelled, "averager: step cancelled before its data came"));
+}
+
+awaitable<bool> PendingStep::wait(TimePoint until) {
+  auto st = st_;
+  if (st->outcome) co_return true;
+  (void)co_await with_timeout(st->done.wait(), std::max<Duration>(until - Clock::now(), 1ms),
+                              "averaging step end");
+  co_return st->outcome.has_value();
 }
 
 bool PendingStep::grouped() const {

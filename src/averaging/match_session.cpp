@@ -98,7 +98,10 @@ awaitable<result<GroupInfo>> MatchSession::run() {
   }
   if (core_.take_republish()) co_await publish();
   // Resetting at once could drop our last frames at the peer: wait for it to close too.
-  const TimePoint eof_until = Clock::now() + 2s;
+  // A cancelled session does not wait: its Leave / Disband is out, and a reset tells the peer
+  // the same (it drops this peer as lost).
+  const bool cancelled = core_.state() == S::failed && core_.error() == errc::cancelled;
+  const TimePoint eof_until = cancelled ? Clock::now() : Clock::now() + 2s;
   while (readers_ > 0 && Clock::now() < eof_until) {
     changed_.reset();
     (void)co_await with_timeout(changed_.wait(), 50ms, "peers' EOF");
@@ -153,6 +156,11 @@ awaitable<void> MatchSession::write_link(PeerKey who, std::shared_ptr<Link> link
     auto r = co_await link->wake->wait();
     if (!r) co_return;
   }
+}
+
+void MatchSession::cancel(const std::string& why) {
+  core_.cancel(WallClock::now(), why);
+  pump();
 }
 
 void MatchSession::pump() {

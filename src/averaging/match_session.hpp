@@ -32,6 +32,10 @@ class MatchSession : public std::enable_shared_from_this<MatchSession> {
   awaitable<void> serve_join(net::PeerId remote, net::ByteStreamPtr stream,
                              std::shared_ptr<net::BufferedReader> reader, JoinRequest req);
 
+  // Ends matchmaking now (MatchmakingCore::cancel): run() sends the Leave / Disband and
+  // returns errc::cancelled.
+  void cancel(const std::string& why);
+
   const MatchmakingCore& core() const { return core_; }
 
  private:

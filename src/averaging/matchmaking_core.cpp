@@ -421,6 +421,32 @@ void MatchmakingCore::on_peer_failed(const PeerKey& peer, WallTime now) {
   }
 }
 
+void MatchmakingCore::cancel(WallTime now, const std::string& why) {
+  (void)now;
+  switch (state_) {
+    case State::joining:
+    case State::following:
+    case State::confirmed:
+      // A confirmed follower's leader either drops it before Start (Leave) or, if it started
+      // already, the round treats this peer as lost.
+      if (leader_) outbox_.push_back({*leader_, LeaveMsg{}});
+      break;
+    case State::leading:
+    case State::beginning:
+      for (const auto& f : followers_)
+        outbox_.push_back({f.info.peer, DisbandMsg{"the leader left: " + why}});
+      followers_.clear();
+      break;
+    case State::looking:
+      break;
+    case State::done:
+    case State::failed:
+      return;
+  }
+  leader_.reset();
+  fail(errc::cancelled, why);
+}
+
 void MatchmakingCore::tick(WallTime now) {
   switch (state_) {
     case State::looking:

@@ -43,6 +43,9 @@ struct NetCollaboration::Impl {
   };
   std::optional<Prepared> prepared;
   std::shared_ptr<averaging::PendingStep> cancelled;
+  // The step average() runs now (its key), and the key abandon_round() ended.
+  std::shared_ptr<averaging::PendingStep> running;
+  std::string running_key, abandoned_key;
   EarlyStats early;
 };
 

@@ -13,9 +13,6 @@ auto log() {
   return logger("collab");
 }
 
-// How often a step waiting for a cancelled early step (still matchmaking) looks again.
-constexpr Duration kCancelledPoll = 25ms;
-
 const char* codec_of(optim::Compression c) {
   switch (c) {
     case optim::Compression::float16:
@@ -137,14 +134,23 @@ void NetCollaboration::cancel_prepared_round() {
   if (p.averager == impl_->grads) impl_->cancelled = std::move(p.step);
 }
 
+void NetCollaboration::abandon_round(const std::string& key) {
+  if (impl_->prepared && impl_->prepared->key == key) {
+    log()->info("round {}: abandoned before its data (the peers moved on)", key);
+    cancel_prepared_round();
+  }
+  if (impl_->running && impl_->running_key == key && !impl_->running->finished()) {
+    log()->info("round {}: abandoned (the peers moved on or too few remain)", key);
+    impl_->abandoned_key = key;
+    impl_->running->cancel();
+  }
+}
+
 awaitable<bool> NetCollaboration::wait_cancelled(TimePoint until) {
   auto self = shared_from_this();
-  // PendingStep::cancel() ends a grouped step at once, one still matchmaking when its group
-  // forms or its matchmaking deadline passes.
-  while (impl_->cancelled && !impl_->cancelled->finished()) {
-    if (Clock::now() >= until) co_return false;
-    if (!co_await sleep_for(kCancelledPoll)) co_return false;
-  }
+  // PendingStep::cancel() ends matchmaking and a grouped step at once; the step is over as
+  // soon as its Leave / Disband went out and its streams closed.
+  if (auto c = impl_->cancelled; c && !c->finished() && !co_await c->wait(until)) co_return false;
   impl_->cancelled.reset();
   co_return true;
 }
@@ -192,7 +198,14 @@ awaitable<result<optim::RoundResult>> NetCollaboration::average(std::span<optim:
   }
   for (std::size_t i = 0; i < tensors.size(); ++i)
     std::copy(tensors[i].data.begin(), tensors[i].data.end(), impl_->buffers[i].begin());
+  impl_->running = step;
+  impl_->running_key = options.key;
+  impl_->abandoned_key.clear();
   auto r = co_await step->run(options.weight);
+  if (impl_->running == step) impl_->running.reset();
+  if (!r && r.error() == errc::cancelled && impl_->abandoned_key == options.key)
+    co_return make_error(errc::unavailable, "round " + options.key +
+                                                " abandoned: the peers moved on or too few remain");
   if (!r) co_return r.error();
   const auto& res = r.value();
   log()->info("round {}: {} peers{}, matchmaking {:.2f} s, all-reduce {:.2f} s, {} bytes sent",

@@ -3,6 +3,7 @@
 #include "starling/optim/optimizer.hpp"
 
 #include "optimizer_impl.hpp"
+#include "state_format_torch.hpp"
 
 namespace starling::optim {
 
@@ -22,6 +23,10 @@ result<std::unique_ptr<Optimizer>> Optimizer::create(torch::nn::Module& model,
                                                      std::shared_ptr<Collaboration> collaboration) {
   ST_TRY(validate(options));
   if (!inner) return make_error(errc::invalid_argument, "optimizer: no inner optimizer");
+  // Peers exchange, and checkpoints keep, the optimizer's state in the state format: an
+  // optimizer it cannot carry (LBFGS, a user's own) would fail at the first state transfer.
+  if (auto kind = state_torch::kind_of(*inner); !kind)
+    return make_error(errc::unsupported, "optimizer: " + kind.error().message());
   auto impl = std::make_unique<Impl>(model, std::move(inner), std::move(options));
   for (const auto& item : model.named_parameters(true)) {
     impl->names.push_back(item.key());

@@ -16,6 +16,9 @@ auto log() {
 
 // Bounds on single DHT operations of the progress loop.
 constexpr Duration kPublishTimeout = 10s;
+// At shutdown: the last record's time-to-live, and how long its publication may take.
+constexpr Duration kLeavingTtl = 1s;
+constexpr Duration kLeavingPublishTimeout = 3s;
 constexpr Duration kFetchTimeout = 10s;
 // The progress loop checks whether to publish at least this often.
 constexpr Duration kLoopTick = 250ms;
@@ -125,8 +128,12 @@ result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, Round
         }
         const Duration budget = std::max<Duration>(options.deadline - Clock::now(), 1ms);
         std::string what = "averaging round " + options.key;
+        self->running_ = Running{options.key, self->tracker_.local_epoch(),
+                                 options.expected_members, Clock::now()};
         auto op = self->collab_->average(spans, options);
-        co_return co_await with_timeout(std::move(op), budget + 1s, std::move(what));
+        auto r = co_await with_timeout(std::move(op), budget + 1s, std::move(what));
+        if (self->running_ && self->running_->key == options.key) self->running_.reset();
+        co_return r;
       },
       wait_bound, "averaging round", true);
 }
@@ -188,11 +195,12 @@ awaitable<result<Collaboration::State>> OptimizerIo::provide_state() {
   co_return *snapshot_;
 }
 
-awaitable<void> OptimizerIo::publish_once() {
-  const Duration ttl = options_.progress_ttl;
+awaitable<void> OptimizerIo::publish_once(std::optional<Duration> ttl_override) {
+  const Duration ttl = ttl_override.value_or(options_.progress_ttl);
   auto rec = tracker_.make_record(Clock::now(), ttl);
   auto r = co_await with_timeout(collab_->publish_progress(encode_progress(rec), ttl),
-                                 kPublishTimeout, "publish progress");
+                                 ttl_override ? kLeavingPublishTimeout : kPublishTimeout,
+                                 "publish progress");
   if (!r) log()->info("publishing progress failed: {}", r.error().message());
 }
 
@@ -217,7 +225,21 @@ awaitable<void> OptimizerIo::fetch_once() {
     }
   }
   tracker_.expire(now);
+  if (r) maybe_abandon_round(began, now);
   next_fetch_ = now + tracker_.next_fetch(now);
+}
+
+void OptimizerIo::maybe_abandon_round(TimePoint fetch_began, TimePoint now) {
+  if (!running_ || fetch_began < running_->started) return;
+  // The round needs a strict majority of the peers expected at its epoch; peers that moved
+  // past that epoch (or left) never join it.
+  const std::size_t need = running_->expected / 2 + 1;
+  const std::size_t there = tracker_.peers_at(running_->epoch, now);
+  if (running_->expected == 0 || there >= need) return;
+  log()->info("round {}: {} of the {} peers needed are at epoch {}; abandoning it", running_->key,
+              there, need, running_->epoch);
+  collab_->abandon_round(running_->key);
+  running_.reset();
 }
 
 awaitable<void> OptimizerIo::progress_loop() {
@@ -242,6 +264,9 @@ result<void> OptimizerIo::stop(Duration timeout) {
         self->collab_->serve_state(nullptr);
         self->collab_->cancel_prepared_round();
         ST_CO_TRY(co_await self->scope_.close(timeout));
+        // The last record lives kLeavingTtl: the others stop counting this peer (its samples,
+        // a majority that includes it) within a second instead of after progress_ttl.
+        co_await self->publish_once(kLeavingTtl);
         co_return true;
       },
       timeout + 5s, "optimizer shutdown", false);

@@ -75,7 +75,7 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
  private:
   static constexpr Duration kRunBound = 60s;
   awaitable<void> progress_loop();
-  awaitable<void> publish_once();
+  awaitable<void> publish_once(std::optional<Duration> ttl_override = std::nullopt);
   awaitable<void> fetch_once();
   awaitable<result<Collaboration::State>> provide_state();
   static awaitable<result<Collaboration::State>> provide_state_of(std::weak_ptr<OptimizerIo> weak);
@@ -95,6 +95,16 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   std::optional<Collaboration::State> snapshot_;
   std::atomic<bool> state_requested_{false};
   TimePoint next_fetch_{};
+  // The round average() runs now (io thread): abandoned when a fetch begun after it started
+  // shows it cannot reach its majority (maybe_abandon_round()).
+  struct Running {
+    std::string key;
+    std::uint64_t epoch = 0;
+    std::size_t expected = 0;
+    TimePoint started;
+  };
+  std::optional<Running> running_;
+  void maybe_abandon_round(TimePoint fetch_began, TimePoint now);
   ProgressLimits limits_;
 };
 

@@ -287,6 +287,13 @@ bool ProgressTracker::others_at_epoch(TimePoint now) const {
   return false;
 }
 
+std::size_t ProgressTracker::peers_at(std::uint64_t epoch, TimePoint now) const {
+  std::size_t n = epoch_ == epoch ? 1 : 0;
+  for (const auto& [id, h] : peers_)
+    if (live(h, now) && !h.record.auxiliary && h.record.epoch == epoch) ++n;
+  return n;
+}
+
 std::uint64_t ProgressTracker::extrapolate(const Held& h, TimePoint now) const {
   const double elapsed =
       std::clamp(seconds(now - h.observed_at), 0.0, seconds(config_.stale_after));

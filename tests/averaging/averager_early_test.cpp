@@ -181,3 +181,49 @@ TEST_P(EarlyNeverSupplied, MemberIsDroppedOthersFinish) {
 
 INSTANTIATE_TEST_SUITE_P(DeadlineOrCancel, EarlyNeverSupplied, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Cancel" : "DataDeadline"; });
+
+// PendingStep::cancel() during matchmaking ends the step at once (a leader disbands its
+// followers, a follower leaves its leader) instead of at the matchmaking deadline; the other
+// peer goes on looking. Before, a cancelled step only ended when its group formed or its
+// matchmaking deadline (here 30 s) passed.
+TEST(EarlyMatchmaking, CancelWhileMatchmakingEndsAtOnce) {
+  auto cfg = base_config();
+  cfg.matchmaking.min_wait = 40s;  // the pair waits for more peers (until the deadline)
+  Cluster c(2, test::test_schema(1000), cfg, {}, 33);
+  std::mutex m;
+  std::condition_variable cv;
+  std::set<std::size_t> paired;  // nodes leading or following
+  c.on_phase = [&](std::size_t i, const std::string& ph) {
+    if (ph != "matchmaking:leading" && ph != "matchmaking:following") return;
+    std::lock_guard lock(m);
+    paired.insert(i);
+    cv.notify_all();
+  };
+  StepOptions so;
+  so.round = "r1";
+  so.weight = 1;
+  so.timeout = 60s;
+  so.matchmaking_timeout = 30s;
+  std::vector<std::shared_ptr<PendingStep>> p{begin_on(c, 0, so), begin_on(c, 1, so)};
+  {
+    std::unique_lock lock(m);
+    ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return paired.size() == 2; }));
+  }
+  for (std::size_t who = 0; who < 2; ++who) {
+    const auto t0 = Clock::now();
+    auto ended = c.node(who).run([q = p[who]]() -> awaitable<bool> {
+      q->cancel();
+      co_return co_await q->wait(Clock::now() + 10s);
+    });
+    EXPECT_TRUE(ended) << "node " << who << " still matchmaking 10 s after cancel()";
+    EXPECT_LT(Clock::now() - t0, 5s);
+    auto r = c.node(who).run([q = p[who]]() { return q->run(1.0); });
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error(), errc::cancelled) << r.error().message();
+    if (who == 0) {
+      // The other one is still looking (released or left, not failed).
+      auto other = c.node(1).run([q = p[1]]() -> awaitable<bool> { co_return q->finished(); });
+      EXPECT_FALSE(other);
+    }
+  }
+}

@@ -550,3 +550,58 @@ TEST(Matchmaking, JoinRules) {
     EXPECT_EQ(f.state(), MatchmakingCore::State::looking);  // planned leader of {5, 6}
   }
 }
+
+// cancel(): a leader releases its followers (Disband), a follower tells its leader (Leave), and
+// both fail with errc::cancelled at once instead of waiting for their deadline.
+TEST(Matchmaking, CancelDisbandsOrLeaves) {
+  MatchmakingConfig cfg;
+  cfg.target_group_size = 4;
+  auto key = GroupKey::initial({"m", 16, 0}, 1).value();
+  const WallTime t0 = WallTime{} + 1h;
+  MatchmakingCore l(cfg, MemberInfo{pk(0), {}, 100, false, 1.0}, Bytes(32, 1), key, t0, t0 + 30s,
+                    1);
+  auto req = [&](int i) {
+    return JoinRequest{MemberInfo{pk(i), {}, 100, false, 1.0}, Bytes(32, 1), "m", t0 + 30s};
+  };
+  ASSERT_EQ(l.on_join(req(1), t0).verdict, JoinVerdict::accepted);
+  ASSERT_EQ(l.on_join(req(2), t0).verdict, JoinVerdict::accepted);
+  ASSERT_EQ(l.state(), MatchmakingCore::State::leading);
+  (void)l.take_outbox();
+  l.cancel(t0 + 1s, "test");
+  EXPECT_EQ(l.state(), MatchmakingCore::State::failed);
+  EXPECT_EQ(l.error(), errc::cancelled);
+  auto out = l.take_outbox();
+  ASSERT_EQ(out.size(), 2u);
+  std::set<PeerKey> told;
+  for (const auto& o : out) {
+    EXPECT_TRUE(std::holds_alternative<DisbandMsg>(o.msg));
+    told.insert(o.to);
+  }
+  EXPECT_EQ(told, (std::set<PeerKey>{pk(1), pk(2)}));
+  EXPECT_FALSE(l.entry().open);
+  l.cancel(t0 + 2s, "again");  // no effect once failed
+  EXPECT_TRUE(l.take_outbox().empty());
+
+  // A follower: finds the leader in its view, joins, is accepted, cancels.
+  for (int seed = 2; seed < 40; ++seed) {
+    MatchmakingCore f(cfg, MemberInfo{pk(5), {}, 100, false, 1.0}, Bytes(32, 1), key, t0, t0 + 30s,
+                      seed);
+    std::vector<MatchEntry> view{entry(5), entry(6)};
+    for (auto& e : view) e.deadline = t0 + 30s;
+    f.on_view(view, t0 + cfg.settle);
+    if (f.state() != MatchmakingCore::State::joining) continue;  // it plans to lead
+    const PeerKey leader = *f.leader();
+    f.on_join_reply(leader, JoinReply{JoinVerdict::accepted}, t0 + cfg.settle);
+    ASSERT_EQ(f.state(), MatchmakingCore::State::following);
+    (void)f.take_outbox();
+    f.cancel(t0 + cfg.settle + 1s, "test");
+    EXPECT_EQ(f.state(), MatchmakingCore::State::failed);
+    EXPECT_EQ(f.error(), errc::cancelled);
+    out = f.take_outbox();
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].to, leader);
+    EXPECT_TRUE(std::holds_alternative<LeaveMsg>(out[0].msg));
+    return;
+  }
+  FAIL() << "peer 5 never planned to follow";
+}

@@ -244,3 +244,44 @@ TEST(EarlyMatchmaking, OptimizerPreparesEachRoundAndShutdownLeavesNonePending) {
   std::lock_guard lk(mu);
   test::expect_agreement(record, 3);
 }
+
+// abandon_round() ends an average() still matchmaking at once with errc::unavailable (the
+// optimizer calls it when a fresh fetch shows its peers past its epoch or too few left), not
+// at its matchmaking deadline (here 30 s: half of the 60 s round). The round can never form:
+// only node 0 averages and the group needs all three.
+TEST(EarlyMatchmaking, AbandonedRoundEndsAtOnce) {
+  Trio t;
+  auto out = std::make_shared<Outcome>();
+  out->w.assign(kW, 1.0f);
+  out->b.assign(kB, 1.0f);
+  RoundOptions o;
+  o.key = "grads/7";
+  o.weight = 1;
+  o.deadline = Clock::now() + 60s;
+  o.expected_members = 3;
+  std::atomic<bool> done{false};
+  const auto t0 = Clock::now();
+  std::thread th([c = t.c(0), out, o, &done] {
+    out->r = block_on(
+        c->executor(), [c, out, o] { return average_on(c, out, o); }, 90s);
+    done = true;
+  });
+  // Abandon until it took effect (the first calls may come before the round is running).
+  const bool ended = test::wait_until(
+      [&] {
+        on_io<bool>(t.c(0), [](collab::NetCollaboration& n) {
+          n.abandon_round("grads/7");
+          return true;
+        });
+        return done.load();
+      },
+      20s);
+  th.join();
+  EXPECT_TRUE(ended) << "the abandoned round went on";
+  EXPECT_LT(Clock::now() - t0, 20s);
+  ASSERT_FALSE(out->r);
+  EXPECT_EQ(out->r.error(), errc::unavailable) << out->r.error().message();
+  EXPECT_EQ(out->w, std::vector<float>(kW, 1.0f));  // unchanged
+  // Another key is not affected by abandoning this one: the next round of all three works.
+  expect_mean(average_all(t, "grads/8"), false);
+}

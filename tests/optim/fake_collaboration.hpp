@@ -59,6 +59,10 @@ class Hub {
   void close_round(const std::string& key) {
     auto& r = rounds[key];
     if (r.closed) return;
+    if (r.members.empty()) {
+      rounds.erase(key);
+      return;
+    }
     r.closed = true;
     const bool alone = r.members.size() < 2;
     if (!alone) ++rounds_closed;
@@ -186,6 +190,23 @@ class FakeCollaboration : public optim::Collaboration {
   }
 
  private:
+  // Removes one participant from its round while the round is open (RAII, see average_now).
+  struct Departure {
+    std::shared_ptr<Hub> hub;
+    std::string key;
+    std::shared_ptr<AsyncEvent> done;
+    void now() {
+      if (!hub) return;
+      std::lock_guard lk(hub->mu);
+      auto it = hub->rounds.find(key);
+      if (it != hub->rounds.end() && !it->second.closed)
+        std::erase_if(it->second.members,
+                      [&](const Hub::Participant& p) { return p.done == done; });
+      hub.reset();
+    }
+    ~Departure() { now(); }
+  };
+
   awaitable<result<optim::RoundResult>> average_now(std::span<optim::NamedSpan> tensors,
                                                     optim::RoundOptions options) {
     auto done = std::make_shared<AsyncEvent>(ex_);
@@ -203,25 +224,30 @@ class FakeCollaboration : public optim::Collaboration {
       for (auto& m : r.members) live_members += hub_->live.count(m.peer);
       if (live_members >= hub_->live.size()) hub_->close_round(options.key);
     }
+    // However this coroutine ends before the round closed (timeout, cancellation, an
+    // exception at a co_await after cancellation, or its frame destroyed with its io_context),
+    // it leaves the round first: nobody may write into our spans or post to our executor later.
+    Departure leave{hub_, options.key, done};
     // The first joiner closes the round when the window ends; everyone waits until closed.
     const TimePoint until = first ? Clock::now() + hub_->window_ : options.deadline;
     const std::string what = "round " + options.key;
     auto w =
         co_await with_timeout(done->wait(), std::max<Duration>(until - Clock::now(), 1ms), what);
     if (!w && first) {
+      if (w.error() == errc::cancelled) {
+        leave.now();  // the others still average without us
+        std::lock_guard lk(hub_->mu);
+        hub_->close_round(options.key);
+        co_return w.error();
+      }
       std::lock_guard lk(hub_->mu);
       hub_->close_round(options.key);
     }
+    if (!w && w.error() == errc::cancelled && !done->is_set()) co_return w.error();
     if (!done->is_set()) {
       auto w2 = co_await with_timeout(
           done->wait(), std::max<Duration>(options.deadline - Clock::now(), 1ms), what);
-      if (!w2) {
-        // Leave the round so nobody writes into our spans later.
-        std::lock_guard lk(hub_->mu);
-        auto& ms = hub_->rounds[options.key].members;
-        std::erase_if(ms, [&](const Hub::Participant& p) { return p.done == done; });
-        co_return w2.error();
-      }
+      if (!w2 && !done->is_set()) co_return w2.error();
     }
     co_return *out;
   }

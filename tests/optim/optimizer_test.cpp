@@ -4,6 +4,7 @@
 
 #include <torch/nn.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/lbfgs.h>
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
@@ -27,6 +28,7 @@ namespace {
 using test::batch;
 using test::expect_agreement;
 using test::flat_params;
+using test::HubPeer;
 using test::make_linear;
 using test::wait_until;
 
@@ -54,6 +56,41 @@ TEST(Optimizer, ValidatesOptionsAndParameters) {
   auto ok = Optimizer::create(*m, std::make_unique<torch::optim::SGD>(m->parameters(), 0.1), o);
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok.value()->step().error(), errc::invalid_argument);  // no batch size anywhere
+}
+
+// The state format carries SGD, Adam, AdamW, RMSprop and Adagrad; any other optimizer is
+// refused up front (it would fail at the first state transfer or checkpoint).
+TEST(Optimizer, RefusesOptimizersTheStateFormatCannotCarry) {
+  auto m = make_linear(1);
+  auto r =
+      Optimizer::create(*m, std::make_unique<torch::optim::LBFGS>(m->parameters()), options(12, 4));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error(), errc::unsupported);
+  EXPECT_NE(r.error().message().find("LBFGS"), std::string::npos) << r.error().message();
+  EXPECT_NE(r.error().message().find("SGD, Adam"), std::string::npos) << r.error().message();
+  EXPECT_TRUE(
+      Optimizer::create(*m, std::make_unique<torch::optim::Adam>(m->parameters()), options(12, 4)));
+}
+
+// shutdown() publishes the last progress record with a 1 s ttl, so the others stop counting
+// this peer within a second rather than after progress_ttl (10 s here).
+TEST(Optimizer, ShutdownPublishesAShortLivedLastRecord) {
+  auto hub = std::make_shared<test::Hub>(500ms);
+  HubPeer peer(hub, 1, options(2000, 8));
+  const auto self = peer.collab->self();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::lock_guard lk(hub->mu);
+        return hub->records.count(self) > 0;
+      },
+      10s));
+  {
+    std::lock_guard lk(hub->mu);
+    EXPECT_EQ(hub->records[self].second.second, Duration(10s));
+  }
+  ASSERT_TRUE(peer.opt->shutdown(5s));
+  std::lock_guard lk(hub->mu);
+  EXPECT_EQ(hub->records[self].second.second, Duration(1s));
 }
 
 // Alone, three batches of 4 with target 12 are one SGD step on the mean gradient of all 12
@@ -154,8 +191,6 @@ TEST(Optimizer, CheckpointAndResume) {
 }
 
 // ---- Several peers over the Hub ----------------------------------------------------------
-
-using test::HubPeer;
 
 TEST(OptimizerCollaboration, PeersStepTogetherJoinersCatchUpDeadPeersDoNotStall) {
   auto hub = std::make_shared<test::Hub>(500ms);

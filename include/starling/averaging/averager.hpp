@@ -121,9 +121,14 @@ class PendingStep {
   // that error is returned at once.
   awaitable<result<StepResult>> run(double weight);
   result<StepResult> run_blocking(double weight);
-  // This member will not supply data: it leaves its group now (or as soon as it forms); a
-  // later run() returns errc::cancelled.
+  // This member will not supply data, and cancel() returns at once: still matchmaking, it
+  // stops (a follower sends its leader Leave, a leader sends its followers Disband); grouped,
+  // it leaves the round; the step then ends within moments. A later run() returns
+  // errc::cancelled. Executor thread.
   void cancel();
+  // Waits until the step is over (finished()) or `until` passes; false if it is still running
+  // then (or the wait was cancelled).
+  awaitable<bool> wait(TimePoint until);
   // The group has formed (this member is in a round, waiting for data or running).
   bool grouped() const;
   // The step is over (run() would return at once).

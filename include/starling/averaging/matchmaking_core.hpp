@@ -127,6 +127,10 @@ class MatchmakingCore {
   void on_message(const PeerKey& from, const MatchMessage& msg, WallTime now);
   void on_peer_failed(const PeerKey& peer, WallTime now);
   void tick(WallTime now);
+  // This peer stops looking for a group (its step was cancelled): a follower tells its leader
+  // (Leave), a leader releases its followers (Disband), and the core fails with
+  // errc::cancelled at once. No effect once done or failed.
+  void cancel(WallTime now, const std::string& why);
 
   std::vector<MatchOut> take_outbox();
   // Earliest time after `now` at which tick() has something to do.

@@ -74,6 +74,7 @@ class NetCollaboration final : public optim::Collaboration,
   awaitable<result<std::vector<optim::ProgressEntry>>> fetch_progress() override;
   void prepare_round(const optim::RoundPlan& plan) override;
   void cancel_prepared_round() override;
+  void abandon_round(const std::string& key) override;
   awaitable<result<optim::RoundResult>> average(std::span<optim::NamedSpan> tensors,
                                                 optim::RoundOptions options) override;
   awaitable<result<State>> download_state(TimePoint deadline, std::uint64_t want_digest) override;

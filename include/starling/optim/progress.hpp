@@ -84,7 +84,7 @@ struct ProgressConfig {
   // A record older than this (on the reader's clock) is ignored: its peer is presumed gone.
   Duration stale_after = 30s;
   // Others' progress is fetched again after clamp(eta * refresh_fraction, min, max).
-  Duration min_refresh = 500ms;
+  Duration min_refresh = 150ms;
   Duration max_refresh = 10s;
   double refresh_fraction = 0.3;
   // The own record is republished at least this often (must be well below stale_after) and
@@ -194,6 +194,8 @@ class ProgressTracker {
   // Whether a live computing peer other than this one is at this peer's epoch or ahead (if
   // not, this peer is really alone at its epoch and may step on its own).
   bool others_at_epoch(TimePoint now) const;
+  // Live computing peers at exactly `epoch`, this peer included if it is there.
+  std::size_t peers_at(std::uint64_t epoch, TimePoint now) const;
   // Drops every record that no longer counts at `now` (see live()).
   void expire(TimePoint now);
   std::size_t known_peers() const noexcept { return peers_.size(); }
