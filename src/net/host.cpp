@@ -117,7 +117,9 @@ awaitable<void> Host::accept_loop(std::shared_ptr<asio::ip::tcp::acceptor> acc) 
       continue;
     }
     tune_socket(sock);
-    scope_.spawn(handle_inbound(std::make_shared<TcpStream>(std::move(sock))));
+    auto tcp = std::make_shared<TcpStream>(std::move(sock));
+    tcp->set_write_timeout(cfg_.write_timeout);
+    scope_.spawn(handle_inbound(std::move(tcp)));
   }
 }
 

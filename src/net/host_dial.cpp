@@ -148,6 +148,7 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(Multiaddr a
       ST_CO_TRY(ep, addr.to_tcp_endpoint());
     }
     ST_CO_TRY(auto tcp, co_await tcp_connect(ep, remaining(deadline)));
+    tcp->set_write_timeout(cfg_.write_timeout);
     ByteStreamPtr raw = rate_limited(tcp, upload_limit_, download_limit_);
     ST_CO_TRY(auto sec, co_await select_one(raw, kNoiseProtocol, deadline));
     ST_CO_TRY(auto chan, co_await noise_secure_outbound(sec, key_, expected, remaining(deadline)));

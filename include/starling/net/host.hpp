@@ -46,6 +46,9 @@ struct HostConfig {
   std::size_t max_connections = 1024;
   std::size_t max_pending_inbound = 64;  // inbound connections still handshaking
   Duration shutdown_timeout = 5s;        // bound for stop()
+  // A write to a connection that makes no progress for this long (the peer stopped reading)
+  // fails with errc::timeout and closes the connection (0: no bound; tcp.hpp).
+  Duration write_timeout = 30s;
   std::string agent_version = "starling/0.1.0";
   // Bandwidth limits for the whole host, in bytes per second (0 = unlimited): every
   // connection's raw TCP bytes (handshakes, every protocol, both directions counted
