@@ -17,10 +17,9 @@ bool Host::evict_pending_handshake(TimePoint now) {
     if (!tcp) continue;
     p->evicted = true;
     ++stats_.evicted_handshakes;
-    logger("net")->debug("evicting handshake from {} (pending {} ms) to admit a new connection",
-                         tcp->describe(),
-                         std::chrono::duration_cast<std::chrono::milliseconds>(now - p->started)
-                             .count());
+    logger("net")->debug(
+        "evicting handshake from {} (pending {} ms) to admit a new connection", tcp->describe(),
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - p->started).count());
     tcp->reset();  // the handshake's next read fails and handle_inbound cleans up
     return true;
   }

@@ -93,8 +93,8 @@ awaitable<result<void>> TcpStream::write(BytesView data) {
     if (!r) {
       if (r.error() == errc::timeout) {
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(write_timeout_).count();
-        logger("net")->warn("{}: peer took no bytes for {} ms, closing the connection",
-                            describe_, ms);
+        logger("net")->warn("{}: peer took no bytes for {} ms, closing the connection", describe_,
+                            ms);
         reset();
         co_return make_error(errc::timeout,
                              fmt::format("{} write: peer took no bytes for {} ms", describe_, ms));

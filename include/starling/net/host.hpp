@@ -50,7 +50,7 @@ struct HostConfig {
   // been idle this long and is not kept alive; only then is it refused. So a flood of idle
   // TCP connects (or of idle connections) cannot lock real peers out.
   Duration pending_inbound_grace = 1s;
-  Duration shutdown_timeout = 5s;        // bound for stop()
+  Duration shutdown_timeout = 5s;  // bound for stop()
   // A write to a connection that makes no progress for this long (the peer stopped reading)
   // fails with errc::timeout and closes the connection (0: no bound; tcp.hpp).
   Duration write_timeout = 30s;
