@@ -106,28 +106,32 @@ awaitable<void> Host::accept_loop(std::shared_ptr<asio::ip::tcp::acceptor> acc) 
       if (!co_await sleep_for(50ms)) co_return;
       continue;
     }
-    const std::size_t total = connection_count();
-    if (total >= cfg_.max_connections || pending_inbound_ >= cfg_.max_pending_inbound) {
+    if (!admit_inbound()) {
       ++stats_.rejected_connections;
-      logger("net")->warn(
-          "rejecting inbound connection: limit reached ({} connections, {} pending)", total,
-          pending_inbound_);
       std::error_code ignore;
       sock.close(ignore);
       continue;
     }
     tune_socket(sock);
-    scope_.spawn(handle_inbound(std::make_shared<TcpStream>(std::move(sock))));
+    auto tcp = std::make_shared<TcpStream>(std::move(sock));
+    tcp->set_write_timeout(cfg_.write_timeout);
+    auto pending = std::make_shared<PendingInbound>();
+    pending->id = next_pending_id_++;
+    pending->started = Clock::now();
+    pending->tcp = tcp;
+    pending_inbound_[pending->id] = pending;
+    scope_.spawn(handle_inbound(std::move(tcp), std::move(pending)));
   }
 }
 
-awaitable<void> Host::handle_inbound(std::shared_ptr<TcpStream> tcp) {
+awaitable<void> Host::handle_inbound(std::shared_ptr<TcpStream> tcp,
+                                     std::shared_ptr<PendingInbound> pending) {
   auto self = shared_from_this();
-  ++pending_inbound_;
-  struct Dec {
-    std::size_t& n;
-    ~Dec() { --n; }
-  } dec{pending_inbound_};
+  struct Done {  // however the handshake ends, it stops counting as pending
+    Host& host;
+    std::uint64_t id;
+    ~Done() { host.pending_inbound_.erase(id); }
+  } done{*this, pending->id};
   auto remote = endpoint_addr(tcp->remote_endpoint());
   ByteStreamPtr raw = rate_limited(tcp, upload_limit_, download_limit_);
   auto upgrade = [&]() -> awaitable<result<std::shared_ptr<Connection>>> {
@@ -145,8 +149,12 @@ awaitable<void> Host::handle_inbound(std::shared_ptr<TcpStream> tcp) {
                                  "inbound upgrade from " + remote.to_string());
   if (!r) {
     ++stats_.failed_handshakes;
-    logger("net")->info("inbound connection from {} failed: {}", remote.to_string(),
-                        r.error().message());
+    if (pending->evicted)
+      logger("net")->debug("inbound handshake from {} evicted: {}", remote.to_string(),
+                           r.error().message());
+    else
+      logger("net")->info("inbound connection from {} failed: {}", remote.to_string(),
+                          r.error().message());
     tcp->reset();
     co_return;
   }

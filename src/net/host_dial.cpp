@@ -148,6 +148,7 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(Multiaddr a
       ST_CO_TRY(ep, addr.to_tcp_endpoint());
     }
     ST_CO_TRY(auto tcp, co_await tcp_connect(ep, remaining(deadline)));
+    tcp->set_write_timeout(cfg_.write_timeout);
     ByteStreamPtr raw = rate_limited(tcp, upload_limit_, download_limit_);
     ST_CO_TRY(auto sec, co_await select_one(raw, kNoiseProtocol, deadline));
     ST_CO_TRY(auto chan, co_await noise_secure_outbound(sec, key_, expected, remaining(deadline)));
@@ -215,7 +216,8 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::get_or_dial(const Pee
         h->dialing_.erase(it);
     }
   } finish{weak_from_this(), peer, std::make_shared<PendingDial>(ex_)};
-  finish.pending->outcome = make_error(errc::cancelled, "dial to " + peer.to_string() + " cancelled");
+  finish.pending->outcome =
+      make_error(errc::cancelled, "dial to " + peer.to_string() + " cancelled");
   dialing_[peer] = finish.pending;
   auto r = co_await dial_peer(peer, deadline);
   finish.pending->outcome = r;

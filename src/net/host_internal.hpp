@@ -16,6 +16,14 @@ struct Host::Connection {
   bool closed = false;
 };
 
+// An inbound connection still in its handshake (Host::pending_inbound_).
+struct Host::PendingInbound {
+  std::uint64_t id = 0;
+  TimePoint started;
+  std::weak_ptr<TcpStream> tcp;
+  bool evicted = false;
+};
+
 struct Host::PendingDial {
   explicit PendingDial(asio::any_io_executor ex) : done(ex) {}
   AsyncEvent done;

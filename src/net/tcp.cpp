@@ -47,6 +47,7 @@ TcpStream::TcpStream(asio::ip::tcp::socket socket) : socket_(std::move(socket)) 
   std::error_code ec;
   local_ = socket_.local_endpoint(ec);
   remote_ = socket_.remote_endpoint(ec);
+  socket_.non_blocking(true, ec);  // write() tries the socket before waiting
   describe_ = "tcp " + ep_str(local_) + "->" + ep_str(remote_);
 }
 
@@ -62,10 +63,46 @@ awaitable<result<std::size_t>> TcpStream::read_some(MutableBytesView buf) {
   co_return n;
 }
 
-awaitable<result<void>> TcpStream::write(BytesView data) {
+awaitable<result<std::size_t>> TcpStream::write_some_async(BytesView data) {
   auto [ec, n] =
-      co_await asio::async_write(socket_, asio::buffer(data.data(), data.size()), use_nothrow);
+      co_await socket_.async_write_some(asio::buffer(data.data(), data.size()), use_nothrow);
   if (ec) co_return from_asio(ec, describe_ + " write");
+  co_return n;
+}
+
+awaitable<result<void>> TcpStream::write(BytesView data) {
+  // Fast path: the kernel usually takes everything at once; no timer, no suspension.
+  while (!data.empty()) {
+    std::error_code ec;
+    const std::size_t n = socket_.write_some(asio::buffer(data.data(), data.size()), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) break;
+    if (ec) co_return from_asio(ec, describe_ + " write");
+    data = data.subspan(n);
+  }
+  // The send buffer is full: wait for the peer to take bytes, each wait bounded.
+  while (!data.empty()) {
+    // (No co_await inside ?: here: GCC 12 destroys such a temporary twice.)
+    result<std::size_t> r = make_error(errc::internal, "write not attempted");
+    if (write_timeout_ > Duration::zero()) {
+      auto t = co_await with_timeout(write_some_async(data), write_timeout_, describe_ + " write");
+      r = std::move(t);
+    } else {
+      auto t = co_await write_some_async(data);
+      r = std::move(t);
+    }
+    if (!r) {
+      if (r.error() == errc::timeout) {
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(write_timeout_).count();
+        logger("net")->warn("{}: peer took no bytes for {} ms, closing the connection", describe_,
+                            ms);
+        reset();
+        co_return make_error(errc::timeout,
+                             fmt::format("{} write: peer took no bytes for {} ms", describe_, ms));
+      }
+      co_return r.error();
+    }
+    data = data.subspan(r.value());
+  }
   co_return success();
 }
 

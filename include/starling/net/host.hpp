@@ -45,7 +45,15 @@ struct HostConfig {
   Duration idle_timeout = 120s;
   std::size_t max_connections = 1024;
   std::size_t max_pending_inbound = 64;  // inbound connections still handshaking
-  Duration shutdown_timeout = 5s;        // bound for stop()
+  // At a limit, an inbound connection is admitted by evicting (oldest first) a handshake
+  // that has run longer than this, or else an inbound connection without streams that has
+  // been idle this long and is not kept alive; only then is it refused. So a flood of idle
+  // TCP connects (or of idle connections) cannot lock real peers out.
+  Duration pending_inbound_grace = 1s;
+  Duration shutdown_timeout = 5s;  // bound for stop()
+  // A write to a connection that makes no progress for this long (the peer stopped reading)
+  // fails with errc::timeout and closes the connection (0: no bound; tcp.hpp).
+  Duration write_timeout = 30s;
   std::string agent_version = "starling/0.1.0";
   // Bandwidth limits for the whole host, in bytes per second (0 = unlimited): every
   // connection's raw TCP bytes (handshakes, every protocol, both directions counted
@@ -128,16 +136,26 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   struct Stats {
     std::uint64_t inbound_connections = 0, outbound_connections = 0, rejected_connections = 0;
     std::uint64_t failed_handshakes = 0, inbound_streams = 0, rejected_streams = 0;
+    std::uint64_t evicted_handshakes = 0;   // pending inbound handshakes closed to admit another
+    std::uint64_t evicted_connections = 0;  // idle inbound connections closed to admit another
   };
   const Stats& stats() const { return stats_; }
 
  private:
   struct Connection;
   struct PendingDial;
+  struct PendingInbound;
   Host(asio::any_io_executor ex, crypto::KeyPair key, HostConfig cfg);
 
   awaitable<void> accept_loop(std::shared_ptr<asio::ip::tcp::acceptor> acc);
-  awaitable<void> handle_inbound(std::shared_ptr<class TcpStream> tcp);
+  awaitable<void> handle_inbound(std::shared_ptr<class TcpStream> tcp,
+                                 std::shared_ptr<PendingInbound> pending);
+  // Whether an inbound connection may be accepted now, evicting a stale handshake or an idle
+  // inbound connection if a limit is reached (host_admit.cpp).
+  bool admit_inbound();
+  bool evict_pending_handshake(TimePoint now);
+  bool evict_idle_inbound(TimePoint now);
+  void log_refusal(std::size_t live);
   awaitable<result<std::shared_ptr<Connection>>> dial_peer(PeerId peer, TimePoint deadline);
   awaitable<result<std::shared_ptr<Connection>>> dial_addr(Multiaddr addr,
                                                            std::optional<PeerId> expected,
@@ -174,7 +192,10 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   std::map<std::string, StreamHandler> handlers_;
   std::map<PeerId, PeerInfo> peers_;
   std::map<PeerId, std::shared_ptr<AsyncEvent>> identify_waiters_;
-  std::size_t pending_inbound_ = 0;
+  std::map<std::uint64_t, std::shared_ptr<PendingInbound>> pending_inbound_;  // by start order
+  std::uint64_t next_pending_id_ = 1;
+  TimePoint last_refusal_log_{};
+  std::uint64_t refusals_unlogged_ = 0;
   std::uint64_t next_conn_id_ = 1;
   std::vector<PeerCallback> on_connected_, on_disconnected_;
   Stats stats_;

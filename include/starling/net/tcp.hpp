@@ -7,6 +7,11 @@
 
 namespace starling::net {
 
+// Writes try the (non-blocking) socket directly first and wait only when the kernel's send
+// buffer is full. A write that makes no progress for write_timeout() (a peer that stopped
+// reading) fails with errc::timeout and resets the connection, with a logged reason.
+inline constexpr Duration kDefaultWriteTimeout = 30s;
+
 class TcpStream final : public ByteStream {
  public:
   explicit TcpStream(asio::ip::tcp::socket socket);
@@ -20,9 +25,14 @@ class TcpStream final : public ByteStream {
 
   asio::ip::tcp::endpoint local_endpoint() const { return local_; }
   asio::ip::tcp::endpoint remote_endpoint() const { return remote_; }
+  // How long a write may wait without the peer taking any byte (0: forever).
+  void set_write_timeout(Duration d) { write_timeout_ = d; }
+  Duration write_timeout() const { return write_timeout_; }
 
  private:
+  awaitable<result<std::size_t>> write_some_async(BytesView data);
   asio::ip::tcp::socket socket_;
+  Duration write_timeout_ = kDefaultWriteTimeout;
   asio::ip::tcp::endpoint local_, remote_;
   std::string describe_;
 };
