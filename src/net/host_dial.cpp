@@ -215,7 +215,8 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::get_or_dial(const Pee
         h->dialing_.erase(it);
     }
   } finish{weak_from_this(), peer, std::make_shared<PendingDial>(ex_)};
-  finish.pending->outcome = make_error(errc::cancelled, "dial to " + peer.to_string() + " cancelled");
+  finish.pending->outcome =
+      make_error(errc::cancelled, "dial to " + peer.to_string() + " cancelled");
   dialing_[peer] = finish.pending;
   auto r = co_await dial_peer(peer, deadline);
   finish.pending->outcome = r;
