@@ -17,9 +17,9 @@ DhtCore::DhtCore(DhtConfig config, net::PeerId self, ValidatorChain validators, 
                RoutingTable::Options{cfg_.k, cfg_.split_depth_modulo, cfg_.effective_replacements(),
                                      cfg_.max_failures},
                now),
-      store_(RecordStore::Limits{
-          cfg_.max_stored_keys, cfg_.max_subkeys_per_key, cfg_.max_stored_bytes,
-          std::min(cfg_.max_bytes_per_key, cfg_.limits.max_message_bytes / 2)}),
+      store_(
+          RecordStore::Limits{cfg_.max_stored_keys, cfg_.max_subkeys_per_key, cfg_.max_stored_bytes,
+                              std::min(cfg_.max_bytes_per_key, cfg_.limits.max_message_bytes / 2)}),
       blacklist_(cfg_.blacklist_base, cfg_.blacklist_max, cfg_.blacklist_capacity),
       next_maintenance_(now + cfg_.maintenance_interval) {
   if (cfg_.k == 0) cfg_.k = 1;
@@ -139,7 +139,7 @@ void DhtCore::fail_request(std::uint64_t rid, const Error& error, const Now& now
       return;
     }
     case Purpose::store:
-      on_store_answer(p.op, p.to.id, StoreAck::failed, now);
+      on_store_answer(p.op, p.to, StoreAck::failed, now);
       return;
     case Purpose::ping:
       routing_.on_ping_result(p.to.id, false, now.mono);
@@ -197,7 +197,7 @@ void DhtCore::on_response(RequestId id, const Response& resp, const Now& now) {
       return;
     }
     case Purpose::store:
-      on_store_answer(done.op, done.to.id, store_ack_of(std::get<StoreResponse>(resp.body)), now);
+      on_store_answer(done.op, done.to, store_ack_of(std::get<StoreResponse>(resp.body)), now);
       return;
     case Purpose::ping:
       routing_.on_ping_result(done.to.id, true, now.mono);

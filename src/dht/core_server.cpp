@@ -84,7 +84,8 @@ Response DhtCore::handle_find(const net::PeerId& from, const FindRequest& req, c
         r.records = store_.records(target, now.mono);
       } else if (slot) {
         dht_log().debug("find from {}: records of {} ({} bytes) left out of the answer",
-                        from.short_string(), to_hex(target.bytes()).substr(0, 12), slot->byte_size());
+                        from.short_string(), to_hex(target.bytes()).substr(0, 12),
+                        slot->byte_size());
       }
     }
     out.results.push_back(std::move(r));

@@ -93,9 +93,9 @@ void DhtCore::start_store_phase(Operation& op, const Now& now) {
   store_on(op, targets, local, now);
 }
 
-void DhtCore::store_on(Operation& op, const std::vector<Contact>& targets, bool local,
-                       const Now& now) {
+void DhtCore::store_on(Operation& op, std::vector<Contact> targets, bool local, const Now& now) {
   op.storing = true;
+  add_holders(op, targets, local);
   const std::uint64_t id = op.id;
   auto records = op.found.to_records(now.mono);
   if (records.empty()) {
@@ -113,6 +113,8 @@ void DhtCore::store_on(Operation& op, const std::vector<Contact>& targets, bool 
       if (m && m.value() == MergeResult::stale) refused = true;
     }
     op.local_ack = held ? StoreAck::held : refused ? StoreAck::refused : StoreAck::failed;
+    if (held || refused)
+      if (Holders* h = holders_of(op.key.id(), true)) h->local = true;
   }
   op.store_targets.clear();
   for (const auto& t : targets) {
@@ -122,10 +124,11 @@ void DhtCore::store_on(Operation& op, const std::vector<Contact>& targets, bool 
   check_store(id, now);
 }
 
-void DhtCore::on_store_answer(std::uint64_t id, const DhtId& from, StoreAck ack, const Now& now) {
+void DhtCore::on_store_answer(std::uint64_t id, const Contact& from, StoreAck ack, const Now& now) {
   auto it = ops_.find(id);
   if (it == ops_.end()) return;
-  auto a = it->second.store_acks.find(from);
+  note_holder(it->second.key.id(), from, ack);
+  auto a = it->second.store_acks.find(from.id);
   if (a == it->second.store_acks.end() || a->second != StoreAck::pending) return;
   a->second = ack;
   check_store(id, now);

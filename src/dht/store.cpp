@@ -22,8 +22,8 @@ result<MergeResult> RecordStore::put(const RecordKey& key, const std::optional<S
   if (it != slots_.end()) {
     const Entry* held = it->second.slot.find(subkey);
     const std::size_t replaced = held ? Slot::size_of(subkey, held->body) : 0;
-    const std::size_t projected = it->second.slot.byte_size() - replaced +
-                                  Slot::size_of(subkey, body);
+    const std::size_t projected =
+        it->second.slot.byte_size() - replaced + Slot::size_of(subkey, body);
     if (projected > limits_.max_bytes_per_key)
       return make_error(dht_errc::capacity, "key " + key.to_string() + " would hold " +
                                                 std::to_string(projected) + " bytes (limit " +

@@ -56,7 +56,7 @@ TEST(DhtAbuse, FindNamingOneBigKeyManyTimesAnswersItsRecordsOnceWithinTheBudget)
   StoreRequest st;
   StoreItem a{big, {}}, b{other, {}};
   for (int i = 0; i < 20; ++i) a.records.push_back(entry("s" + std::to_string(i), 1000));
-  b.records.push_back(entry("x", 14000));
+  b.records.push_back(entry("x", 16000));  // more than the ~12 KiB left
   st.items = {a, b};
   auto stored = core.handle_request(writer, Request{kServer, st}, now);
   for (auto s : std::get<StoreResponse>(stored.body).status) EXPECT_EQ(s, StoreStatus::accepted);

@@ -67,9 +67,8 @@ TEST(HostDial, CancelledDialLeavesThePeerDialable) {
     // dial deadline. Whether the cancelled handshake reports "cancelled" or "timeout" is a
     // race inside asio, so several attempts cover both paths.
     for (int i = 0; i < 8; ++i) {
-      auto cancelled =
-          co_await with_timeout(a->open_stream(b->local_peer(), kEchoProtocol, 30s), 50ms,
-                                "cancelled from outside");
+      auto cancelled = co_await with_timeout(a->open_stream(b->local_peer(), kEchoProtocol, 30s),
+                                             50ms, "cancelled from outside");
       EXPECT_FALSE(cancelled.has_value());
     }
     // The holes now refuse at once: the next dial must go on to the real address.

@@ -61,6 +61,15 @@ struct DhtConfig {
   // lookup after all. At most `store_cache_keys` keys are remembered.
   Duration store_cache_ttl = 30s;
   std::size_t store_cache_keys = 4096;
+  // Holders of a rewritten key: the nodes that accepted this node's stores of a key (at most
+  // `store_holders` per key, the closest to it kept; at most `store_holder_keys` keys, least
+  // recently stored dropped first) get every later store of that key as well as the nodes its
+  // lookup finds, so a new version reaches the nodes holding the old one and a get that meets
+  // them first does not return it (routing tables are partial: successive lookups can end on
+  // different closest sets). A holder that fails `max_failures` stores in a row is forgotten.
+  // 0 = off.
+  std::size_t store_holders = 32;
+  std::size_t store_holder_keys = 4096;
   // Admission of lookup-learned nodes: a node named in a lookup answer (not yet in the table,
   // its bucket with room) is pinged in the background while no caller's operation runs,
   // `admit_parallel` at a time, at most `admit_queue` waiting; its answer is the liveness proof

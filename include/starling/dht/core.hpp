@@ -16,6 +16,7 @@
 
 #include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <optional>
 #include <random>
@@ -135,6 +136,8 @@ class DhtCore {
   std::size_t pending_requests() const noexcept { return pending_.size(); }
   std::size_t active_operations() const noexcept { return ops_.size(); }
   std::size_t own_record_keys() const noexcept { return own_.size(); }
+  // Keys whose store holders this node remembers (DhtConfig::store_holders).
+  std::size_t holder_keys() const noexcept { return holders_.size(); }
   // Admission pings (DhtConfig::admit_learned) are sent only while open; the networked node
   // closes it while its host holds as many connections as it wants to (file descriptors).
   void set_admission_open(bool open, const Now& now);
@@ -197,6 +200,12 @@ class DhtCore {
     std::size_t replicas = 0;
     TimePoint until;
   };
+  struct Holders {  // nodes that accepted this node's stores of one key
+    std::vector<Contact> nodes;
+    std::vector<std::uint8_t> failures;  // per node: store requests failed in a row
+    bool local = false;
+    std::list<DhtId>::iterator lru;
+  };
   struct OwnRecord {
     RecordKey key;
     Slot slot;
@@ -232,16 +241,20 @@ class DhtCore {
   std::uint64_t start_store(const RecordKey& key, Slot payload, std::size_t replicas,
                             std::size_t quorum, bool internal, const Now& now);
   void start_store_phase(Operation& op, const Now& now);
-  void store_on(Operation& op, const std::vector<Contact>& targets, bool local, const Now& now);
+  void store_on(Operation& op, std::vector<Contact> targets, bool local, const Now& now);
   void send_store(Operation& op, const Contact& to, const Now& now);
   void store_early(Operation& op, const Contact& from, const Now& now);
-  void on_store_answer(std::uint64_t op, const DhtId& from, StoreAck ack, const Now& now);
+  void on_store_answer(std::uint64_t op, const Contact& from, StoreAck ack, const Now& now);
   static StoreAck store_ack_of(const StoreResponse& resp);
   void check_store(std::uint64_t op, const Now& now);
   void finish_store(std::uint64_t op, const Now& now);
   void cache_along_path(Operation& op, const Now& now);
   result<void> accept_records(const RecordKey& key, std::vector<Record>& records,
                               const Now& now) const;
+  // core_holders.cpp
+  Holders* holders_of(const DhtId& key, bool create);
+  void note_holder(const DhtId& key, const Contact& who, StoreAck ack);
+  void add_holders(Operation& op, std::vector<Contact>& targets, bool& local);
   // core_admit.cpp
   void consider_admission(const std::vector<Contact>& learned, const Now& now);
   void pump_admissions(const Now& now);
@@ -269,6 +282,8 @@ class DhtCore {
   std::unordered_map<DhtId, std::uint64_t> active_gets_;  // key id -> op sharing its lookup
   std::unordered_map<DhtId, OwnRecord> own_;
   std::unordered_map<DhtId, StoreCache> store_cache_;  // key id -> replicas of a recent store
+  std::unordered_map<DhtId, Holders> holders_;         // key id -> nodes holding our stores of it
+  std::list<DhtId> holders_lru_;                       // least recently stored first
   std::set<Timer> timers_;
   TimePoint next_maintenance_;
   Duration srtt_{}, rttvar_{};  // answered requests' round trip: smoothed, and its deviation
