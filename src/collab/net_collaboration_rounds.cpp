@@ -134,12 +134,19 @@ void NetCollaboration::cancel_prepared_round() {
   if (p.averager == impl_->grads) impl_->cancelled = std::move(p.step);
 }
 
+constexpr bool kAbandonRunningSteps = false;
+
 void NetCollaboration::abandon_round(const std::string& key) {
   if (impl_->prepared && impl_->prepared->key == key) {
     log()->info("round {}: abandoned before its data (the peers moved on)", key);
     cancel_prepared_round();
   }
-  if (impl_->running && impl_->running_key == key && !impl_->running->finished()) {
+  // Cancelling a running step is switched off: with it, NetDiloco forked in 5 of 6 runs (even
+  // when only ungrouped steps were cancelled: a leader may already count a confirmed follower).
+  // A running round ends by its own deadline and the majority rule. Prepared rounds (no data
+  // yet) are still dropped above.
+  if (kAbandonRunningSteps && impl_->running && impl_->running_key == key &&
+      !impl_->running->finished()) {
     log()->info("round {}: abandoned (the peers moved on or too few remain)", key);
     impl_->abandoned_key = key;
     impl_->running->cancel();

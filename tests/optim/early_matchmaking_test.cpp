@@ -249,7 +249,9 @@ TEST(EarlyMatchmaking, OptimizerPreparesEachRoundAndShutdownLeavesNonePending) {
 // optimizer calls it when a fresh fetch shows its peers past its epoch or too few left), not
 // at its matchmaking deadline (here 30 s: half of the 60 s round). The round can never form:
 // only node 0 averages and the group needs all three.
-TEST(EarlyMatchmaking, AbandonedRoundEndsAtOnce) {
+// Disabled with the feature it tests: cancelling a running step on abandon_round forked
+// NetDiloco (see kAbandonRunningSteps in src/collab/net_collaboration_rounds.cpp).
+TEST(EarlyMatchmaking, DISABLED_AbandonedRoundEndsAtOnce) {
   Trio t;
   auto out = std::make_shared<Outcome>();
   out->w.assign(kW, 1.0f);
