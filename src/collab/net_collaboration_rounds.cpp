@@ -134,20 +134,17 @@ void NetCollaboration::cancel_prepared_round() {
   if (p.averager == impl_->grads) impl_->cancelled = std::move(p.step);
 }
 
-constexpr bool kAbandonRunningSteps = false;
-
 void NetCollaboration::abandon_round(const std::string& key) {
   if (impl_->prepared && impl_->prepared->key == key) {
     log()->info("round {}: abandoned before its data (the peers moved on)", key);
     cancel_prepared_round();
   }
-  // Cancelling a running step is switched off: with it, NetDiloco forked in 5 of 6 runs (even
-  // when only ungrouped steps were cancelled: a leader may already count a confirmed follower).
-  // A running round ends by its own deadline and the majority rule. Prepared rounds (no data
-  // yet) are still dropped above.
-  if (kAbandonRunningSteps && impl_->running && impl_->running_key == key &&
-      !impl_->running->finished()) {
-    log()->info("round {}: abandoned (the peers moved on or too few remain)", key);
+  // A running step is ended only while no group has formed: once it runs with a group, the
+  // others count on this member and the round's own deadlines and fault tolerance end it
+  // (ending it here would make both sides fail a round that could still succeed).
+  if (impl_->running && impl_->running_key == key && !impl_->running->finished() &&
+      !impl_->running->grouped()) {
+    log()->info("round {}: abandoned (the peers moved on)", key);
     impl_->abandoned_key = key;
     impl_->running->cancel();
   }
@@ -211,8 +208,8 @@ awaitable<result<optim::RoundResult>> NetCollaboration::average(std::span<optim:
   auto r = co_await step->run(options.weight);
   if (impl_->running == step) impl_->running.reset();
   if (!r && r.error() == errc::cancelled && impl_->abandoned_key == options.key)
-    co_return make_error(errc::unavailable, "round " + options.key +
-                                                " abandoned: the peers moved on or too few remain");
+    co_return make_error(errc::unavailable,
+                         "round " + options.key + " abandoned: the peers moved on");
   if (!r) co_return r.error();
   const auto& res = r.value();
   log()->info("round {}: {} peers{}, matchmaking {:.2f} s, all-reduce {:.2f} s, {} bytes sent",
@@ -225,7 +222,12 @@ awaitable<result<optim::RoundResult>> NetCollaboration::average(std::span<optim:
   for (std::size_t i = 0; i < tensors.size(); ++i)
     std::copy(impl_->buffers[i].begin(), impl_->buffers[i].end(), tensors[i].data.begin());
   optim::RoundResult out;
-  for (const auto& m : res.contributions) {
+  for (std::size_t i = 0; i < res.contributions.size(); ++i) {
+    // A member dropped before any of its values counted (it died or left right after the
+    // group formed) is not part of the result: a round whose others all were dropped is this
+    // peer alone (the optimizer then does not apply it as the collaboration's step).
+    const auto& m = res.contributions[i];
+    if (i != res.my_index && m.counted_elements == 0) continue;
     auto id = net::PeerId::from_bytes(m.peer.bytes());
     if (!id) continue;
     out.members.push_back({std::move(id).value(), m.weight});

@@ -311,18 +311,24 @@ struct Optimizer::Impl {
   }
 
   // A round failed: retry after a pause; after kMaxFailedRounds, if no other live peer is at
-  // this epoch, step with the own gradients.
+  // this epoch and a fetch begun after the failure's hold confirmed it (a failed round
+  // disturbs the view: ProgressTracker::round_failed), step with the own gradients.
   void round_failed(StepReport& rep, const Error& e) {
     rep.round_error = e;
     ++stats.rounds_failed;
     retry_after = Clock::now() + kRetryBackoff;
+    with_tracker([](ProgressTracker& t) {
+      t.round_failed(Clock::now());
+      return 0;
+    });
     if (++failed_rounds < kMaxFailedRounds) {
       log()->info("epoch {}: averaging failed: {}", epoch, e.message());
-    } else if (with_tracker([](ProgressTracker& t) { return t.others_at_epoch(Clock::now()); })) {
-      // Live peers are at this epoch: stepping alone would fork the parameters. Keep trying;
-      // if they step without this peer, it falls behind and downloads their state.
+    } else if (!with_tracker([](ProgressTracker& t) { return t.may_step_alone(Clock::now()); })) {
+      // Live peers are at this epoch (or being alone is not confirmed yet): stepping alone
+      // would fork the parameters. Keep trying; if they step without this peer, it falls
+      // behind and downloads their state; if it is really alone, decide() steps alone.
       log()->warn(
-          "epoch {}: {} averaging rounds failed (last: {}); peers are at this epoch, "
+          "epoch {}: {} averaging rounds failed (last: {}); peers may be at this epoch, "
           "not stepping alone",
           epoch, failed_rounds, e.message());
     } else {

@@ -232,12 +232,19 @@ awaitable<void> OptimizerIo::fetch_once() {
 void OptimizerIo::maybe_abandon_round(TimePoint fetch_began, TimePoint now) {
   if (!running_ || fetch_began < running_->started) return;
   // The round needs a strict majority of the peers expected at its epoch; peers that moved
-  // past that epoch (or left) never join it.
+  // past that epoch never join it. Only that positive evidence counts: a peer missing from
+  // the view may merely have published late (its publishing stalled on a dead node), and
+  // abandoning a round it is in would leave both to fail it (and the round's own deadlines
+  // handle peers that really left). NetCollaboration ends the step only while no group
+  // has formed.
   const std::size_t need = running_->expected / 2 + 1;
   const std::size_t there = tracker_.peers_at(running_->epoch, now);
   if (running_->expected == 0 || there >= need) return;
-  log()->info("round {}: {} of the {} peers needed are at epoch {}; abandoning it", running_->key,
-              there, need, running_->epoch);
+  const std::size_t ahead = tracker_.peers_ahead(running_->epoch, now);
+  if (ahead == 0) return;
+  log()->info(
+      "round {}: {} of the {} peers needed are at epoch {}, {} moved past it; abandoning it",
+      running_->key, there, need, running_->epoch, ahead);
   collab_->abandon_round(running_->key);
   running_.reset();
 }

@@ -186,6 +186,14 @@ void ProgressTracker::start(TimePoint now) {
   hold_alone_until_ = now + config_.startup_grace;
 }
 
+void ProgressTracker::round_failed(TimePoint now) {
+  // As long as a live peer's record may look gone: a record counts for at most
+  // 2 x publish interval + grace (lifetime()), its publisher republishing that often.
+  const TimePoint until =
+      now + std::min(config_.stale_after, 2 * config_.max_publish_interval + config_.publish_grace);
+  if (!hold_alone_until_ || *hold_alone_until_ < until) hold_alone_until_ = until;
+}
+
 void ProgressTracker::fetched(TimePoint began, std::uint64_t gen) {
   confirming_fetch_.emplace(began, gen);
 }
@@ -291,6 +299,13 @@ std::size_t ProgressTracker::peers_at(std::uint64_t epoch, TimePoint now) const 
   std::size_t n = epoch_ == epoch ? 1 : 0;
   for (const auto& [id, h] : peers_)
     if (live(h, now) && !h.record.auxiliary && h.record.epoch == epoch) ++n;
+  return n;
+}
+
+std::size_t ProgressTracker::peers_ahead(std::uint64_t epoch, TimePoint now) const {
+  std::size_t n = epoch_ > epoch ? 1 : 0;
+  for (const auto& [id, h] : peers_)
+    if (live(h, now) && !h.record.auxiliary && h.record.epoch > epoch) ++n;
   return n;
 }
 

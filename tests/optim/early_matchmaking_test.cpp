@@ -246,12 +246,10 @@ TEST(EarlyMatchmaking, OptimizerPreparesEachRoundAndShutdownLeavesNonePending) {
 }
 
 // abandon_round() ends an average() still matchmaking at once with errc::unavailable (the
-// optimizer calls it when a fresh fetch shows its peers past its epoch or too few left), not
-// at its matchmaking deadline (here 30 s: half of the 60 s round). The round can never form:
-// only node 0 averages and the group needs all three.
-// Disabled with the feature it tests: cancelling a running step on abandon_round forked
-// NetDiloco (see kAbandonRunningSteps in src/collab/net_collaboration_rounds.cpp).
-TEST(EarlyMatchmaking, DISABLED_AbandonedRoundEndsAtOnce) {
+// optimizer calls it when a fresh fetch shows peers past its epoch and too few left at it),
+// not at its matchmaking deadline (here 30 s: half of the 60 s round). The round can never
+// form: only node 0 averages and the group needs all three.
+TEST(EarlyMatchmaking, AbandonedRoundEndsAtOnce) {
   Trio t;
   auto out = std::make_shared<Outcome>();
   out->w.assign(kW, 1.0f);

@@ -149,6 +149,7 @@ class FashionPeer {
         // A state download that loaded another epoch (not one skipped in a retry backoff).
         const bool loaded = rep.value().action == optim::Action::download_state &&
                             !rep.value().round_error && rep.value().epoch != before;
+        epoch = opt_->local_epoch();  // before the counters a test waits on
         if (loaded) ++downloads;
         if (rep.value().round_error) ++round_errors;
         bytes_sent += rep.value().bytes_sent;
@@ -158,7 +159,6 @@ class FashionPeer {
         last_action_ = rep.value().action;
         if (log && (rep.value().stepped || loaded))
           log->add(opt_->local_epoch(), id_, parameter_hash(*task_.model()));
-        epoch = opt_->local_epoch();
         samples += batch_;
         if (pace_ > Duration::zero()) std::this_thread::sleep_for(pace_);
       }

@@ -139,6 +139,50 @@ TEST(ProgressTracker, ConfirmAloneBeforeSteppingAlone) {
   EXPECT_EQ(alone.decide(now).action, Action::step_alone);
 }
 
+// A failed round disturbs the view (a partner whose publishing stalled on a dead node looks
+// gone for a while): a networked peer does not step alone until stale_after has passed since
+// the failure and a fetch begun after that found nobody; a partner seen again in the
+// meantime means averaging, not stepping alone.
+TEST(ProgressTracker, NoStepAloneRightAfterAFailedRound) {
+  auto cfg = config(100);
+  cfg.confirm_alone = true;
+  cfg.stale_after = 4s;
+  ProgressTracker t(make_peer(), cfg);
+  auto now = t0();
+  t.start(now);  // no startup grace
+  t.report_samples(100, 1s);
+  t.fetched(now, t.epoch_generation());                 // found nobody
+  ASSERT_EQ(t.decide(now).action, Action::step_alone);  // alone: confirmed
+  EXPECT_TRUE(t.may_step_alone(now));
+  t.round_failed(now);
+  t.fetched(now + 1s, t.epoch_generation());  // found nobody, within the hold
+  EXPECT_EQ(t.decide(now + 1s).action, Action::accumulate);
+  EXPECT_FALSE(t.may_step_alone(now + 1s));
+  EXPECT_EQ(t.decide(now + 5s).action, Action::accumulate);  // no fetch since the hold ended
+  // The partner shows again: average with it.
+  auto partner = make_peer();
+  t.observe(partner, rec(0, 0, 50, 2), 0s, now + 5s);
+  EXPECT_EQ(t.decide(now + 5s).action, Action::average_and_step);
+  // It is gone for good: after its record expired, a fetch begun after the hold confirms.
+  t.fetched(now + 40s, t.epoch_generation());
+  EXPECT_EQ(t.decide(now + 40s).action, Action::step_alone);
+}
+
+// Peers past an epoch: only records at a later epoch (and this peer if it is later) count.
+TEST(ProgressTracker, PeersAheadCountsOnlyLaterEpochs) {
+  auto now = t0();
+  ProgressTracker t(make_peer(), config(100));
+  t.set_epoch(4);
+  t.observe(make_peer(), rec(3, 1, 0, 1), 0s, now);
+  t.observe(make_peer(), rec(4, 1, 0, 1), 0s, now);
+  t.observe(make_peer(), rec(5, 1, 0, 1), 0s, now);
+  t.observe(make_peer(), rec(7, 1, 0, 1), 0s, now);
+  EXPECT_EQ(t.peers_ahead(4, now), 2u);
+  EXPECT_EQ(t.peers_ahead(3, now), 4u);  // this peer (4) included
+  EXPECT_EQ(t.peers_ahead(7, now), 0u);
+  EXPECT_EQ(t.peers_ahead(4, now + 31s), 0u);  // their records went stale
+}
+
 // Rounds faster than the record refresh: after a round at epoch 5 the tracker still holds the
 // members' records of epoch 4 or older. They are presumed at the new epoch with this peer's
 // parameters, so reaching the next target means averaging with them, not stepping alone.

@@ -109,10 +109,11 @@ class Collaboration {
   // The prepared round will not run here (this peer's epoch moved on: it stepped, downloaded
   // the state, or leaves).
   virtual void cancel_prepared_round() {}
-  // The round for `key` cannot succeed any more (a fresh progress fetch shows the peers past
-  // this peer's epoch, or too few left for the majority it needs): a prepared round is
-  // dropped, and an average() for it still matchmaking ends at once with errc::unavailable
-  // instead of at its deadline.
+  // The round for `key` cannot succeed any more (a fresh progress fetch shows peers past this
+  // peer's epoch and too few left at it for the majority it needs): a prepared round is
+  // dropped, and an average() for it still matchmaking (no group formed yet) ends at once
+  // with errc::unavailable instead of at its deadline. A round whose group formed goes on:
+  // its members count on this one.
   virtual void abandon_round(const std::string& key) {}
   // Replaces every span with the weighted average (sum w_i x_i / sum w_i) over the group that
   // formed for options.key. If the total weight is 0 the spans are the plain average.

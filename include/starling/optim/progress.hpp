@@ -168,6 +168,11 @@ class ProgressTracker {
   std::uint64_t digest() const noexcept { return digest_; }
   // Networked start at `now`: with confirm_alone, no step alone before now + startup_grace.
   void start(TimePoint now);
+  // A round of this peer failed at `now`: the view may be disturbed (a peer whose publishing
+  // stalled on a dead node looks gone for a while), so with confirm_alone no step alone
+  // before a live peer's record would have shown again (the shorter of stale_after and
+  // 2 x max_publish_interval + publish_grace), and only after a fetch begun then found nobody.
+  void round_failed(TimePoint now);
   // A fetch of the others' records that began at `began` (with epoch_generation() then `gen`)
   // completed: see ProgressConfig::confirm_alone.
   void fetched(TimePoint began, std::uint64_t gen);
@@ -194,8 +199,14 @@ class ProgressTracker {
   // Whether a live computing peer other than this one is at this peer's epoch or ahead (if
   // not, this peer is really alone at its epoch and may step on its own).
   bool others_at_epoch(TimePoint now) const;
+  // Whether this peer may step with its own data: no other live computing peer at its epoch or
+  // ahead, and (with confirm_alone) a fresh fetch confirmed it (see alone_confirmed()).
+  bool may_step_alone(TimePoint now) const { return !others_at_epoch(now) && alone_confirmed(now); }
   // Live computing peers at exactly `epoch`, this peer included if it is there.
   std::size_t peers_at(std::uint64_t epoch, TimePoint now) const;
+  // Live computing peers past `epoch` (positive evidence that they moved on: records only
+  // ever move forward).
+  std::size_t peers_ahead(std::uint64_t epoch, TimePoint now) const;
   // Drops every record that no longer counts at `now` (see live()).
   void expire(TimePoint now);
   std::size_t known_peers() const noexcept { return peers_.size(); }
