@@ -48,11 +48,7 @@ TEST(DhtGetPath, AnOwnCopyNobodyElseHoldsIsStillFound) {
 }
 
 TEST(DhtGetPath, CachedCopiesLiveAtMostTheCacheTtl) {
-  SimOptions o;
-  o.config = small_config();
-  o.config.replicas = 1;
-  o.config.k = 4;
-  o.config.alpha = 1;
+  SimOptions o = one_replica_options();
   o.config.cache_ttl = 20s;
   o.config.republish_interval = Duration::zero();
   auto net = network(80, o);
@@ -73,12 +69,7 @@ TEST(DhtGetPath, CachedCopiesLiveAtMostTheCacheTtl) {
 }
 
 TEST(DhtGetPath, NoCacheCopyOverANewConnection) {
-  SimOptions o;
-  o.config = small_config();
-  o.config.replicas = 1;
-  o.config.k = 4;
-  o.config.alpha = 1;
-  auto net = network(80, o);
+  auto net = network(80, one_replica_options());
   // Every peer looks unconnected to the networked node's hint.
   for (std::size_t i = 0; i < net.size(); ++i)
     net.core(i).set_connected_hint([](const net::PeerId&) { return false; });
