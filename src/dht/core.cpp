@@ -19,7 +19,8 @@ DhtCore::DhtCore(DhtConfig config, net::PeerId self, ValidatorChain validators, 
                now),
       store_(
           RecordStore::Limits{cfg_.max_stored_keys, cfg_.max_subkeys_per_key, cfg_.max_stored_bytes,
-                              std::min(cfg_.max_bytes_per_key, cfg_.limits.max_message_bytes / 2)}),
+                              std::min(cfg_.max_bytes_per_key, cfg_.limits.max_message_bytes / 2),
+                              cfg_.max_bytes_per_source, cfg_.max_records_per_source}),
       blacklist_(cfg_.blacklist_base, cfg_.blacklist_max, cfg_.blacklist_capacity),
       next_maintenance_(now + cfg_.maintenance_interval) {
   if (cfg_.k == 0) cfg_.k = 1;

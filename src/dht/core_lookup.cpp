@@ -182,14 +182,14 @@ OpId DhtCore::get(const RecordKey& key, GetOptions options, const Now& now) {
   op.key = key;
   op.latest = options.latest;
   op.quorum = std::max<std::size_t>(options.dictionary_quorum, 1);
+  // This node's own copy counts as one answer but never ends a get alone: it may be stale (a
+  // cached copy, or a replica that missed a rewrite), so the get still asks the network and
+  // ends at the first remote value, merged with it (newest wins); a lookup that finds no other
+  // holder returns the local copy.
   if (!cfg_.client_mode)
     if (const Slot* local = store_.find(key.id(), now.mono)) {
       op.found.merge_all(*local);
       op.value_answers = 1;
-      if (!op.latest && (!op.found.is_dictionary() || op.quorum <= 1)) {
-        finish(id, success(), now);
-        return OpId{id};
-      }
     }
   active_gets_[key.id()] = id;
   start_lookup(op, key.id(), {}, now);

@@ -33,8 +33,9 @@ void DhtCore::replicate_to(const Contact& to, const Now& now) {
   const std::size_t replicas = cfg_.effective_replicas();
   const std::size_t senders = std::max<std::size_t>(cfg_.replicate_senders, 1);
   const std::size_t max_bytes = cfg_.limits.max_message_bytes / 2;
-  const std::size_t max_records =
+  std::size_t max_records =
       std::min(cfg_.limits.max_records_per_message, cfg_.replicate_max_records);
+  if (cfg_.max_records_per_store) max_records = std::min(max_records, cfg_.max_records_per_store);
   StoreRequest batch;
   std::size_t batch_records = 0, batch_bytes = 0, total = 0;
   auto flush = [&] {
@@ -57,15 +58,20 @@ void DhtCore::replicate_to(const Contact& to, const Now& now) {
     if (closer_than_self >= senders || closer_than_new >= replicas) return;
     auto records = store_.records(k, now.mono);
     if (records.empty()) return;
-    std::size_t bytes = 0;
-    for (const auto& r : records) bytes += wire_size(key, r);
     if (records.size() + total > cfg_.replicate_max_records) return;
-    if (batch_records + records.size() > max_records || batch_bytes + bytes > max_bytes) flush();
-    if (records.size() > max_records || bytes > max_bytes) return;  // alone too big: skip it
-    batch_records += records.size();
-    batch_bytes += bytes;
-    total += records.size();
-    batch.items.push_back(StoreItem{key, std::move(records)});
+    // Record by record: a key with more records than one request may carry (the receiver's
+    // max_records_per_store) spreads over several.
+    for (auto& r : records) {
+      const std::size_t bytes = wire_size(key, r);
+      if (bytes > max_bytes) continue;  // alone too big: skip it
+      if (batch_records + 1 > max_records || batch_bytes + bytes > max_bytes) flush();
+      if (batch.items.empty() || batch.items.back().key.id() != k)
+        batch.items.push_back(StoreItem{key, {}});
+      batch.items.back().records.push_back(std::move(r));
+      ++batch_records;
+      batch_bytes += bytes;
+      ++total;
+    }
   });
   flush();
   if (total > 0) {

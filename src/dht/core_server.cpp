@@ -35,22 +35,43 @@ Response DhtCore::handle_request(const net::PeerId& from, const Request& request
   return resp;
 }
 
+bool DhtCore::warn_allowed(const net::PeerId& peer, TimePoint now) {
+  auto [it, fresh] = warned_.try_emplace(peer, now);
+  if (!fresh && now - it->second < cfg_.peer_warning_interval) return false;
+  it->second = now;
+  if (warned_.size() > 4096)  // forget peers not warned about for a period
+    std::erase_if(warned_,
+                  [&](const auto& w) { return now - w.second >= cfg_.peer_warning_interval; });
+  return true;
+}
+
 Response DhtCore::handle_store(const net::PeerId& from, const StoreRequest& req, const Now& now) {
   StoreResponse out;
   const auto ctx = validation_context(now);
+  const net::PeerId* source = from == self_.peer ? nullptr : &from;
+  std::size_t seen = 0;
   for (const auto& item : req.items) {
     for (Record rec : item.records) {
+      if (cfg_.max_records_per_store && ++seen > cfg_.max_records_per_store) {
+        if (seen == cfg_.max_records_per_store + 1 && warn_allowed(from, now.mono))
+          dht_log().warn("store request from {} carries more than {} records: the rest refused",
+                         from.short_string(), cfg_.max_records_per_store);
+        out.status.push_back(StoreStatus::full);
+        continue;
+      }
       if (auto ok = validators_.validate(item.key, rec, ctx); !ok) {
-        dht_log().warn("rejected a record from {} for key {}: {}", from.short_string(),
-                       item.key.to_string(), ok.error().message());
+        if (warn_allowed(from, now.mono))
+          dht_log().warn("rejected a record from {} for key {}: {}", from.short_string(),
+                         item.key.to_string(), ok.error().message());
         out.status.push_back(StoreStatus::rejected);
         continue;
       }
       if (rec.ttl > cfg_.max_ttl) rec.ttl = cfg_.max_ttl;
-      auto m = store_.put(item.key, rec.subkey, rec.body, now.mono + rec.ttl, now.mono);
+      auto m = store_.put(item.key, rec.subkey, rec.body, now.mono + rec.ttl, now.mono, source);
       if (!m) {
-        dht_log().warn("could not store a record from {} for key {}: {}", from.short_string(),
-                       item.key.to_string(), m.error().message());
+        if (warn_allowed(from, now.mono))
+          dht_log().warn("could not store a record from {} for key {}: {}", from.short_string(),
+                         item.key.to_string(), m.error().message());
         out.status.push_back(m.error() == dht_errc::capacity ? StoreStatus::full
                                                              : StoreStatus::rejected);
       } else {

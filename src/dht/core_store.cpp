@@ -66,9 +66,21 @@ std::uint64_t DhtCore::start_store(const RecordKey& key, Slot payload, std::size
 void DhtCore::send_store(Operation& op, const Contact& to, const Now& now) {
   auto records = op.found.to_records(now.mono);
   if (records.empty() || !op.store_acks.emplace(to.id, StoreAck::pending).second) return;
-  StoreRequest req;
-  req.items.push_back(StoreItem{op.key, std::move(records)});
-  send(to, std::move(req), Purpose::store, op.id, now);
+  // Receivers take at most max_records_per_store records per request: a bigger payload (a
+  // republish of many sub-keys of one key) goes in several; the first one's answer is the
+  // replica's acknowledgement, the others are sent like replication pushes.
+  const std::size_t per = cfg_.max_records_per_store ? cfg_.max_records_per_store : records.size();
+  for (std::size_t first = 0; first < records.size(); first += per) {
+    StoreRequest req;
+    const auto end =
+        records.begin() + static_cast<std::ptrdiff_t>(std::min(first + per, records.size()));
+    req.items.push_back(
+        StoreItem{op.key,
+                  {std::make_move_iterator(records.begin() + static_cast<std::ptrdiff_t>(first)),
+                   std::make_move_iterator(end)}});
+    send(to, std::move(req), first == 0 ? Purpose::store : Purpose::replicate,
+         first == 0 ? op.id : 0, now);
+  }
 }
 
 void DhtCore::store_early(Operation& op, const Contact& from, const Now& now) {
@@ -200,12 +212,25 @@ void DhtCore::finish_store(std::uint64_t id, const Now& now) {
 }
 
 void DhtCore::cache_along_path(Operation& op, const Now& now) {
-  if (op.found.empty() || !op.closest_without_value) return;
+  if (op.found.empty() || !op.closest_without_value || cfg_.cache_ttl.count() <= 0) return;
+  const Contact& to = *op.closest_without_value;
+  // A cache copy is a favour, not a replica: never worth a new connection (TCP, Noise XX and
+  // yamux on both ends, competing with the next operation for CPU).
+  if (connected_ && !connected_(to.peer)) return;
   auto records = op.found.to_records(now.mono);
   if (records.empty()) return;
+  // Nobody rewrites a cached copy (the writer's stores go to the replicas), so it lives
+  // briefly: at most cache_ttl, halved for every node the lookup knows closer to the key
+  // beyond the `replicas` closest (Kademlia section 2.3: the farther from the key, the shorter).
+  const std::size_t rank = op.lookup ? op.lookup->rank(to.id) : 0;
+  const std::size_t replicas = cfg_.effective_replicas();
+  const std::size_t between = std::min<std::size_t>(rank > replicas ? rank - replicas : 0, 20);
+  const Millis cap = std::chrono::duration_cast<Millis>(cfg_.cache_ttl) / (1LL << between);
+  if (cap.count() <= 0) return;
+  for (auto& r : records) r.ttl = std::min(r.ttl, cap);
   StoreRequest req;
   req.items.push_back(StoreItem{op.key, std::move(records)});
-  send(*op.closest_without_value, std::move(req), Purpose::cache, 0, now);
+  send(to, std::move(req), Purpose::cache, 0, now);
 }
 
 void DhtCore::republish(const Now& now) {

@@ -113,17 +113,19 @@ awaitable<void> DhtNode::stop() {
 void DhtNode::pump() {
   if (stopping_) return;
   if (core_.admissions_waiting() > 0) update_admission();
-  while (auto out = core_.poll_request()) {
-    auto self = shared_from_this();
-    scope_.spawn(
-        [self, o = std::move(*out)]() mutable { return self->send_request(std::move(o)); });
-  }
+  // Results first: a finished get's caller is woken before the requests its end queued (a
+  // cache store along the path) are encoded and written on this thread.
   while (auto r = core_.poll_result()) {
     auto it = waiters_.find(static_cast<std::uint64_t>(r->id));
     if (it == waiters_.end()) continue;  // the caller gave up
     it->second->result = std::move(*r);
     it->second->done.set();
     waiters_.erase(it);
+  }
+  while (auto out = core_.poll_request()) {
+    auto self = shared_from_this();
+    scope_.spawn(
+        [self, o = std::move(*out)]() mutable { return self->send_request(std::move(o)); });
   }
   if (core_.next_wakeup() < timer_.expiry()) timer_.expires_at(core_.next_wakeup());
 }
@@ -208,8 +210,9 @@ result<Bytes> DhtNode::serve(const net::PeerId& from, BytesView request) {
   auto resp = answer_request(core_, from, request, now());
   if (!resp) {
     ++bad_messages_;
-    dht_log().warn("dht: bad request from {} (stream closed): {}", from.short_string(),
-                   resp.error().message());
+    if (core_.warn_allowed(from, Clock::now()))
+      dht_log().warn("dht: bad request from {} (stream closed): {}", from.short_string(),
+                     resp.error().message());
     return resp.error();
   }
   pump();

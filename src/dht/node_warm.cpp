@@ -30,11 +30,26 @@ void DhtNode::update_admission() {
   core_.set_admission_open(open, now());
 }
 
+// The warm set is recomputed only when something it depends on changed: the routing table's
+// membership (its version), a disconnect, the end of a warm dial, or a failed peer's retry
+// time. Idle nodes then cost one integer comparison per warm_interval instead of a walk over
+// every warm peer (session 6 measured 0.34-0.5 cores for 256 idle nodes, part of it this).
+bool DhtNode::warm_due() const {
+  return warm_dirty_ || warm_version_ != core_.routing().version() ||
+         warm_next_retry_ <= Clock::now();
+}
+
 void DhtNode::refresh_warm() {
   if (stopping_) return;
-  update_admission();
-  pump();
+  if (cfg_.dht.admit_learned) {
+    update_admission();
+    pump();
+  }
   if (cfg_.warm_connections == 0) return;
+  ++warm_recomputes_;
+  warm_dirty_ = false;
+  warm_version_ = core_.routing().version();
+  warm_next_retry_ = TimePoint::max();
   const auto wanted = warm_candidates();
   std::set<net::PeerId> now_kept;
   for (const auto& c : wanted) now_kept.insert(c.peer);
@@ -50,8 +65,10 @@ void DhtNode::refresh_warm() {
     if (warm_dialing_.count(c.peer) || host_->is_connected(c.peer)) continue;
     // Inbound connections count too: this bounds the node's file descriptors.
     if (host_->connection_count() + warm_dialing_.size() >= 2 * cfg_.warm_connections) continue;
-    if (auto it = warm_retry_at_.find(c.peer); it != warm_retry_at_.end() && it->second > t)
+    if (auto it = warm_retry_at_.find(c.peer); it != warm_retry_at_.end() && it->second > t) {
+      warm_next_retry_ = std::min(warm_next_retry_, it->second);
       continue;
+    }
     warm_dialing_.insert(c.peer);
     auto self = shared_from_this();
     scope_.spawn([self, c]() { return self->warm_dial(c); });
@@ -79,8 +96,17 @@ awaitable<void> DhtNode::warm_dial(Contact c) {
 
 // The loop holds the node (like the timer loop's task) until stop().
 awaitable<void> DhtNode::warm_loop(std::shared_ptr<DhtNode> self) {
+  self->host_->on_peer_disconnected([weak = std::weak_ptr<DhtNode>(self)](const net::PeerId&) {
+    if (auto n = weak.lock()) n->warm_dirty_ = true;
+  });
   while (!self->stopping_) {
-    self->refresh_warm();
+    ++self->warm_checks_;
+    if (self->warm_due()) {
+      self->refresh_warm();
+    } else if (self->cfg_.dht.admit_learned) {
+      self->update_admission();
+      self->pump();
+    }
     auto slept = co_await sleep_for(self->cfg_.warm_interval);
     if (!slept) break;
   }
@@ -93,6 +119,8 @@ WarmStats DhtNode::warm_stats() const {
     if (host_->is_connected(p)) ++s.connected;
   s.dialing = warm_dialing_.size();
   s.dials = warm_dials_;
+  s.recomputes = warm_recomputes_;
+  s.checks = warm_checks_;
   s.failed = warm_failed_;
   s.admitting = core_.admissions_waiting();
   s.table = core_.routing().size();

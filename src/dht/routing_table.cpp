@@ -55,8 +55,10 @@ void RoutingTable::split(std::size_t index) {
                            [](TimePoint t, const RoutingNode& x) { return t < x.last_seen; });
       b->nodes.insert(pos, std::move(n));
       ++size_;
+      ++version_;
     }
   }
+  ++version_;
   buckets_[index] = std::move(lo);
   buckets_.insert(buckets_.begin() + static_cast<std::ptrdiff_t>(index) + 1, std::move(hi));
 }
@@ -66,6 +68,7 @@ void RoutingTable::promote_replacement(Bucket& b) {
   b.nodes.push_back(std::move(b.replacements.back()));
   b.replacements.pop_back();
   ++size_;
+  ++version_;
 }
 
 bool RoutingTable::has_room(const DhtId& id) const {
@@ -108,6 +111,7 @@ std::optional<RoutingTable::PingAction> RoutingTable::on_seen(const Contact& con
         b.replacements.erase(it);
       b.nodes.push_back(RoutingNode{contact, now, 0});
       ++size_;
+      ++version_;
       return std::nullopt;
     }
     if (can_split(b)) {
@@ -143,6 +147,7 @@ void RoutingTable::on_ping_result(const DhtId& id, bool alive, TimePoint now) {
   }
   b.nodes.erase(it);
   --size_;
+  ++version_;
   promote_replacement(b);
 }
 
@@ -159,6 +164,7 @@ bool RoutingTable::on_failure(const DhtId& id) {
   if (b.pinging == id) b.pinging.reset();
   b.nodes.erase(it);
   --size_;
+  ++version_;
   promote_replacement(b);
   return true;
 }
@@ -171,6 +177,7 @@ void RoutingTable::remove(const DhtId& id) {
   if (b.pinging == id) b.pinging.reset();
   b.nodes.erase(it);
   --size_;
+  ++version_;
   promote_replacement(b);
 }
 

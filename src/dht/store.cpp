@@ -3,7 +3,8 @@
 namespace starling::dht {
 
 result<MergeResult> RecordStore::put(const RecordKey& key, const std::optional<SubKey>& subkey,
-                                     const RecordBody& body, TimePoint deadline, TimePoint now) {
+                                     const RecordBody& body, TimePoint deadline, TimePoint now,
+                                     const net::PeerId* source) {
   if (deadline <= now) return make_error(dht_errc::expired, "key " + key.to_string());
   auto it = slots_.find(key.id());
   if (it != slots_.end()) expire_item(it, now);
@@ -34,6 +35,7 @@ result<MergeResult> RecordStore::put(const RecordKey& key, const std::optional<S
   }
   if (bytes_ + added > limits_.max_bytes)
     return make_error(dht_errc::capacity, std::to_string(bytes_) + " bytes held");
+  if (source) ST_TRY(check_quota(key.id(), subkey, body, *source));
   if (it == slots_.end()) {
     it = slots_.emplace(key.id(), Item{key, Slot{}}).first;
     bytes_ += key.raw().size();
@@ -41,6 +43,10 @@ result<MergeResult> RecordStore::put(const RecordKey& key, const std::optional<S
   const std::size_t before = it->second.slot.byte_size();
   const MergeResult r = it->second.slot.merge(subkey, body, deadline);
   bytes_ = bytes_ - before + it->second.slot.byte_size();
+  if (r == MergeResult::stored) {
+    charge(key.id(), subkey, body, source);
+    if (!subkey) reconcile(key.id());  // a plain write drops older dictionary entries
+  }
   if (it->second.slot.empty()) {  // cannot happen after a merge, kept for the invariant
     bytes_ -= it->second.key.raw().size();
     slots_.erase(it);
@@ -69,12 +75,16 @@ const RecordKey* RecordStore::key_of(const DhtId& id) const {
 
 void RecordStore::expire_item(std::unordered_map<DhtId, Item>::iterator it, TimePoint now) {
   const std::size_t before = it->second.slot.byte_size();
+  const std::size_t items = it->second.slot.item_count();
   it->second.slot.expire(now);
   bytes_ = bytes_ - before + it->second.slot.byte_size();
+  const DhtId id = it->first;
+  const bool dropped = it->second.slot.item_count() != items;
   if (it->second.slot.empty()) {
     bytes_ -= it->second.key.raw().size();
     slots_.erase(it);
   }
+  if (dropped) reconcile(id);
 }
 
 void RecordStore::expire(TimePoint now) {

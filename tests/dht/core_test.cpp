@@ -182,12 +182,7 @@ TEST(DhtCore, ConcurrentGetsShareOneLookup) {
 }
 
 TEST(DhtCore, CachesAlongThePath) {
-  SimOptions o;
-  o.config = small_config();
-  o.config.replicas = 1;
-  o.config.k = 4;
-  o.config.alpha = 1;
-  auto net = network(80, o);
+  auto net = network(80, one_replica_options());
   const auto key = RecordKey::from_string("cache me");
   ASSERT_TRUE(store(net, 0, key, {plain("v", 1)}, StoreOptions{1, false}).status);
   const std::size_t before = holders(net, key);

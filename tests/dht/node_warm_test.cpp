@@ -64,6 +64,26 @@ awaitable<void> warm_main() {
     dials += c.node(i).warm_stats().dials;
   }
   EXPECT_GT(dials, 0u);
+  // Settled and idle: the keeper wakes every warm_interval but recomputes the set only when
+  // something changed (before: at every wake-up).
+  auto totals = [&c] {
+    std::pair<std::uint64_t, std::uint64_t> t{0, 0};
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      t.first += c.node(i).warm_stats().checks;
+      t.second += c.node(i).warm_stats().recomputes;
+    }
+    return t;
+  };
+  const auto idle0 = totals();
+  for (auto t0 = Clock::now(); Clock::now() - t0 < 30s;) {
+    if (totals().first >= idle0.first + 10 * kNodes) break;
+    (void)co_await sleep_for(50ms);
+  }
+  const auto idle1 = totals();
+  EXPECT_GE(idle1.first - idle0.first, 10 * kNodes);
+  EXPECT_LE(4 * (idle1.second - idle0.second), idle1.first - idle0.first)
+      << (idle1.second - idle0.second) << " recomputes in " << (idle1.first - idle0.first)
+      << " checks";
   // The DHT works over them as before.
   auto key = RecordKey::from_string("warm-key");
   auto stored = co_await c.node(1).store(key, to_bytes("v"), Millis(60'000));
@@ -71,6 +91,17 @@ awaitable<void> warm_main() {
   auto got = co_await c.node(kNodes - 1).get(key);
   EXPECT_TRUE(got && got.value() && got.value()->plain &&
               got.value()->plain->value == to_bytes("v"));
+  // A warm peer going away is noticed at once (the disconnect), not at a periodic walk.
+  std::size_t watcher = 0;
+  const net::PeerId gone = c.node(kNodes - 1).peer();
+  while (watcher + 1 < kNodes && !c.host(watcher).is_connected(gone)) ++watcher;
+  const auto before = c.node(watcher).warm_stats().recomputes;
+  co_await c.stop(kNodes - 1);
+  for (auto t0 = Clock::now(); Clock::now() - t0 < 20s;) {
+    if (c.node(watcher).warm_stats().recomputes > before) break;
+    (void)co_await sleep_for(20ms);
+  }
+  EXPECT_GT(c.node(watcher).warm_stats().recomputes, before) << "node " << watcher;
   co_await c.stop_all();
 }
 

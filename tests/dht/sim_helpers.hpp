@@ -15,6 +15,17 @@ inline DhtConfig small_config() {
   return c;
 }
 
+// One replica per key and narrow lookups (k = 4, alpha 1): gets walk a path of nodes that do
+// not hold the value, where caching along the path shows.
+inline SimOptions one_replica_options() {
+  SimOptions o;
+  o.config = small_config();
+  o.config.replicas = 1;
+  o.config.k = 4;
+  o.config.alpha = 1;
+  return o;
+}
+
 inline SimNetwork network(std::size_t n, SimOptions o = {}) {
   if (o.config.k == 20) o.config = small_config();
   SimNetwork net(o);

@@ -95,6 +95,12 @@ struct DhtConfig {
   // candidates further down the beam (measured at 256 nodes: gets that went to unconnected
   // nodes dialled 3 at a time on the getter's one thread; docs/benchmarks.md, DHT, session 6).
   std::size_t get_dials = 1;
+  // Caching along the path: a get that found a value stores a copy on the closest node it
+  // asked that lacked it, with the record's remaining ttl cut to `cache_ttl`, halved for every
+  // node beyond the `replicas` closest that the lookup knows closer to the key than that node
+  // (nobody rewrites a cached copy, so it must not outlive a rewrite by long). Only over an
+  // open connection (never a dial for a cache copy). 0 = no caching.
+  Duration cache_ttl = 30s;
   // Relaxed bucket splitting (Kademlia paper section 4.2): a bucket that does not cover our
   // own id also splits while its depth is not a multiple of this (0 = classic rule: only the
   // bucket covering our id splits). 5 gives routing tables of ~16 buckets per level, fewer
@@ -142,6 +148,17 @@ struct DhtConfig {
   std::size_t max_stored_bytes = 256 << 20;
   // Records of one key (all its sub-keys); at most half of limits.max_message_bytes.
   std::size_t max_bytes_per_key = 2 << 20;
+  // Abuse bounds on what peers send us to store. A store request's records beyond
+  // `max_records_per_store` are answered `full` without being looked at (each may cost a
+  // signature check); this node's own store requests and replication pushes stay within it.
+  // What one remote peer keeps stored here (items it wrote that are still held) is capped at
+  // `max_bytes_per_source` / `max_records_per_source`; beyond, its new records are refused
+  // (`full`) while what it stored first stays (refuse-new). 0 = no limit.
+  std::size_t max_records_per_store = 256;
+  std::size_t max_bytes_per_source = 32 << 20;
+  std::size_t max_records_per_source = 12500;
+  // Warnings about one peer's rejected records or bad requests: at most one per this period.
+  Duration peer_warning_interval = 10s;
 
   // Client mode: this node does not accept connections, so it never answers requests and
   // tells peers not to put it into their routing tables.

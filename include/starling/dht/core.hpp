@@ -148,6 +148,9 @@ class DhtCore {
   VersionClock& version_clock() noexcept { return versions_; }
   // Whether a request to a peer would go over an open connection (set by the networked node;
   // without it every peer counts as connected). Gets limit their dials with it (get_dials).
+  // Whether a warning about `peer` may be logged now (at most one per peer per
+  // DhtConfig::peer_warning_interval; a flood of bad records must not flood the log).
+  bool warn_allowed(const net::PeerId& peer, TimePoint now);
   void set_connected_hint(std::function<bool(const net::PeerId&)> hint) {
     connected_ = std::move(hint);
   }
@@ -298,6 +301,7 @@ class DhtCore {
   std::function<bool(const net::PeerId&)> connected_;
   std::unordered_map<DhtId, TimePoint> replicated_;  // newcomer -> end of its cooldown
   std::uint64_t replicated_records_ = 0;
+  std::unordered_map<net::PeerId, TimePoint> warned_;  // peer -> last warning about it
 };
 
 }  // namespace starling::dht

@@ -70,7 +70,9 @@ struct DhtNodeConfig {
   // dialling side applies). A failed warm dial is retried after `warm_retry`. 0 = off.
   std::size_t warm_connections = 256;
   std::size_t warm_parallel = 2;
-  Duration warm_interval = 1s;  // how often the set is recomputed from the routing table
+  // How often the keeper checks whether the set must be recomputed: only after the routing
+  // table's membership changed, a connection closed, a warm dial ended or a retry came due.
+  Duration warm_interval = 1s;
   Duration warm_retry = 30s;
 };
 
@@ -80,9 +82,10 @@ struct WarmStats {
   std::size_t connected = 0;  // of those, with an open connection
   std::size_t dialing = 0;    // warm dials in flight
   std::uint64_t dials = 0, failed = 0;
-  std::size_t admitting = 0;    // lookup-learned nodes waiting for an admission ping
-  std::size_t table = 0;        // routing-table nodes
-  std::size_t connections = 0;  // the host's open connections
+  std::uint64_t checks = 0, recomputes = 0;  // keeper wake-ups, and those that recomputed the set
+  std::size_t admitting = 0;                 // lookup-learned nodes waiting for an admission ping
+  std::size_t table = 0;                     // routing-table nodes
+  std::size_t connections = 0;               // the host's open connections
 };
 
 // One live value: the bytes, the remaining time-to-live when the get finished, and the
@@ -182,6 +185,7 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   awaitable<result<std::vector<Contact>>> seeds_of(const std::vector<net::Multiaddr>& addrs);
   // Warm connections (node_warm.cpp).
   std::vector<Contact> warm_candidates() const;
+  bool warm_due() const;
   void refresh_warm();
   void update_admission();
   awaitable<void> warm_dial(Contact c);
@@ -199,7 +203,10 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   std::uint64_t bad_messages_ = 0;
   std::set<net::PeerId> warm_kept_, warm_dialing_;
   std::map<net::PeerId, TimePoint> warm_retry_at_;
-  std::uint64_t warm_dials_ = 0, warm_failed_ = 0;
+  std::uint64_t warm_dials_ = 0, warm_failed_ = 0, warm_checks_ = 0, warm_recomputes_ = 0;
+  std::uint64_t warm_version_ = ~std::uint64_t{0};  // routing-table version of the last recompute
+  bool warm_dirty_ = true;                          // a disconnect since the last recompute
+  TimePoint warm_next_retry_ = TimePoint::max();    // earliest retry of a failed warm peer
 };
 
 // Blocking facade for threads other than the node's io thread (training loops, tools): each

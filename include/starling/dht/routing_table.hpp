@@ -80,6 +80,9 @@ class RoutingTable {
 
   const DhtId& self() const noexcept { return self_; }
   std::size_t size() const noexcept { return size_; }
+  // Changes whenever a node enters or leaves the table or a bucket splits (not when a known
+  // node is seen again): what the warm-connection keeper watches.
+  std::uint64_t version() const noexcept { return version_; }
   const std::vector<Bucket>& buckets() const noexcept { return buckets_; }
   const Options& options() const noexcept { return opt_; }
 
@@ -93,6 +96,7 @@ class RoutingTable {
   Options opt_;
   std::vector<Bucket> buckets_;  // sorted by prefix; their ranges partition the id space
   std::size_t size_ = 0;
+  std::uint64_t version_ = 0;
 };
 
 }  // namespace starling::dht
