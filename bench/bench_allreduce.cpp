@@ -14,7 +14,9 @@
 //                   [--listen MULTIADDR] [--announce IP] [--bandwidth BYTES_PER_S]
 //                   [--codec none|float16|blockwise8|...|auto] [--balance-slack PARTS]
 //                   [--balance-hold-ms MS] [--max-window-kb KB]
-//                   [--max-upload BYTES_PER_S] [--upload-burst BYTES]
+//                   [--max-upload BYTES_PER_S] [--upload-burst BYTES] [--upload-pace F]
+// --upload-pace: the round paces its uploads at F x --bandwidth (AveragerConfig::upload_pace;
+// 0: not paced; default: the averager's, 0.94).
 // --max-upload caps this process's upload (every connection's raw TCP bytes, one token bucket,
 // the host's own limiter) below the link's rate, so the sender's queue stays in the process
 // instead of the link's buffer; --upload-burst is the bucket's burst (0: the host's default).
@@ -56,6 +58,7 @@ struct Args {
   long balance_hold_ms = -1;        // -1: the averager's default
   std::uint64_t max_upload = 0;     // bytes/s, 0: unlimited
   std::uint64_t upload_burst = 0;   // bytes, 0: the host's default
+  double upload_pace = -1;          // fraction of --bandwidth, -1: the averager's default
 };
 
 Args parse(int argc, char** argv) {
@@ -88,6 +91,8 @@ Args parse(int argc, char** argv) {
       a.balance_hold_ms = std::stol(v);
     else if (k == "--max-upload")
       a.max_upload = std::stoull(v);
+    else if (k == "--upload-pace")
+      a.upload_pace = std::stod(v);
     else if (k == "--upload-burst")
       a.upload_burst = std::stoull(v);
     else if (k == "--max-window-kb")
@@ -193,6 +198,7 @@ int main(int argc, char** argv) try {
   cfg.round.stall_timeout = std::chrono::seconds(60);
   if (a.balance_slack >= 0) cfg.round.balance_slack = static_cast<std::size_t>(a.balance_slack);
   if (a.balance_hold_ms >= 0) cfg.round.balance_hold = std::chrono::milliseconds(a.balance_hold_ms);
+  if (a.upload_pace >= 0) cfg.upload_pace = a.upload_pace;
   cfg.open_timeout = std::chrono::seconds(60);
   auto sink = averaging::host_address_sink(host);
   auto avg = Averager::create(host, dir, schema, {{"x", x}}, cfg, sink);

@@ -18,9 +18,11 @@
 # BENCH_NETLAB_ITERS (2), BENCH_NETLAB_TRACE (a directory: per-link rates every 100 ms and
 # the processes' debug logs of the emulated-internet run, for a time series), BENCH_NETLAB_GLOO (1; 0 skips Gloo there),
 # BENCH_STARLING_ARGS (extra bench_allreduce options there, e.g. --balance-slack 0),
-# BENCH_NETLAB_CAP_PCT (94; an extra Starling row whose processes cap their upload at this
+# BENCH_NETLAB_CAP_PCT (0; if set, an extra Starling row whose processes cap their upload at this
 # percent of the link, bench_allreduce --max-upload, with a BENCH_NETLAB_CAP_BURST (65536)
-# byte bucket: the host's default burst, 100 ms of the rate, fills the link's queue; 0 skips it). Ends with one `RESULT {json}` line (loopback rows under "results",
+# byte bucket: the host's default burst, 100 ms of the rate, fills the link's queue),
+# BENCH_NETLAB_UNPACED (1; an extra Starling row without the round's upload pacing,
+# --upload-pace 0, as before it was the default; 0 skips it). Ends with one `RESULT {json}` line (loopback rows under "results",
 # the emulated internet under "netlab").
 set -euo pipefail
 build=${1:-build}
@@ -147,7 +149,7 @@ star_lab() {
   timeout "$limit" "$nl" exec "h$(($1 + 1))" -- "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" \
     --iters "$iters" --listen "/ip4/$ip/tcp/0" --bandwidth $((mbit * 125000)) ${star_extra:-} ${BENCH_STARLING_ARGS:-}
 }
-cap_pct=${BENCH_NETLAB_CAP_PCT:-94}
+cap_pct=${BENCH_NETLAB_CAP_PCT:-0}
 gloo_lab() {
   local ip
   ip=$("$nl" addr "h$(($1 + 1))")
@@ -177,6 +179,13 @@ if [[ $cap_pct != 0 ]]; then  # the same with each process's upload capped below
 else
   echo '[0]' > "$tmp/lc"
 fi
+if [[ ${BENCH_NETLAB_UNPACED:-1} != 0 ]]; then  # the same without the round's pacing
+  star_extra="--upload-pace 0"
+  run_group "$tmp/lu" "$n" star_lab
+  star_extra=""
+else
+  echo '[0]' > "$tmp/lu"
+fi
 if [[ ${BENCH_NETLAB_GLOO:-1} == 0 ]]; then  # Starling alone (A/B runs)
   echo '[0]' > "$tmp/lg"
 else
@@ -185,20 +194,26 @@ fi
 s=$(median "$tmp/ls")
 g=$(median "$tmp/lg")
 sc=$(median "$tmp/lc")
+su=$(median "$tmp/lu")
 bound=$(jq -n "2 * ($n - 1) / $n * $bytes * 8 / ($mbit * 1e6)")
 printf "%-34s %10s %10s %10s\n" "$n hosts, ${mbit} Mbit/s links" "time s" "bound s" "of bound"
 printf "%-34s %10.2f %10.2f %9.0f%%\n" "starling" "$s" "$bound" "$(jq -n "100 * $bound / $s")"
 [[ $sc == 0 ]] ||
   printf "%-34s %10.2f %10.2f %9.0f%%\n" "starling, upload capped ${cap_pct}%" "$sc" "$bound" \
     "$(jq -n "100 * $bound / $sc")"
+[[ $su == 0 ]] ||
+  printf "%-34s %10.2f %10.2f %9.0f%%\n" "starling, not paced" "$su" "$bound" \
+    "$(jq -n "100 * $bound / $su")"
 [[ $g == 0 ]] ||
   printf "%-34s %10.2f %10.2f %9.0f%%\n" "gloo ring" "$g" "$bound" "$(jq -n "100 * $bound / $g")"
 echo "load average after the emulated-internet run: $(cut -d' ' -f1-3 /proc/loadavg)"
 finish "$(jq -cn --argjson s "$s" --argjson g "$g" --argjson b "$bound" --argjson m "$mbit" \
   --argjson sc "$sc" --argjson cp "$cap_pct" --slurpfile ct "$tmp/lc" \
+  --argjson su "$su" --slurpfile ut "$tmp/lu" \
   --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" --slurpfile st "$tmp/ls" --slurpfile gt "$tmp/lg" \
   '{hosts:4, link_mbit:$m, codec:"none", starling_s:$s, gloo_s:$g, bound_s:$b,
     starling_fraction_of_bound:($b / $s), gloo_fraction_of_bound:(if $g > 0 then $b / $g else null end),
     starling_capped_pct:$cp, starling_capped_s:$sc,
     starling_capped_fraction_of_bound:(if $sc > 0 then $b / $sc else null end),
+    starling_unpaced_s:$su, starling_unpaced_rounds_s:$ut[0],
     starling_rounds_s:$st[0], starling_capped_rounds_s:$ct[0], gloo_rounds_s:$gt[0], loadavg:$load}')"

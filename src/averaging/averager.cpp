@@ -28,6 +28,8 @@ result<std::shared_ptr<Averager>> Averager::create(std::shared_ptr<net::StreamHo
   ST_TRY(check_views(schema, tensors));
   if (cfg.bandwidth == 0 || cfg.bandwidth > (std::uint64_t{1} << 40))
     return make_error(errc::invalid_argument, "averager: bandwidth out of range");
+  if (!(cfg.upload_pace >= 0 && cfg.upload_pace <= 1e3) || cfg.upload_burst == 0)
+    return make_error(errc::invalid_argument, "averager: upload pace or burst out of range");
   if (cfg.round.part_elems == 0 || cfg.round.part_elems > (std::size_t{64} << 20) / sizeof(float))
     return make_error(errc::invalid_argument, "averager: part size must be 1 element .. 64 MiB");
   if (cfg.seed == 0)

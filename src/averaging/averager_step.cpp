@@ -134,6 +134,8 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   rcfg.protocol = impl_->allreduce_protocol;
   rcfg.on_phase = cfg_.on_phase;
   rcfg.codecs = &impl_->codecs;
+  rcfg.upload_rate = cfg_.upload_pace * static_cast<double>(cfg_.bandwidth);
+  rcfg.upload_burst = cfg_.upload_burst;
   // Error feedback: this step starts from the residual of earlier steps and commits the new
   // one only if it succeeds (on failure nothing was applied, so nothing was lost).
   std::vector<float> residual_out, result_residual_out;

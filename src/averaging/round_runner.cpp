@@ -70,6 +70,8 @@ RoundRunner::RoundRunner(net::StreamHost& host, GroupInfo group, std::uint32_t s
       balance_(ex_),
       pool_idle_(ex_) {
   for (auto& p : p_) p.wake = std::make_unique<AsyncEvent>(ex_);
+  pacer_.rate = cfg_.upload_rate;
+  pacer_.burst = static_cast<double>(cfg_.upload_burst);
 }
 
 RoundRunner::~RoundRunner() = default;

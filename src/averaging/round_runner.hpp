@@ -38,6 +38,9 @@ struct RoundRunnerConfig {
   // Per-tensor codecs for parts and results on the wire (null or not compressed(): raw
   // float32). Must outlive the runner.
   const TensorCodecs* codecs = nullptr;
+  // This member's upload pace in bytes/s (0: not paced) and its burst (UploadPacer).
+  double upload_rate = 0;
+  std::size_t upload_burst = 64 * 1024;
   // Error feedback (both empty: off; else N floats each): residual carried from earlier
   // rounds, added to this member's values before they are encoded; residual_out receives
   // what this round's encodings lost (elements this member did not send keep their residual).
@@ -47,6 +50,25 @@ struct RoundRunnerConfig {
   // sends: what was lost is added the next time it owns those elements).
   std::span<const float> result_residual;
   std::span<float> result_residual_out;
+};
+
+// A token bucket shared by a round's writers: `rate` bytes/s, at most `burst` bytes at once.
+// take() books n bytes and says how long to wait before sending them (bookings queue up, so
+// the writers together never exceed the rate).
+struct UploadPacer {
+  double rate = 0, burst = 0, tokens = 0;
+  TimePoint last{};
+  Duration take(std::size_t n, TimePoint now) {
+    if (rate <= 0) return Duration::zero();
+    if (last == TimePoint{})
+      tokens = burst;
+    else
+      tokens = std::min(burst, tokens + std::chrono::duration<double>(now - last).count() * rate);
+    last = now;
+    tokens -= static_cast<double>(n);
+    if (tokens >= 0) return Duration::zero();
+    return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(-tokens / rate));
+  }
 };
 
 // Adds the worker time of the scope it lives in to `ns` (codec time of pool tasks).
@@ -142,6 +164,8 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
 
   awaitable<void> connect(std::uint32_t j);
   awaitable<void> writer(std::uint32_t j);
+  // Writes a frame's header and payload, paced by pacer_ (in bursts) when it is on.
+  awaitable<result<void>> paced_write(net::ByteStream& s, BytesView header, BytesView payload);
   awaitable<void> reader(std::uint32_t j, net::ByteStreamPtr s,
                          std::shared_ptr<net::BufferedReader> r);
   awaitable<void> timer_loop();
@@ -196,6 +220,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   asio::steady_timer timer_;
   AsyncEvent done_, progress_;
   AsyncEvent balance_;  // pulsed when a flow progresses
+  UploadPacer pacer_;
   std::uint32_t balance_sub_ = ~0u;
   std::size_t pool_tasks_ = 0;  // pool tasks (reductions, encodings) not yet returned
   std::shared_ptr<PoolGate> gate_ = std::make_shared<PoolGate>();

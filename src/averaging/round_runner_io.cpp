@@ -112,8 +112,7 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
       }
       const Bytes header = net::length_prefixed(wire::encode_round(f.msg, payload.size()));
       P.busy = data_frame;
-      auto w = co_await s->write(header);
-      if (w && !payload.empty()) w = co_await s->write(payload);
+      auto w = co_await paced_write(*s, header, payload);
       P.busy = false;
       if (!w) {
         if (!ending_) stream_lost(j, w.error(), false);
@@ -147,6 +146,28 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
       bytes_sent_ += ka.size();
     }
   }
+}
+
+awaitable<result<void>> RoundRunner::paced_write(net::ByteStream& s, BytesView header,
+                                                 BytesView payload) {
+  if (pacer_.rate <= 0) {
+    ST_CO_TRY(co_await s.write(header));
+    if (!payload.empty()) ST_CO_TRY(co_await s.write(payload));
+    co_return success();
+  }
+  const std::size_t chunk = std::max<std::size_t>(4096, static_cast<std::size_t>(pacer_.burst));
+  std::size_t off = 0;
+  bool first = true;
+  while (first || off < payload.size()) {
+    const std::size_t take = std::min(chunk, payload.size() - off);
+    const Duration wait = pacer_.take(take + (first ? header.size() : 0), Clock::now());
+    if (wait > Duration::zero()) ST_CO_TRY(co_await sleep_for(wait));
+    if (first) ST_CO_TRY(co_await s.write(header));
+    if (take > 0) ST_CO_TRY(co_await s.write(payload.subspan(off, take)));
+    off += take;
+    first = false;
+  }
+  co_return success();
 }
 
 void RoundRunner::InPlace::hold(std::pair<std::uint32_t, std::uint32_t> k) {

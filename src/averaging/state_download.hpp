@@ -82,4 +82,17 @@ class StateDownload : public std::enable_shared_from_this<StateDownload> {
   AsyncEvent changed_;
 };
 
+using VerifyFn = std::function<result<void>(const StateManifest&, BytesView)>;
+
+struct Verified {
+  result<void> check = success();  // the check's verdict
+  Bytes data;                      // the data, handed back
+};
+// Runs the caller's check `fn` of a downloaded state on `pool` (state_verify.cpp). Waits at
+// most until `deadline` (errc::timeout) or cancellation (errc::cancelled); the check, which
+// cannot be interrupted, then finishes on its own and its verdict is dropped, so `fn` must own
+// what it captures.
+awaitable<result<Verified>> verify_on_pool(ThreadPool& pool, VerifyFn fn, StateManifest m,
+                                           Bytes data, TimePoint deadline);
+
 }  // namespace starling::averaging::detail

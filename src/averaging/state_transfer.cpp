@@ -301,8 +301,14 @@ awaitable<result<BlobState>> Averager::load_kind(Bytes kind, std::uint64_t size,
                                                       std::move(target), opts, deadline);
     auto info = co_await dl->run(std::move(anns));
     if (!info) co_return info.error();
+    BlobState out;
+    out.data = std::move(dl->data());
     if (opts.verify) {
-      auto ok = opts.verify(dl->manifest(), dl->data());
+      // On the pool, bounded by the load's deadline (state_verify.cpp).
+      auto v = co_await detail::verify_on_pool(*pool_, opts.verify, dl->manifest(),
+                                               std::move(out.data), deadline);
+      if (!v) co_return v.error().with_context("load_state: checking the downloaded state");
+      const auto& ok = v.value().check;
       if (!ok) {
         logger("averaging")
             ->warn("load_state: the snapshot of epoch {} from {} donor(s) failed the check: {}",
@@ -312,10 +318,9 @@ awaitable<result<BlobState>> Averager::load_kind(Bytes kind, std::uint64_t size,
           co_return ok.error().with_context("load_state: no snapshot passed the check");
         continue;
       }
+      out.data = std::move(v.value().data);
     }
-    BlobState out;
     out.info = std::move(info).value();
-    out.data = std::move(dl->data());
     out.info.time = Clock::now() - t0;
     co_return out;
   }

@@ -9,6 +9,7 @@
 #include "starling/averaging/host_address_sink.hpp"
 #include "starling/core/log.hpp"
 #include "starling/dht/signing.hpp"
+#include "state_check.hpp"
 
 namespace starling::collab {
 namespace {
@@ -19,19 +20,8 @@ auto log() {
 
 constexpr Duration kStateStopWait = 3s;
 
-// A state's digest travels as the blob snapshot's metadata: 8 bytes, big-endian.
-Bytes digest_bytes(std::uint64_t d) {
-  Bytes b(8);
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<std::uint8_t>(d >> (56 - 8 * i));
-  return b;
-}
-
-std::uint64_t digest_of(const Bytes& metadata) {
-  if (metadata.size() != 8) return 0;
-  std::uint64_t d = 0;
-  for (auto c : metadata) d = (d << 8) | c;
-  return d;
-}
+using detail::digest_bytes;
+using detail::digest_of;
 
 // The provider adapter the state averager calls (a function object: GCC 12 and lambdas in
 // coroutines).
@@ -171,6 +161,8 @@ awaitable<result<optim::Collaboration::State>> NetCollaboration::download_state(
   o.timeout = std::max<Duration>(deadline - Clock::now(), 100ms);
   o.max_bytes = cfg_.max_state_bytes;
   o.stall_timeout = std::min<Duration>(o.timeout, 20s);
+  // Parameters other than the digest their donors announce are refused (state_check.hpp).
+  o.verify = detail::StateCheck{};
   ST_CO_TRY(auto blob, co_await impl_->state->load_blob(o));
   impl_->received += blob.info.bytes;
   ++downloads_;

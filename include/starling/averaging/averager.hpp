@@ -35,6 +35,12 @@ struct AveragerConfig {
   MatchmakingConfig matchmaking;
   RoundConfig round;                          // part size, stall timeout (inline_reduce is ignored)
   std::uint64_t bandwidth = 100'000'000 / 8;  // declared bytes/s (used to split shares)
+  // A round's uploads (all its streams together) are paced at this fraction of `bandwidth`
+  // in bursts of at most `upload_burst` bytes, so the queue stays in this process, where the
+  // round balances its flows, rather than in the link's buffer (0: not paced). Declare the
+  // real uplink: a lower `bandwidth` slows rounds down.
+  double upload_pace = 0.94;
+  std::size_t upload_burst = 64 * 1024;
   bool client_mode = false;          // cannot accept streams: send and receive, own no share
   std::vector<std::string> addrs;    // addresses others dial (multiaddr strings)
   Duration keepalive_interval = 1s;  // on every all-reduce stream while a round runs

@@ -71,6 +71,9 @@ struct LoadStateOptions {
   // If set: the caller's check of a downloaded state before anything changes (e.g. a digest
   // of `data` against the manifest's metadata). A failed check refuses that snapshot and its
   // donors, and the download starts over with the others (at most max_verify_attempts times).
+  // It runs on the averager's worker pool, never on the I/O thread, and the load waits for it
+  // at most until its deadline (errc::timeout) or its cancellation; a check still running then
+  // finishes on its own, so it must own what it captures (by value or shared_ptr).
   std::function<result<void>(const StateManifest& m, BytesView data)> verify;
   std::size_t max_verify_attempts = 3;
 };
