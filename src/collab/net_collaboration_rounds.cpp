@@ -57,6 +57,7 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, optim::Compres
   ac.matchmaking = cfg_.matchmaking;
   ac.round.stall_timeout = cfg_.stall_timeout;
   ac.bandwidth = cfg_.bandwidth;
+  ac.upload_pace = cfg_.upload_pace;
   ac.client_mode = cfg_.client_mode;
   ac.addrs = cfg_.addrs;
   ac.open_timeout = cfg_.open_timeout;

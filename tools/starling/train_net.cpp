@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli.hpp"
+#include "starling/averaging/averager.hpp"
 #include "starling/collab/training_node.hpp"
 #include "starling/crypto/keys.hpp"
 #include "starling/net/multiaddr.hpp"
@@ -67,6 +68,7 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));
   if (bw > 0) {
     cfg.collab.bandwidth = bw;  // declared to the group: all-reduce shares follow it
+    cfg.collab.upload_pace = averaging::AveragerConfig{}.upload_pace;  // rounds pace uploads
     cfg.max_upload_bytes_per_second = cfg.max_download_bytes_per_second = bw;  // enforced
   }
   // Listening on 0.0.0.0: announce the loopback address too, so peers on this machine can dial.

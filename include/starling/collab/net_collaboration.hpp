@@ -38,6 +38,11 @@ struct NetCollaborationConfig {
   std::vector<std::string> addrs;  // addresses group members dial (empty: the host's)
   bool client_mode = false;
   std::uint64_t bandwidth = 12'500'000;  // declared bytes/s (splits all-reduce shares)
+  // Rounds pace their uploads at upload_pace x bandwidth (AveragerConfig::upload_pace); 0 (the
+  // default) does not pace: `bandwidth` is then only a share weight, not a cap, so a trainer
+  // that never declared its uplink is not slowed to the default's 100 Mbit/s. `starling
+  // train --max-bandwidth` declares it and turns pacing on.
+  double upload_pace = 0;
   averaging::MatchmakingConfig matchmaking = default_matchmaking();
   Duration stall_timeout = 10s;  // a group member silent this long is dropped from the round
   Duration open_timeout = 10s;   // opening a stream to a group member
