@@ -23,7 +23,8 @@ Host::Host(asio::any_io_executor ex, crypto::KeyPair key, HostConfig cfg)
       key_(std::move(key)),
       id_(PeerId::from_public_key(key_.public_key())),
       cfg_(std::move(cfg)),
-      scope_(ex) {
+      scope_(ex),
+      addr_book_(cfg_.max_addrs_per_peer) {
   if (cfg_.max_upload_bytes_per_second > 0)
     upload_limit_ =
         std::make_shared<TokenBucket>(cfg_.max_upload_bytes_per_second, cfg_.bandwidth_burst_bytes);

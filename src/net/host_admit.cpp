@@ -4,10 +4,6 @@
 #include "starling/core/log.hpp"
 
 namespace starling::net {
-namespace {
-constexpr Duration kRefusalLogInterval = 10s;  // refusals are logged at most this often
-}  // namespace
-
 bool Host::evict_pending_handshake(TimePoint now) {
   // The map is ordered by start: the first live entry past the grace is the oldest.
   for (auto& [id, p] : pending_inbound_) {
@@ -64,15 +60,12 @@ bool Host::admit_inbound() {
 }
 
 void Host::log_refusal(std::size_t live) {
-  ++refusals_unlogged_;
-  const auto now = Clock::now();
-  if (now - last_refusal_log_ < kRefusalLogInterval) return;
+  const auto n = refusal_log_.note(Clock::now());
+  if (n == 0) return;
   logger("net")->warn(
       "refused {} inbound connection(s): limit reached ({} connections, {} handshaking; "
       "nothing idle to evict)",
-      refusals_unlogged_, live, pending_inbound_.size());
-  refusals_unlogged_ = 0;
-  last_refusal_log_ = now;
+      n, live, pending_inbound_.size());
 }
 
 }  // namespace starling::net

@@ -15,13 +15,15 @@ Duration remaining(TimePoint deadline) {
 }
 }  // namespace
 
-void Host::add_addresses(const PeerId& peer, const std::vector<Multiaddr>& addrs) {
-  auto& info = peers_[peer];
+void Host::add_addresses(const PeerId& peer, const std::vector<Multiaddr>& addrs,
+                         AddrSource source) {
+  std::vector<Multiaddr> bare;
+  bare.reserve(std::min(addrs.size(), addr_book_.cap()));
   for (const auto& a : addrs) {
-    auto bare = a.without_peer_id();
-    if (std::find(info.addrs.begin(), info.addrs.end(), bare) == info.addrs.end())
-      info.addrs.push_back(bare);
+    if (bare.size() == addr_book_.cap()) break;  // the book would drop the rest anyway
+    bare.push_back(a.without_peer_id());
   }
+  peers_[peer].addrs = addr_book_.add(peer, bare, source);
 }
 
 std::shared_ptr<Host::Connection> Host::best_connection(const PeerId& peer) const {
@@ -63,7 +65,7 @@ std::shared_ptr<Host::Connection> Host::add_connection(std::shared_ptr<YamuxSess
   conn->last_active = Clock::now();
   bool first = best_connection(peer) == nullptr;
   conns_[peer].push_back(conn);
-  if (outbound) add_addresses(peer, {remote});
+  if (outbound) add_addresses(peer, {remote}, AddrSource::dialed);
   std::weak_ptr<Host> weak = weak_from_this();
   auto id = conn->id;
   session->set_on_close([weak, id](const Error& why) {
@@ -163,12 +165,14 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(Multiaddr a
   co_return r;
 }
 
-awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_peer(PeerId peer,
-                                                                     TimePoint deadline) {
-  auto it = peers_.find(peer);
-  if (it == peers_.end() || it->second.addrs.empty())
+awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_peer(
+    PeerId peer, TimePoint deadline, std::optional<Multiaddr> first) {
+  std::vector<Multiaddr> addrs;
+  if (first) addrs.push_back(first->without_peer_id());
+  for (const auto& a : addr_book_.addrs(peer))
+    if (addrs.empty() || a != addrs.front()) addrs.push_back(a);
+  if (addrs.empty())
     co_return make_error(errc::not_found, "dial " + peer.to_string() + ": no known addresses");
-  auto addrs = it->second.addrs;
   std::string errors;
   for (auto& a : addrs) {
     if (remaining(deadline) <= Duration::zero()) break;
@@ -187,8 +191,8 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_peer(PeerId peer
   co_return make_error(errc::unavailable, "dial " + peer.to_string() + " failed: " + errors);
 }
 
-awaitable<result<std::shared_ptr<Host::Connection>>> Host::get_or_dial(const PeerId& peer,
-                                                                       TimePoint deadline) {
+awaitable<result<std::shared_ptr<Host::Connection>>> Host::get_or_dial(
+    const PeerId& peer, TimePoint deadline, std::optional<Multiaddr> first) {
   if (stopping_) co_return make_error(errc::cancelled, "host is stopping");
   if (peer == id_) co_return make_error(errc::invalid_argument, "cannot dial self");
   if (auto c = best_connection(peer)) co_return c;
@@ -219,7 +223,7 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::get_or_dial(const Pee
   finish.pending->outcome =
       make_error(errc::cancelled, "dial to " + peer.to_string() + " cancelled");
   dialing_[peer] = finish.pending;
-  auto r = co_await dial_peer(peer, deadline);
+  auto r = co_await dial_peer(peer, deadline, std::move(first));
   finish.pending->outcome = r;
   co_return r;
 }
@@ -229,7 +233,7 @@ awaitable<result<PeerId>> Host::connect(const Multiaddr& addr, std::optional<Dur
   auto expected = addr.peer_id();
   if (expected) {
     add_addresses(*expected, {addr});
-    ST_CO_TRY(auto c, co_await get_or_dial(*expected, deadline));
+    ST_CO_TRY(auto c, co_await get_or_dial(*expected, deadline, addr));
     co_return c->peer;
   }
   ST_CO_TRY(auto c, co_await dial_addr(addr, std::nullopt, deadline));

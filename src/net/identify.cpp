@@ -52,10 +52,11 @@ void Host::apply_identify(const PeerId& peer, BytesView data) {
   info.protocol_version = msg.protocolversion();
   std::vector<Multiaddr> addrs;
   for (auto& a : msg.listenaddrs()) {
+    if (addrs.size() == addr_book_.cap()) break;  // the address book keeps no more
     auto ma = Multiaddr::from_bytes(as_bytes(a));
     if (ma) addrs.push_back(ma.value());
   }
-  add_addresses(peer, addrs);
+  add_addresses(peer, addrs, AddrSource::peer);
   if (msg.has_observedaddr()) {
     auto ma = Multiaddr::from_bytes(as_bytes(msg.observedaddr()));
     if (ma) info.observed_addr = ma.value();

@@ -1,6 +1,8 @@
 // Server side of RPC calls: ServerCall (framing for one inbound call), serve_stream (the call's
 // life: header, request, handler under the deadline, final status) and RpcServer.
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include <asio/experimental/awaitable_operators.hpp>
 
@@ -217,13 +219,44 @@ awaitable<result<void>> run_handler(std::shared_ptr<const MethodEntry> m, const 
   }
 }
 
+// Counts a call being served, in total and for its peer (entries of idle peers are erased,
+// so the map holds only peers with calls in progress).
 struct ActiveGuard {
-  explicit ActiveGuard(std::shared_ptr<ServerShared> s) : shared(std::move(s)) {
+  ActiveGuard(std::shared_ptr<ServerShared> s, const PeerId& peer)
+      : shared(std::move(s)), slot(shared->calls_by_peer.try_emplace(peer, 0).first) {
     ++shared->active_calls;
+    ++slot->second;
   }
-  ~ActiveGuard() { --shared->active_calls; }
+  ~ActiveGuard() { release(); }
+  // The call no longer counts (idempotent): done before its final status goes out, so a
+  // client that starts its next call on reading the status finds its slot free.
+  void release() {
+    if (released) return;
+    released = true;
+    --shared->active_calls;
+    if (--slot->second == 0) shared->calls_by_peer.erase(slot);
+  }
+  ActiveGuard(const ActiveGuard&) = delete;
+  ActiveGuard& operator=(const ActiveGuard&) = delete;
   std::shared_ptr<ServerShared> shared;
+  std::map<PeerId, std::size_t>::iterator slot;
+  bool released = false;
 };
+
+// Why a new call must be refused before it is served (nullopt: serve it).
+std::optional<std::pair<rpc_errc, std::string>> admission(const MethodEntry& m,
+                                                          ServerShared& shared,
+                                                          const PeerId& remote) {
+  if (shared.active_calls >= m.max_concurrent_calls)
+    return std::pair{rpc_errc::unavailable, std::string("server busy: too many calls in progress")};
+  if (m.max_calls_per_peer == 0) return std::nullopt;
+  auto it = shared.calls_by_peer.find(remote);
+  if (it == shared.calls_by_peer.end() || it->second < m.max_calls_per_peer) return std::nullopt;
+  ++shared.refused_per_peer;
+  return std::pair{rpc_errc::resource_exhausted,
+                   "too many calls from this peer (" + std::to_string(it->second) +
+                       " in progress, limit " + std::to_string(m.max_calls_per_peer) + ")"};
+}
 
 }  // namespace
 
@@ -231,19 +264,21 @@ awaitable<void> serve_stream(std::shared_ptr<const MethodEntry> m,
                              std::shared_ptr<ServerShared> shared, ByteStreamPtr stream,
                              PeerId remote) {
   auto log = logger("net");
-  ActiveGuard active(shared);
   const std::string desc = "rpc " + m->protocol + " from " + remote.short_string();
   ServerCall call(std::move(stream), m->max_message_size, m->max_message_size);
   auto cancelled = [](const asio::cancellation_state& cs) {
     return cs.cancelled() != asio::cancellation_type::none;
   };
 
-  if (shared->active_calls > m->max_concurrent_calls) {
-    log->info("{}: refused, {} calls in progress", desc, shared->active_calls - 1);
-    co_await call.finish(static_cast<std::uint32_t>(rpc_errc::unavailable),
-                         "server busy: too many calls in progress", m->linger);
+  // A refused call is answered at once and not counted, so refusals cannot crowd out calls.
+  if (auto refusal = admission(*m, *shared, remote)) {
+    if (auto n = shared->refusal_log.note(Clock::now()))
+      log->warn("{}: refused: {} ({} call(s) refused since the last such line)", desc,
+                refusal->second, n);
+    co_await call.finish(static_cast<std::uint32_t>(refusal->first), refusal->second, m->linger);
     co_return;
   }
+  ActiveGuard active(shared, remote);
 
   // 1. Request header.
   auto hdr = co_await run_until(call.read_header(), Clock::now() + m->header_timeout,
@@ -262,6 +297,7 @@ awaitable<void> serve_stream(std::shared_ptr<const MethodEntry> m,
       co_return;
     }
     log->warn("{}: rejected: {}", desc, e.message());
+    active.release();
     co_await call.finish(static_cast<std::uint32_t>(to_rpc_code(e)), e.context(), m->linger);
     co_return;
   }
@@ -307,6 +343,7 @@ awaitable<void> serve_stream(std::shared_ptr<const MethodEntry> m,
   }
 
   // 4. Final status.
+  active.release();
   if (outcome) {
     co_await call.finish(0, {}, m->linger);
     co_return;
@@ -344,6 +381,7 @@ void RpcServer::add_method(std::string protocol, detail::MethodKind kind, detail
   m->header_timeout = opts_.header_timeout;
   m->linger = opts_.linger;
   m->max_concurrent_calls = opts_.max_concurrent_calls;
+  m->max_calls_per_peer = opts_.max_calls_per_peer;
   m->invoke = std::move(invoke);
   // A plain (non-coroutine) lambda forwarding to a coroutine with by-value parameters: the
   // call keeps what it needs even if the handler is replaced while it runs.

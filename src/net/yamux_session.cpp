@@ -60,6 +60,7 @@ Session::~Session() = default;
 void Session::start() {
   if (started_ || dead_) return;
   started_ = true;
+  last_rx_ = Clock::now();  // idle time counts from the start
   auto self = shared_from_this();
   scope_.spawn(run_reader(self));
   scope_.spawn(run_writer(self));

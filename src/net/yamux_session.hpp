@@ -140,6 +140,8 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<void> reader_loop();
   awaitable<void> writer_loop();
   awaitable<void> keepalive_loop();
+  // Returns once no frame has arrived for `limit` (error: the session ended or cancelled).
+  awaitable<result<void>> wait_idle(Duration limit);
   awaitable<void> close_with(Error why);
   awaitable<result<void>> wait_ack_backlog();
   static awaitable<result<void>> wait_io_done(std::shared_ptr<Session> self);

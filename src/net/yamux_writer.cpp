@@ -87,6 +87,7 @@ awaitable<result<Duration>> Session::ping(Duration timeout) {
   auto p = std::make_shared<PendingPing>(ex_);
   p->sent = Clock::now();
   pings_[id] = p;
+  ++stats_.pings_sent;
   send_frame(FrameType::ping, flag::syn, 0, id);
   auto r = co_await with_timeout(
       wait_pong(p), timeout,
@@ -98,6 +99,7 @@ awaitable<result<Duration>> Session::ping(Duration timeout) {
 
 void Session::on_ping(const FrameHeader& h) {
   if (h.has(flag::syn)) {
+    ++stats_.pings_answered;
     send_frame(FrameType::ping, flag::ack, 0, h.length);
     return;
   }
@@ -114,28 +116,44 @@ void Session::on_ping(const FrameHeader& h) {
   p->done.set();
 }
 
+awaitable<result<void>> Session::wait_idle(Duration limit) {
+  // Until nothing has arrived for `limit`: every frame received moves the goal.
+  for (;;) {
+    const TimePoint due = last_rx_ + limit;
+    const TimePoint now = Clock::now();
+    if (now >= due) co_return success();
+    ST_CO_TRY(co_await sleep_for(due - now));
+    if (dead_) co_return make_error(errc::closed, describe_ + ": session ended");
+  }
+}
+
 awaitable<void> Session::keepalive_loop() {
-  // The first ping measures the RTT for window auto-tuning; later ones check liveness.
+  // The first ping measures the RTT for window auto-tuning; later ones are probes of an idle
+  // connection: the dialer's after keepalive_interval, the listener's after the longer
+  // keepalive_listener_idle, both counted from the last frame received.
+  const Duration idle_limit = is_client_ ? cfg_.keepalive_interval : cfg_.keepalive_listener_idle;
+  const Duration timeout =
+      cfg_.keepalive_timeout > Duration::zero() ? cfg_.keepalive_timeout : Duration(10s);
   for (bool first = true;; first = false) {
     if (!first) {
-      if (cfg_.keepalive_interval <= Duration::zero()) co_return;
-      if (!co_await sleep_for(cfg_.keepalive_interval)) co_return;
+      if (idle_limit <= Duration::zero()) co_return;
+      if (!co_await wait_idle(idle_limit)) co_return;
+      ++stats_.keepalive_probes;
     }
     if (dead_) co_return;
     const TimePoint sent = Clock::now();
-    const Duration timeout =
-        cfg_.keepalive_timeout > Duration::zero() ? cfg_.keepalive_timeout : Duration(10s);
     auto r = co_await ping(timeout);
     if (dead_ || r || r.error() != errc::timeout) {
       if (!r && !dead_ && r.error() == errc::cancelled) co_return;
       continue;
     }
-    if (cfg_.keepalive_interval <= Duration::zero()) co_return;
+    if (idle_limit <= Duration::zero()) co_return;
     if (last_rx_ > sent) {
       // Our ping may sit behind a long send queue on a slow link; the peer is evidently alive.
       log().debug("{}: keepalive ping late, but the peer is sending", describe_);
       continue;
     }
+    ++stats_.keepalive_failures;
     log().warn("{}: keepalive ping not answered within {} ms, closing", describe_,
                std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count());
     terminate(r.error(), std::nullopt);

@@ -95,7 +95,8 @@ class RpcTest : public ::testing::Test {
   test::FakeNetwork network{io};
   test::FakeHost& server_host = network.add_host();
   test::FakeHost& client_host = network.add_host();
-  net::RpcServer server{server_host};
+  // ThousandConcurrentCalls makes 1000 calls at once from one peer.
+  net::RpcServer server{server_host, {.max_calls_per_peer = 1000}};
   net::RpcClient client{client_host};
   const net::PeerId& server_id = server_host.local_peer();
 

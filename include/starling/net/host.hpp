@@ -21,6 +21,8 @@
 #include <asio/ip/tcp.hpp>
 
 #include "starling/crypto/keys.hpp"
+#include "starling/net/address_book.hpp"
+#include "starling/net/log_throttle.hpp"
 #include "starling/net/multiaddr.hpp"
 #include "starling/net/stream_host.hpp"
 #include "starling/net/yamux.hpp"
@@ -45,6 +47,9 @@ struct HostConfig {
   Duration idle_timeout = 120s;
   std::size_t max_connections = 1024;
   std::size_t max_pending_inbound = 64;  // inbound connections still handshaking
+  // Addresses remembered per peer (address_book.hpp: dialled ones first, then the peer's
+  // own, then hearsay; most recently confirmed first). Dials try them in that order.
+  std::size_t max_addrs_per_peer = kMaxAddrsPerPeer;
   // At a limit, an inbound connection is admitted by evicting (oldest first) a handshake
   // that has run longer than this, or else an inbound connection without streams that has
   // been idle this long and is not kept alive; only then is it refused. So a flood of idle
@@ -67,7 +72,7 @@ struct HostConfig {
 
 // What the host knows about a peer (from identify and from callers).
 struct PeerInfo {
-  std::vector<Multiaddr> addrs;
+  std::vector<Multiaddr> addrs;  // best first, at most HostConfig::max_addrs_per_peer
   std::vector<std::string> protocols;
   std::string agent_version;
   std::string protocol_version;
@@ -99,10 +104,13 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   const crypto::KeyPair& key() const { return key_; }
   asio::any_io_executor get_executor() override { return ex_; }
 
-  // Remembers addresses for a peer (used by open_stream/connect by id).
-  void add_addresses(const PeerId& peer, const std::vector<Multiaddr>& addrs);
+  // Remembers addresses for a peer (used by open_stream/connect by id), as hearsay unless
+  // `source` says the peer itself or a dial confirmed them; at most max_addrs_per_peer stay.
+  void add_addresses(const PeerId& peer, const std::vector<Multiaddr>& addrs,
+                     AddrSource source = AddrSource::hearsay);
   // Connects to an address (with or without /p2p/<id>; without, any peer is accepted).
-  // Reuses a live connection to the same peer. Returns the peer's id.
+  // Reuses a live connection to the same peer. The address is tried first, then the peer's
+  // known ones. Returns the peer's id.
   awaitable<result<PeerId>> connect(const Multiaddr& addr, std::optional<Duration> timeout = {});
   // Connects to a peer by id using known addresses.
   awaitable<result<void>> connect(const PeerId& peer, std::optional<Duration> timeout = {});
@@ -156,14 +164,15 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   bool evict_pending_handshake(TimePoint now);
   bool evict_idle_inbound(TimePoint now);
   void log_refusal(std::size_t live);
-  awaitable<result<std::shared_ptr<Connection>>> dial_peer(PeerId peer, TimePoint deadline);
+  awaitable<result<std::shared_ptr<Connection>>> dial_peer(PeerId peer, TimePoint deadline,
+                                                           std::optional<Multiaddr> first);
   awaitable<result<std::shared_ptr<Connection>>> dial_addr(Multiaddr addr,
                                                            std::optional<PeerId> expected,
                                                            TimePoint deadline);
   awaitable<result<ByteStreamPtr>> select_one(ByteStreamPtr s, const char* protocol,
                                               TimePoint deadline);
-  awaitable<result<std::shared_ptr<Connection>>> get_or_dial(const PeerId& peer,
-                                                             TimePoint deadline);
+  awaitable<result<std::shared_ptr<Connection>>> get_or_dial(
+      const PeerId& peer, TimePoint deadline, std::optional<Multiaddr> first = std::nullopt);
   std::shared_ptr<Connection> add_connection(std::shared_ptr<YamuxSession> session, PeerId peer,
                                              Multiaddr remote, bool outbound);
   void remove_connection(std::uint64_t id, const Error& why);
@@ -191,11 +200,11 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   std::set<PeerId> keep_alive_;
   std::map<std::string, StreamHandler> handlers_;
   std::map<PeerId, PeerInfo> peers_;
+  AddressBook addr_book_;  // peers_[p].addrs mirrors addr_book_.addrs(p)
   std::map<PeerId, std::shared_ptr<AsyncEvent>> identify_waiters_;
   std::map<std::uint64_t, std::shared_ptr<PendingInbound>> pending_inbound_;  // by start order
   std::uint64_t next_pending_id_ = 1;
-  TimePoint last_refusal_log_{};
-  std::uint64_t refusals_unlogged_ = 0;
+  LogThrottle refusal_log_{10s};  // refused inbound connections are logged at most this often
   std::uint64_t next_conn_id_ = 1;
   std::vector<PeerCallback> on_connected_, on_disconnected_;
   Stats stats_;

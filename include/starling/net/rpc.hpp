@@ -123,7 +123,11 @@ struct RpcServerOptions {
   Duration max_duration = 10min;  // cap on any call
   Duration header_timeout = 10s;  // to receive the header (and the request) after open
   Duration linger = 2s;           // after the final status, to wait for the client to close
-  std::size_t max_concurrent_calls = 4096;  // more get RESOURCE_EXHAUSTED
+  std::size_t max_concurrent_calls = 4096;  // more get UNAVAILABLE
+  // Calls served at once for one remote peer (all methods together; 0: no bound). More are
+  // answered RESOURCE_EXHAUSTED at once (logged at most every 10 s), so one peer cannot
+  // take all of max_concurrent_calls and the server stays responsive to the others.
+  std::size_t max_calls_per_peer = 256;
 };
 
 // What a handler knows about its call.
@@ -375,8 +379,15 @@ class RpcServer {
 
   // Unregisters one method (calls in flight continue).
   void remove(const std::string& protocol);
-  // Calls currently being served (all methods).
+  // Calls currently being served (all methods; refused ones are not counted).
   std::size_t active_calls() const noexcept { return shared_->active_calls; }
+  // Calls being served for `peer`.
+  std::size_t active_calls(const PeerId& peer) const {
+    auto it = shared_->calls_by_peer.find(peer);
+    return it == shared_->calls_by_peer.end() ? 0 : it->second;
+  }
+  // Calls refused because their peer was at max_calls_per_peer.
+  std::uint64_t refused_per_peer() const noexcept { return shared_->refused_per_peer; }
 
  private:
   void add_method(std::string protocol, detail::MethodKind kind, detail::Invoker invoke,

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 #include "starling/core/async.hpp"
 #include "starling/core/bytes.hpp"
 #include "starling/net/byte_stream.hpp"
+#include "starling/net/log_throttle.hpp"
 #include "starling/net/peer_id.hpp"
 #include "starling/net/stream_host.hpp"
 
@@ -250,12 +252,16 @@ struct MethodEntry {
   Duration header_timeout{};
   Duration linger{};
   std::size_t max_concurrent_calls = 0;
+  std::size_t max_calls_per_peer = 0;  // 0: no per-peer bound
   Invoker invoke;
 };
 
 // Shared by the server and its running calls (they may outlive the RpcServer object).
 struct ServerShared {
   std::size_t active_calls = 0;
+  std::map<PeerId, std::size_t> calls_by_peer;  // calls being served, per remote peer
+  std::uint64_t refused_per_peer = 0;
+  LogThrottle refusal_log{std::chrono::seconds(10)};
 };
 
 // Serves one inbound stream for method `m`: header, request, handler under the deadline,

@@ -50,10 +50,17 @@ struct YamuxConfig {
   std::size_t max_unacked_outbound = 256;
   // ...but at most this long (then errc::timeout).
   Duration open_timeout = 10s;
-  // A ping every keepalive_interval (0 disables keepalive); no answer within
-  // keepalive_timeout closes the session (errc::timeout). This also bounds every network wait
-  // of the session: a peer that stops reading stops answering pings.
-  Duration keepalive_interval = 15s;
+  // Keepalive: yamux pings keep idle connections open through NATs and find dead ones. Both
+  // sides ping once at start (an RTT sample for window auto-tuning). After that the dialer
+  // (is_client) pings whenever no frame has arrived for keepalive_interval; the listener
+  // probes only after keepalive_listener_idle without any inbound frame, so while the
+  // dialer's pings (or any traffic) arrive it sends none. A probe not answered within
+  // keepalive_timeout closes the session (errc::timeout, YamuxStats::keepalive_failures),
+  // unless other frames arrived meanwhile (the pong may sit behind a long queue). 0 turns
+  // that side's probes off. This also bounds every network wait of an idle session: a peer
+  // that stops reading stops answering pings.
+  Duration keepalive_interval = 30s;
+  Duration keepalive_listener_idle = 40s;
   Duration keepalive_timeout = 10s;
   // close() waits this long for open streams to finish, then resets them; it returns within
   // this bound even if the peer never answers. Also bounds the socket linger after an error.
@@ -87,6 +94,10 @@ struct YamuxStats {
   std::size_t window_budget_used = 0;     // bytes of session_window_budget in use
   std::size_t window_budget_peak = 0;     // most of it ever in use at once
   Duration rtt{0};                        // smoothed ping RTT (0 before the first answer)
+  std::uint64_t pings_sent = 0;           // every ping we sent (RTT, keepalive, ping())
+  std::uint64_t pings_answered = 0;       // the peer's pings we answered
+  std::uint64_t keepalive_probes = 0;     // pings sent because the connection was idle
+  std::uint64_t keepalive_failures = 0;   // unanswered probes that closed the session
 };
 
 // Flow-control state of one yamux stream (diagnostics and tests).
