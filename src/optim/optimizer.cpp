@@ -124,11 +124,11 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
   }
   m.local_samples += batch_size;
   StepReport rep;
-  // A finished background step is applied now; one still running is waited for once this peer
-  // alone has accumulated a whole target since (the next epoch is due).
-  const bool applied = m.bg &&
-                       m.finish_background_round(rep, m.local_samples >= m.opt.target_batch_size) &&
-                       rep.stepped;
+  // A finished background step is applied now; one still running is never waited for: the
+  // gradients computed meanwhile keep accumulating and the next round carries them all
+  // (weighted by their samples). Only one round is ever in flight, so no gradient is more than
+  // one step stale.
+  const bool applied = m.bg && m.finish_background_round(rep, false) && rep.stepped;
   auto decision = m.with_tracker([&](ProgressTracker& t) {
     t.report_samples(batch_size, compute);
     // One epoch per call: after applying a step, the caller sees the new epoch (and may stop
@@ -169,6 +169,7 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
   m.stats.bytes_sent += rep.bytes_sent;
   m.stats.bytes_received += rep.bytes_received;
   m.last_step_end = Clock::now();
+  m.stats.step_time += *m.last_step_end - now;
   return rep;
 }
 

@@ -8,8 +8,12 @@
 // round's averaged gradient, exactly as the synchronous path would; only the moment the
 // result is copied into the model's parameters changes. At most one round is in flight, so
 // the gradients of epoch e+1 are computed on the parameters of epoch e at worst (staleness
-// of one step). A failed background round gives its gradients and samples back to the
-// accumulators and is retried like a failed synchronous round.
+// of one step). The training thread never waits for the round in flight: when the round takes
+// longer than the collaboration needs to reach the next target, the gradients keep
+// accumulating and the next round (started by the first step() after this one was applied)
+// carries all of them, weighted by their samples like any round. A failed background round
+// gives its gradients and samples back to the accumulators and is retried like a failed
+// synchronous round.
 #include "optimizer_impl.hpp"
 
 namespace starling::optim {

@@ -36,8 +36,10 @@ class GatedCollaboration : public test::FakeCollaboration {
     asio::post(executor(), [this] { gate_.set(); });
   }
   std::atomic<int> started{0}, finished{0}, failures_to_inject{0};
+  std::atomic<double> last_weight{0};  // of the last round started
 
   awaitable<result<RoundResult>> average(std::span<NamedSpan>, RoundOptions options) override {
+    last_weight = options.weight;
     ++started;
     auto waited = co_await with_timeout(
         gate_.wait(), std::max<Duration>(options.deadline - Clock::now(), 1ms), "gate");
@@ -79,6 +81,7 @@ struct GatedPeer {
   std::unique_ptr<Optimizer> opt;
   torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(11);
   std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;  // every batch fed
+  std::vector<torch::Tensor> params_at;  // the parameters each batch's gradient was taken at
 
   GatedPeer() {
     collab = std::make_shared<GatedCollaboration>(hub, io.executor());
@@ -99,6 +102,7 @@ struct GatedPeer {
   StepReport feed() {
     auto [x, y] = batch(gen, 8);
     batches.emplace_back(x, y);
+    params_at.push_back(flat_params(*model));
     torch::mse_loss(model->forward(x), y).backward();
     auto r = opt->step();
     EXPECT_TRUE(r);
@@ -122,7 +126,74 @@ torch::Tensor reference_step(const std::vector<std::pair<torch::Tensor, torch::T
   return flat_params(*ref);
 }
 
+// The mean over batches [from, to) of each batch's gradient, taken at the parameters the
+// peer held when it computed that batch (all batches have the same size).
+torch::Tensor mean_gradient(const GatedPeer& p, std::size_t from, std::size_t to) {
+  torch::Tensor sum;
+  for (std::size_t i = from; i < to; ++i) {
+    auto m = make_linear(1);
+    {
+      torch::NoGradGuard no_grad;
+      m->weight.copy_(p.params_at[i].narrow(0, 0, 4).view({1, 4}));
+      m->bias.copy_(p.params_at[i].narrow(0, 4, 1));
+    }
+    torch::mse_loss(m->forward(p.batches[i].first), p.batches[i].second).backward();
+    auto g = torch::cat({m->weight.grad().reshape({-1}), m->bias.grad().reshape({-1})});
+    sum = sum.defined() ? sum + g : g;
+  }
+  return sum / static_cast<double>(to - from);
+}
+
 }  // namespace
+
+// The round in flight never blocks the loop, even when the peer computes several targets'
+// worth of samples before it ends (before: step() waited for it once this peer alone had a
+// whole target). The next round carries every sample computed meanwhile, weighted by them.
+TEST(DelayedUpdates, LoopNeverWaitsForTheRoundInFlightAndTheNextRoundCarriesTheBacklog) {
+  GatedPeer p;
+  ASSERT_TRUE(wait_until([&] { return p.knows_partner(); }, 30s));
+  for (int i = 0; i < 8; ++i) p.feed();  // 64 samples: the round of epoch 0 starts
+  ASSERT_TRUE(wait_until([&] { return p.collab->started == 1; }, 30s));
+  // Three targets' worth of batches with the gate closed, each call bounded.
+  Duration slowest{0};
+  for (int i = 0; i < 24; ++i) {
+    const auto t0 = Clock::now();
+    auto r = p.feed();
+    slowest = std::max(slowest, Clock::now() - t0);
+    EXPECT_FALSE(r.stepped);
+    EXPECT_TRUE(r.round_in_background);
+    EXPECT_EQ(r.epoch, 0u);
+  }
+  EXPECT_LT(slowest, 5s) << "step() waited for the round in flight";
+  EXPECT_LT(p.opt->status().step_time, 10s);
+  EXPECT_EQ(p.collab->finished, 0);
+  // The gate opens: step 1 is applied, and the next call starts round 1 with the backlog.
+  p.collab->open();
+  ASSERT_TRUE(wait_until([&] { return p.collab->finished == 1; }, 30s));
+  std::size_t second_launch = 0;  // batches fed when round 1 started
+  const auto until = Clock::now() + 30s;
+  while (second_launch == 0 && Clock::now() < until) {
+    auto r = p.feed();
+    if (r.round_in_background && p.opt->local_epoch() == 1) second_launch = p.batches.size();
+  }
+  ASSERT_GE(second_launch, 8u + 24u + 1u);
+  ASSERT_TRUE(wait_until([&] { return p.collab->started == 2; }, 30s));
+  EXPECT_DOUBLE_EQ(p.collab->last_weight, 8.0 * static_cast<double>(second_launch - 8));
+  StepReport r;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        r = p.feed();
+        return p.opt->local_epoch() == 2;
+      },
+      30s));
+  EXPECT_DOUBLE_EQ(r.group_samples, 2 * 8.0 * static_cast<double>(second_launch - 8));
+  // Two SGD steps: epoch 0's gradients at the initial parameters, then the backlog's gradients,
+  // each at the parameters it was computed on (most one step stale).
+  const auto p1 = p.params_at[0] - 0.05 * mean_gradient(p, 0, 8);
+  const auto p2 = p1 - 0.05 * mean_gradient(p, 8, second_launch);
+  EXPECT_TRUE(torch::allclose(flat_params(*p.model), p2, 1e-5, 1e-6));
+  ASSERT_TRUE(p.opt->shutdown());
+}
 
 TEST(DelayedUpdates, StepRunsInBackgroundWhileTheLoopContinues) {
   GatedPeer p;

@@ -242,6 +242,7 @@ int train_main(const TrainOptions& o) {
                    final_status.state_downloads, secs, hash)
             << std::endl;
   if (!o.report.empty()) {
+    const double step_secs = std::chrono::duration<double>(final_status.step_time).count();
     nlohmann::json j = {{"peer", peer},
                         {"stop", stop_reason},
                         {"epoch", opt.local_epoch()},
@@ -254,6 +255,7 @@ int train_main(const TrainOptions& o) {
                         {"rounds_failed", final_status.rounds_failed},
                         {"state_downloads", final_status.state_downloads},
                         {"seconds", secs},
+                        {"step_seconds", step_secs},
                         {"param_hash", hash}};
     const std::string text = j.dump() + "\n";
     auto w = optim::write_file_atomic(o.report, as_bytes(text));

@@ -45,7 +45,9 @@ struct OptimizerOptions {
 
   // Delayed parameter updates: the averaging round and the optimizer step run in the
   // background while the next gradients are computed (on parameters one step old); the step
-  // is applied at the next step() call. Hides network time behind compute.
+  // is applied at the next step() call. Hides network time behind compute: step() never waits
+  // for the round in flight; the samples computed meanwhile all go into the next round (so a
+  // round slower than an epoch's compute makes the steps larger, not the loop slower).
   bool delay_optimizer_step = false;
   // Every K epochs, also average parameters and optimizer state across the group (repairs any
   // drift, e.g. after a round that failed for some peers). 0: never.
@@ -110,6 +112,10 @@ struct OptimizerStatus {
   std::uint64_t rounds_ok = 0;
   std::uint64_t rounds_failed = 0;
   std::uint64_t state_downloads = 0;
+  // Wall time the training thread spent inside step() (accumulating, and waiting for
+  // synchronous rounds, state downloads and applying steps): what the collaboration costs the
+  // training loop.
+  Duration step_time{0};
 };
 
 }  // namespace starling::optim
