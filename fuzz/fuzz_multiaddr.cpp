@@ -34,7 +34,12 @@ void check_value(const Multiaddr& ma) {
     check(stripped == ma);
   }
   if (auto ep = ma.to_tcp_endpoint()) {
-    check(Multiaddr::from_tcp_endpoint(ep.value()).to_tcp_endpoint().value() == ep.value());
+    // from_tcp_endpoint() turns an IPv4-mapped IPv6 address (::ffff:a.b.c.d, what a dual-stack
+    // socket reports for an IPv4 peer) into /ip4 on purpose: expect the IPv4 endpoint then.
+    auto want = ep.value();
+    if (want.address().is_v6() && want.address().to_v6().is_v4_mapped())
+      want = {asio::ip::make_address_v4(asio::ip::v4_mapped, want.address().to_v6()), want.port()};
+    check(Multiaddr::from_tcp_endpoint(ep.value()).to_tcp_endpoint().value() == want);
   }
   (void)ma.dns_tcp();
 }
