@@ -317,13 +317,13 @@ struct Optimizer::Impl {
     rep.round_error = e;
     ++stats.rounds_failed;
     retry_after = Clock::now() + kRetryBackoff;
-    with_tracker([](ProgressTracker& t) {
+    const bool alone = with_tracker([](ProgressTracker& t) {
       t.round_failed(Clock::now());
-      return 0;
+      return t.may_step_alone(Clock::now());
     });
     if (++failed_rounds < kMaxFailedRounds) {
       log()->info("epoch {}: averaging failed: {}", epoch, e.message());
-    } else if (!with_tracker([](ProgressTracker& t) { return t.may_step_alone(Clock::now()); })) {
+    } else if (!alone) {
       // Live peers are at this epoch (or being alone is not confirmed yet): stepping alone
       // would fork the parameters. Keep trying; if they step without this peer, it falls
       // behind and downloads their state; if it is really alone, decide() steps alone.
