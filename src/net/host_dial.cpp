@@ -15,17 +15,6 @@ Duration remaining(TimePoint deadline) {
 }
 }  // namespace
 
-void Host::add_addresses(const PeerId& peer, const std::vector<Multiaddr>& addrs,
-                         AddrSource source) {
-  std::vector<Multiaddr> bare;
-  bare.reserve(std::min(addrs.size(), addr_book_.cap()));
-  for (const auto& a : addrs) {
-    if (bare.size() == addr_book_.cap()) break;  // the book would drop the rest anyway
-    bare.push_back(a.without_peer_id());
-  }
-  peers_[peer].addrs = addr_book_.add(peer, bare, source);
-}
-
 std::shared_ptr<Host::Connection> Host::best_connection(const PeerId& peer) const {
   auto it = conns_.find(peer);
   if (it == conns_.end()) return nullptr;
@@ -47,12 +36,6 @@ std::vector<ConnectionInfo> Host::connections() const {
   return out;
 }
 
-std::optional<PeerInfo> Host::peer_info(const PeerId& peer) const {
-  auto it = peers_.find(peer);
-  if (it == peers_.end()) return std::nullopt;
-  return it->second;
-}
-
 std::shared_ptr<Host::Connection> Host::add_connection(std::shared_ptr<YamuxSession> session,
                                                        PeerId peer, Multiaddr remote,
                                                        bool outbound) {
@@ -65,7 +48,10 @@ std::shared_ptr<Host::Connection> Host::add_connection(std::shared_ptr<YamuxSess
   conn->last_active = Clock::now();
   bool first = best_connection(peer) == nullptr;
   conns_[peer].push_back(conn);
-  if (outbound) add_addresses(peer, {remote}, AddrSource::dialed);
+  if (outbound)
+    add_addresses(peer, {remote}, AddrSource::dialed);
+  else if (peers_.count(peer))
+    touch_peer(peer, /*met=*/true);  // else identify adds it
   std::weak_ptr<Host> weak = weak_from_this();
   auto id = conn->id;
   session->set_on_close([weak, id](const Error& why) {
@@ -92,6 +78,8 @@ void Host::remove_connection(std::uint64_t id, const Error& why) {
     v.erase(c);
     if (v.empty()) {
       conns_.erase(it);
+      // Useful until now: the newest of the peers that may be forgotten.
+      if (peers_.count(peer)) touch_peer(peer, /*met=*/true);
       for (auto& cb : on_disconnected_) cb(peer);
     }
     return;

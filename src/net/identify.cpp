@@ -46,7 +46,7 @@ void Host::apply_identify(const PeerId& peer, BytesView data) {
       return;
     }
   }
-  auto& info = peers_[peer];
+  auto& info = touch_peer(peer, /*met=*/true);  // identify runs over a connection
   info.protocols.assign(msg.protocols().begin(), msg.protocols().end());
   info.agent_version = msg.agentversion();
   info.protocol_version = msg.protocolversion();
@@ -121,16 +121,16 @@ awaitable<void> Host::serve_identify_push(ByteStreamPtr stream, PeerId remote) {
 
 awaitable<result<PeerInfo>> Host::wait_identified(const PeerId& peer, Duration timeout) {
   auto self = shared_from_this();
-  if (auto it = peers_.find(peer); it != peers_.end() && it->second.identified)
-    co_return it->second;
+  if (auto it = peers_.find(peer); it != peers_.end() && it->second.info.identified)
+    co_return it->second.info;
   auto& ev = identify_waiters_[peer];
   if (!ev) ev = std::make_shared<AsyncEvent>(ex_);
   auto keep = ev;
   ST_CO_TRY(co_await with_timeout(keep->wait(), timeout, "identify " + peer.to_string()));
   auto it = peers_.find(peer);
-  if (it == peers_.end() || !it->second.identified)
+  if (it == peers_.end() || !it->second.info.identified)
     co_return make_error(errc::cancelled, "host stopped before identify");
-  co_return it->second;
+  co_return it->second.info;
 }
 
 awaitable<result<std::vector<Duration>>> ping(Host& host, const PeerId& peer, int count,

@@ -38,6 +38,7 @@ class AddressBook {
   const std::vector<Multiaddr>& addrs(const PeerId& peer) const;
   void forget(const PeerId& peer) { book_.erase(peer); }
   std::size_t cap() const noexcept { return cap_; }
+  std::size_t size() const noexcept { return book_.size(); }  // peers with addresses
 
  private:
   struct Entry {

@@ -31,6 +31,8 @@ namespace starling::net {
 
 class TokenBucket;  // tcp.hpp
 
+inline constexpr std::size_t kMaxKnownPeers = 4096;
+
 struct HostConfig {
   // Addresses to listen on; port 0 picks a free port (listen_addresses() reports it).
   std::vector<std::string> listen = {"/ip4/127.0.0.1/tcp/0"};
@@ -50,6 +52,17 @@ struct HostConfig {
   // Addresses remembered per peer (address_book.hpp: dialled ones first, then the peer's
   // own, then hearsay; most recently confirmed first). Dials try them in that order.
   std::size_t max_addrs_per_peer = kMaxAddrsPerPeer;
+  // Peers remembered (addresses and identify info; host_peers.cpp), so hearsay (DHT answers,
+  // addresses from identify, callers) cannot grow the table without bound. Past the cap the
+  // least recently useful peer is forgotten (useful: added, identified, connected or
+  // disconnected). Peers we had a connection with and hearsay-only peers each keep at least
+  // half the table when both compete: a flood of hearsay cannot push out the peers we met,
+  // nor can they crowd out the hearsay a lookup is about to dial. Never forgotten: a peer
+  // with an open connection, one being dialled, one kept alive (those stay even above the
+  // cap, so the table holds at most max_known_peers plus them). Evictions are logged at most
+  // once a minute with the count. A row with a full address book (16) takes ~9 KiB of heap
+  // (host_peers_test), so 4096 such peers hold ~36 MiB; identify's protocol lists add to it.
+  std::size_t max_known_peers = kMaxKnownPeers;
   // At a limit, an inbound connection is admitted by evicting (oldest first) a handshake
   // that has run longer than this, or else an inbound connection without streams that has
   // been idle this long and is not kept alive; only then is it refused. So a flood of idle
@@ -122,6 +135,8 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   void keep_alive(const PeerId& peer, bool on);
   bool kept_alive(const PeerId& peer) const { return keep_alive_.count(peer) > 0; }
   std::size_t connection_count() const;
+  // Peers in the table (peer_info() has them), at most max_known_peers plus protected ones.
+  std::size_t known_peer_count() const { return peers_.size(); }
 
   awaitable<result<ByteStreamPtr>> open_stream(const PeerId& peer, std::string protocol,
                                                Duration timeout) override;
@@ -146,6 +161,7 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
     std::uint64_t failed_handshakes = 0, inbound_streams = 0, rejected_streams = 0;
     std::uint64_t evicted_handshakes = 0;   // pending inbound handshakes closed to admit another
     std::uint64_t evicted_connections = 0;  // idle inbound connections closed to admit another
+    std::uint64_t forgotten_peers = 0;      // peers dropped from the table at max_known_peers
   };
   const Stats& stats() const { return stats_; }
 
@@ -153,6 +169,12 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   struct Connection;
   struct PendingDial;
   struct PendingInbound;
+  // A row of the peer table: what we know, and its place in the eviction order.
+  struct KnownPeer {
+    PeerInfo info;
+    bool met = false;        // we had a connection with it (else: hearsay only)
+    std::uint64_t used = 0;  // last confirmed useful (larger: more recent)
+  };
   Host(asio::any_io_executor ex, crypto::KeyPair key, HostConfig cfg);
 
   awaitable<void> accept_loop(std::shared_ptr<asio::ip::tcp::acceptor> acc);
@@ -186,6 +208,13 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   awaitable<void> serve_identify_push(ByteStreamPtr stream, PeerId remote);
   Bytes identify_message(const Multiaddr& observed) const;
   void apply_identify(const PeerId& peer, BytesView msg);
+  // peer table (host_peers.cpp): creates or refreshes `peer`'s row as the most recently
+  // useful (met: a connection confirmed it), then trims the table to max_known_peers; the
+  // returned reference stays valid (only other rows are evicted).
+  PeerInfo& touch_peer(const PeerId& peer, bool met);
+  void trim_peers(const PeerId& keep);
+  bool forget_oldest(std::map<std::uint64_t, PeerId>& order, const PeerId& keep);
+  bool peer_pinned(const PeerId& peer) const;  // connected, being dialled or kept alive
 
   asio::any_io_executor ex_;
   crypto::KeyPair key_;
@@ -199,8 +228,12 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   std::map<PeerId, std::shared_ptr<PendingDial>> dialing_;
   std::set<PeerId> keep_alive_;
   std::map<std::string, StreamHandler> handlers_;
-  std::map<PeerId, PeerInfo> peers_;
-  AddressBook addr_book_;  // peers_[p].addrs mirrors addr_book_.addrs(p)
+  std::map<PeerId, KnownPeer> peers_;
+  // peers_ in eviction order, least recently useful first, by kind
+  std::map<std::uint64_t, PeerId> met_by_use_, unmet_by_use_;
+  std::uint64_t next_use_ = 1;
+  LogThrottle forget_log_{60s};  // peers forgotten at max_known_peers are logged this often
+  AddressBook addr_book_;        // peers_[p].info.addrs mirrors addr_book_.addrs(p)
   std::map<PeerId, std::shared_ptr<AsyncEvent>> identify_waiters_;
   std::map<std::uint64_t, std::shared_ptr<PendingInbound>> pending_inbound_;  // by start order
   std::uint64_t next_pending_id_ = 1;
