@@ -66,7 +66,11 @@ TEST_P(YamuxKeepalive, ProbesOnlyAfterItsIdleLimitAndClosesWhenUnanswered) {
     const TimePoint busy_until = Clock::now() + 3 * limit;
     std::uint32_t opaque = 1000;
     int exchanges = 0;
+    // The session's idle clock starts when it receives our last frame, which is after we
+    // started writing it: measured from there, the probe can come no earlier than the limit.
+    TimePoint last_sent = Clock::now();
     while (Clock::now() < busy_until) {
+      last_sent = Clock::now();
       w = co_await raw->write(raw_frame(kPing, kSyn, 0, ++opaque));
       CO_ASSERT_OK(w);
       auto got = co_await next_ping(*raw, 5s);
@@ -81,16 +85,15 @@ TEST_P(YamuxKeepalive, ProbesOnlyAfterItsIdleLimitAndClosesWhenUnanswered) {
     EXPECT_GT(exchanges, 0);
 
     // 3. Silence: the probe comes once nothing has arrived for the idle limit; answered.
-    TimePoint last_sent = Clock::now();
     auto probe = co_await next_ping(*raw, 10 * limit);
     CO_ASSERT_OK(probe);
     EXPECT_EQ(probe.value().flags, kSyn);
     EXPECT_GE(Clock::now() - last_sent, limit - 5ms);
+    last_sent = Clock::now();
     w = co_await raw->write(raw_frame(kPing, kAck, 0, probe.value().length));
     CO_ASSERT_OK(w);
 
     // 4. The next probe is not answered: the session closes with a timeout.
-    last_sent = Clock::now();
     auto unanswered = co_await next_ping(*raw, 10 * limit);
     CO_ASSERT_OK(unanswered);
     EXPECT_GE(Clock::now() - last_sent, limit - 5ms);
