@@ -1,6 +1,6 @@
-// RPC server bounds per remote peer: a peer holding max_calls_per_peer calls gets the next
-// ones refused (RESOURCE_EXHAUSTED) while other peers are still served, and its slots come
-// back when its calls end.
+// RPC server bounds: a peer holding max_calls_per_peer calls gets the next ones refused
+// (RESOURCE_EXHAUSTED) while other peers are still served, and its slots come back when its
+// calls end; past max_concurrent_calls (all peers) a call is refused with UNAVAILABLE.
 #include <gtest/gtest.h>
 
 #include <google/protobuf/wrappers.pb.h>
@@ -144,4 +144,27 @@ TEST(RpcPerPeerLimit, CapCountsAllMethodsAndZeroDisablesIt) {
         EXPECT_EQ(g.ok, 300);
       },
       60s);
+}
+
+// The server-wide cap: with max_concurrent_calls calls in progress the next one, from any
+// peer, is refused at once (it never reaches a handler) while those in progress go on.
+TEST(RpcServerLimits, TooManyConcurrentCallsGetUnavailable) {
+  LimitsFixture f(net::RpcServerOptions{.max_concurrent_calls = 2});
+  f.hold_target = 2;
+  f.expect_ended = 2;
+  test::run_with_deadline(f.io, [&]() -> awaitable<void> {
+    f.start_holds(f.hostile, 2);
+    CO_ASSERT_TRUE(co_await with_timeout(f.all_held.wait(), 10s, "two calls held"));
+    EXPECT_EQ(f.server.active_calls(), 2u);
+    auto third = co_await f.honest.unary<StringValue, StringValue>(f.server_host.local_peer(),
+                                                                   kHold, str(""), {.timeout = 5s});
+    CO_ASSERT_TRUE(!third);
+    EXPECT_EQ(third.error(), rpc_errc::unavailable) << third.error().message();
+    EXPECT_EQ(f.held, 2);   // the refused call never reached the handler
+    EXPECT_EQ(f.ended, 0);  // the held calls are still in progress
+    f.release.set();
+    CO_ASSERT_TRUE(co_await with_timeout(f.settled.wait(), 10s, "held calls"));
+    EXPECT_EQ(f.ok, 2);
+  });
+  EXPECT_EQ(f.server.active_calls(), 0u);
 }
