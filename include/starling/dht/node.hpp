@@ -15,7 +15,8 @@
 // coroutines from there. Other threads use BlockingDhtNode below.
 // Invariants: every operation ends by DhtConfig::operation_timeout (the core enforces it, the
 // node adds a safety bound); stop() completes within DhtNodeConfig::stop_timeout; a peer that
-// sends a malformed message gets that call's stream closed with an error status and a log line.
+// sends a malformed message gets that RPC call's stream closed with an error status, or its
+// request channel reset, and a log line.
 #pragma once
 
 #include <map>
