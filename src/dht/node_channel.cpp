@@ -123,8 +123,8 @@ void DhtNode::channel_failed(const std::shared_ptr<Channel>& ch, const Error& e,
     channels_.erase(it);
   auto pending = std::move(ch->pending);
   ch->pending.clear();
-  if (stopping_ || pending.empty()) return;
-  if (e == errc::unsupported) {
+  if (stopping_) return;
+  if (e == errc::unsupported && !channel_legacy_.count(ch->peer)) {
     // The peer does not serve channels (lazy select's "na" on the first read): it gets RPC
     // calls from now on, these requests included. The set is bounded (cleared when full).
     if (channel_legacy_.size() >= 4096) channel_legacy_.clear();
@@ -132,6 +132,9 @@ void DhtNode::channel_failed(const std::shared_ptr<Channel>& ch, const Error& e,
     ++channel_stats_.fallback;
     dht_log().debug("dht: {} does not serve {}; using {}", ch->peer.short_string(),
                     kDhtChannelProtocol, kDhtProtocol);
+  }
+  if (pending.empty()) return;
+  if (e == errc::unsupported) {
     auto self = shared_from_this();
     for (auto& [id, out] : pending) {
       ++channel_stats_.rpc_sent;
