@@ -287,3 +287,37 @@ TEST(DhtChannel, BadAnswersCloseTheRequestersChannel) {
     });
   }
 }
+
+TEST(DhtChannel, FullChannelsFallBackToRpcAndOldOnesAreRenewed) {
+  run_cluster_test([](NodeCluster& c) -> awaitable<void> {
+    auto cfg = quick_config();
+    cfg.channel_outstanding = 1;  // a second request to a busy peer goes as an RPC call
+    cfg.channel_max_age = 1ms;    // a channel with nothing pending is replaced at the next use
+    CO_ASSERT_OK(co_await c.add_many(4, cfg));
+    auto key_of = [](int i) { return RecordKey::from_string("busy-key-" + std::to_string(i)); };
+    for (int i = 0; i < 20; ++i)
+      CO_ASSERT_OK(co_await c.node(1).store(key_of(i), to_bytes("v"), Millis(60'000)));
+    const auto before = c.node(0).channel_stats();
+    auto ex = co_await asio::this_coro::executor;
+    std::size_t ok = 0;
+    TaskScope scope(ex);
+    for (int i = 0; i < 20; ++i)  // different keys: concurrent gets of one key are joined
+      scope.spawn([&c, &ok, key = key_of(i)]() -> awaitable<void> {
+        auto g = co_await c.node(0).get(key);
+        if (g && g.value() && g.value()->plain && g.value()->plain->value == to_bytes("v")) ++ok;
+      });
+    CO_ASSERT_OK(co_await scope.join(60s));
+    EXPECT_EQ(ok, 20u);
+    const auto after = c.node(0).channel_stats();
+    EXPECT_GT(after.rpc_sent, before.rpc_sent);  // 20 gets at once over 3 peers
+    EXPECT_GT(after.sent, before.sent);
+    const auto key = key_of(0);
+    // Sequential gets: each finds its channels idle and older than 1 ms, so opens new ones.
+    for (int i = 0; i < 3; ++i) {
+      auto g = co_await c.node(0).get(key);
+      CO_ASSERT_OK(g);
+    }
+    EXPECT_GT(c.node(0).channel_stats().opened, after.opened);
+    EXPECT_EQ(c.node(0).bad_messages(), 0u);
+  });
+}
