@@ -81,9 +81,10 @@ awaitable<result<void>> DhtNode::start(std::vector<net::Multiaddr> initial_peers
           return serve_entry(weak, ctx.remote(), std::move(*req.mutable_value()));
         });
     if (cfg_.serve_channels)
-      host_->set_stream_handler(kDhtChannelProtocol, [weak](net::ByteStreamPtr s, net::PeerId from) {
-        return serve_channel(weak, std::move(s), std::move(from));
-      });
+      host_->set_stream_handler(kDhtChannelProtocol,
+                                [weak](net::ByteStreamPtr s, net::PeerId from) {
+                                  return serve_channel(weak, std::move(s), std::move(from));
+                                });
   }
   auto self = shared_from_this();
   scope_.spawn([self]() { return self->timer_loop(); });
@@ -99,7 +100,8 @@ awaitable<void> DhtNode::stop() {
   if (stopping_) co_return;
   stopping_ = true;
   server_.reset();  // unregisters the protocol: new calls are refused
-  if (!cfg_.dht.client_mode && cfg_.serve_channels) host_->remove_stream_handler(kDhtChannelProtocol);
+  if (!cfg_.dht.client_mode && cfg_.serve_channels)
+    host_->remove_stream_handler(kDhtChannelProtocol);
   close_channels();
   timer_.cancel();
   for (const auto& p : warm_kept_) host_->keep_alive(p, false);

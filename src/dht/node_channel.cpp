@@ -13,9 +13,9 @@ struct DhtNode::Channel {
   Channel(asio::any_io_executor ex, net::PeerId p, TimePoint now)
       : peer(std::move(p)), wake(std::move(ex)), opened_at(now), last_used(now) {}
   net::PeerId peer;
-  net::ByteStreamPtr stream;  // null until the writer opened it
-  Bytes outbox;               // frames waiting for the writer
-  AsyncEvent wake;            // the writer's doorbell
+  net::ByteStreamPtr stream;                         // null until the writer opened it
+  Bytes outbox;                                      // frames waiting for the writer
+  AsyncEvent wake;                                   // the writer's doorbell
   std::map<std::uint64_t, OutgoingRequest> pending;  // by request id (the core's RequestId)
   std::uint64_t max_id = 0;                          // highest id sent
   TimePoint opened_at, last_used;
@@ -30,7 +30,8 @@ std::uint64_t rid(RequestId id) {
 
 // Resets a served channel that completed no answer during a whole period.
 struct Watchdog : std::enable_shared_from_this<Watchdog> {
-  Watchdog(net::ByteStreamPtr s, Duration p) : stream(std::move(s)), period(p), timer(stream->get_executor()) {}
+  Watchdog(net::ByteStreamPtr s, Duration p)
+      : stream(std::move(s)), period(p), timer(stream->get_executor()) {}
   net::ByteStreamPtr stream;
   Duration period;
   asio::steady_timer timer;
@@ -138,7 +139,8 @@ void DhtNode::channel_failed(const std::shared_ptr<Channel>& ch, const Error& e,
     auto self = shared_from_this();
     for (auto& [id, out] : pending) {
       ++channel_stats_.rpc_sent;
-      scope_.spawn([self, o = std::move(out)]() mutable { return self->send_request(std::move(o)); });
+      scope_.spawn(
+          [self, o = std::move(out)]() mutable { return self->send_request(std::move(o)); });
     }
     return;
   }
@@ -201,8 +203,9 @@ awaitable<void> DhtNode::channel_reader(std::shared_ptr<Channel> ch) {
                        ch->peer.short_string(), why);
       channel_failed(ch, make_error(errc::protocol_violation, why));
     };
-    if (n > limit) co_return bad("frame of " + std::to_string(n) + " bytes exceeds limit " +
-                                 std::to_string(limit));
+    if (n > limit)
+      co_return bad("frame of " + std::to_string(n) + " bytes exceeds limit " +
+                    std::to_string(limit));
     auto body = co_await net::detail::read_frame_body(r, static_cast<std::size_t>(n));
     if (ch->dead || stopping_) co_return;
     if (!body) co_return channel_failed(ch, body.error());
@@ -300,7 +303,8 @@ awaitable<void> DhtNode::serve_channel(std::weak_ptr<DhtNode> weak, net::ByteStr
     if (!len || !len.value()) break;  // the requester closed or reset it: nothing to log
     const std::uint64_t n = *len.value();
     if (n > limit) {
-      closed_why = "frame of " + std::to_string(n) + " bytes exceeds limit " + std::to_string(limit);
+      closed_why =
+          "frame of " + std::to_string(n) + " bytes exceeds limit " + std::to_string(limit);
       break;
     }
     auto body = co_await net::detail::read_frame_body(r, static_cast<std::size_t>(n));

@@ -5,8 +5,8 @@
 #include <google/protobuf/wrappers.pb.h>
 
 #include "node_cluster.hpp"
-#include "starling/dht/channel.hpp"
 #include "starling/core/log.hpp"
+#include "starling/dht/channel.hpp"
 #include "support/tcp_pair.hpp"
 
 using namespace starling;

@@ -96,16 +96,16 @@ struct DhtNodeConfig {
 
 // Request-channel counters (diagnostics, tests, the benchmark).
 struct ChannelStats {
-  std::uint64_t opened = 0;        // channels this node opened as requester
-  std::uint64_t sent = 0;          // requests sent on channels
-  std::uint64_t rpc_sent = 0;      // requests sent as RPC calls (fallback or channels off)
-  std::uint64_t answered = 0;      // answers received on channels
-  std::uint64_t failed = 0;        // channels closed on an error (the requests on them failed)
-  std::uint64_t fallback = 0;      // peers found not to serve channels (then RPC calls)
-  std::uint64_t served = 0;        // requests this node answered on inbound channels
-  std::uint64_t refused = 0;       // inbound channels refused (a peer over its bound)
-  std::size_t open = 0;            // channels open now as requester
-  std::size_t inbound = 0;         // inbound channels open now
+  std::uint64_t opened = 0;    // channels this node opened as requester
+  std::uint64_t sent = 0;      // requests sent on channels
+  std::uint64_t rpc_sent = 0;  // requests sent as RPC calls (fallback or channels off)
+  std::uint64_t answered = 0;  // answers received on channels
+  std::uint64_t failed = 0;    // channels closed on an error (the requests on them failed)
+  std::uint64_t fallback = 0;  // peers found not to serve channels (then RPC calls)
+  std::uint64_t served = 0;    // requests this node answered on inbound channels
+  std::uint64_t refused = 0;   // inbound channels refused (a peer over its bound)
+  std::size_t open = 0;        // channels open now as requester
+  std::size_t inbound = 0;     // inbound channels open now
 };
 
 // What the warm-connection keeper is doing (diagnostics, tests, the benchmark).
