@@ -4,6 +4,7 @@
 #include <google/protobuf/wrappers.pb.h>
 
 #include "dht_log.hpp"
+#include "starling/dht/channel.hpp"
 
 namespace starling::dht {
 
@@ -79,10 +80,16 @@ awaitable<result<void>> DhtNode::start(std::vector<net::Multiaddr> initial_peers
         kDhtProtocol, [weak](const net::RpcContext& ctx, BytesValue req) {
           return serve_entry(weak, ctx.remote(), std::move(*req.mutable_value()));
         });
+    if (cfg_.serve_channels)
+      host_->set_stream_handler(kDhtChannelProtocol,
+                                [weak](net::ByteStreamPtr s, net::PeerId from) {
+                                  return serve_channel(weak, std::move(s), std::move(from));
+                                });
   }
   auto self = shared_from_this();
   scope_.spawn([self]() { return self->timer_loop(); });
   if (cfg_.warm_connections > 0) scope_.spawn(warm_loop(self));
+  if (cfg_.use_channels) scope_.spawn([self]() { return self->channel_sweeper(); });
   dht_log().info("dht node {} started ({} mode)", peer().short_string(),
                  cfg_.dht.client_mode ? "client" : "server");
   if (initial_peers.empty()) co_return success();
@@ -93,6 +100,9 @@ awaitable<void> DhtNode::stop() {
   if (stopping_) co_return;
   stopping_ = true;
   server_.reset();  // unregisters the protocol: new calls are refused
+  if (!cfg_.dht.client_mode && cfg_.serve_channels)
+    host_->remove_stream_handler(kDhtChannelProtocol);
+  close_channels();
   timer_.cancel();
   for (const auto& p : warm_kept_) host_->keep_alive(p, false);
   warm_kept_.clear();
@@ -123,6 +133,8 @@ void DhtNode::pump() {
     waiters_.erase(it);
   }
   while (auto out = core_.poll_request()) {
+    if (channel_send(*out)) continue;
+    ++channel_stats_.rpc_sent;
     auto self = shared_from_this();
     scope_.spawn(
         [self, o = std::move(*out)]() mutable { return self->send_request(std::move(o)); });

@@ -6,6 +6,7 @@
 
 #include "node_cluster.hpp"
 #include "starling/core/log.hpp"
+#include "starling/dht/channel.hpp"
 #include "support/tcp_pair.hpp"
 
 using namespace starling;
@@ -234,6 +235,7 @@ TEST(DhtNode, ClientModeNeverEntersRoutingTables) {
     for (auto cl : clients) {
       auto protos = c.node(cl).host().protocols();
       EXPECT_EQ(std::find(protos.begin(), protos.end(), kDhtProtocol), protos.end());
+      EXPECT_EQ(std::find(protos.begin(), protos.end(), kDhtChannelProtocol), protos.end());
     }
   });
 }

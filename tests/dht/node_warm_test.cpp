@@ -49,6 +49,7 @@ awaitable<void> warm_main() {
   auto cfg = quick_config();
   cfg.warm_connections = kWarm;
   cfg.warm_interval = 50ms;
+  cfg.channel_idle = 100ms;  // request channels (open streams) must not keep connections busy
   auto added = co_await c.add_many(kNodes, cfg);
   if (!added) ADD_FAILURE() << added.error().message();
   std::string why = "not checked";

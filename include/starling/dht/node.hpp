@@ -1,6 +1,8 @@
 // DhtNode: the networked DHT node. It runs a DhtCore (the protocol, no I/O) over a libp2p
-// net::Host: requests travel as typed RPC calls (net/rpc.hpp) on the protocol
-// `/starling/dht/1.0.0`, one call per request, each carrying one DHT message encoded by the
+// net::Host. Requests travel on a request channel (`/starling/dht/1.1.0`, channel.hpp): one
+// long-lived stream per peer carrying many requests matched by id. A peer that does not serve
+// it gets typed RPC calls (net/rpc.hpp) on `/starling/dht/1.0.0`, one call per request (also
+// the path when a channel is full). Either way each message is one DHT message encoded by the
 // DHT's own codec (messages.hpp) so that every byte from a peer passes its size-limited decoder.
 // The node feeds the core the time, the messages that arrive and the answers to what it sent,
 // fires its timers, and hands operation results to the waiting callers.
@@ -13,7 +15,8 @@
 // coroutines from there. Other threads use BlockingDhtNode below.
 // Invariants: every operation ends by DhtConfig::operation_timeout (the core enforces it, the
 // node adds a safety bound); stop() completes within DhtNodeConfig::stop_timeout; a peer that
-// sends a malformed message gets that call's stream closed with an error status and a log line.
+// sends a malformed message gets that RPC call's stream closed with an error status, or its
+// request channel reset, and a log line.
 #pragma once
 
 #include <map>
@@ -74,6 +77,35 @@ struct DhtNodeConfig {
   // table's membership changed, a connection closed, a warm dial ended or a retry came due.
   Duration warm_interval = 1s;
   Duration warm_retry = 30s;
+  // Request channels (channel.hpp). `use_channels`: send requests on them (off: one RPC
+  // stream per request); `serve_channels`: answer them (server mode). A requester keeps at
+  // most `channel_outstanding` requests unanswered on one channel (more go as RPC calls),
+  // closes a channel idle for `channel_idle` or older than `channel_max_age` (a fresh stream
+  // then: the host's idle clock sees the connection in use), and one whose request outlived
+  // its deadline by `channel_grace`. A server accepts `channel_inbound_per_peer` channels
+  // from one peer and closes one that completed no answer for `channel_server_idle`.
+  bool use_channels = true;
+  bool serve_channels = true;
+  std::size_t channel_outstanding = 64;
+  Duration channel_idle = 10s;
+  Duration channel_max_age = 60s;
+  Duration channel_grace = 1s;
+  std::size_t channel_inbound_per_peer = 4;
+  Duration channel_server_idle = 60s;
+};
+
+// Request-channel counters (diagnostics, tests, the benchmark).
+struct ChannelStats {
+  std::uint64_t opened = 0;    // channels this node opened as requester
+  std::uint64_t sent = 0;      // requests sent on channels
+  std::uint64_t rpc_sent = 0;  // requests sent as RPC calls (fallback or channels off)
+  std::uint64_t answered = 0;  // answers received on channels
+  std::uint64_t failed = 0;    // channels closed on an error (the requests on them failed)
+  std::uint64_t fallback = 0;  // peers found not to serve channels (then RPC calls)
+  std::uint64_t served = 0;    // requests this node answered on inbound channels
+  std::uint64_t refused = 0;   // inbound channels refused (a peer over its bound)
+  std::size_t open = 0;        // channels open now as requester
+  std::size_t inbound = 0;     // inbound channels open now
 };
 
 // What the warm-connection keeper is doing (diagnostics, tests, the benchmark).
@@ -165,9 +197,11 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   std::vector<net::Multiaddr> announced() const;
   std::uint64_t bad_messages() const noexcept { return bad_messages_; }
   WarmStats warm_stats() const;
+  ChannelStats channel_stats() const;
 
  private:
   struct Waiter;
+  struct Channel;
   DhtNode(std::shared_ptr<net::Host> host, DhtNodeConfig cfg);
 
   Now now() const { return Now::from_clocks(); }
@@ -182,6 +216,17 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   static awaitable<result<google::protobuf::BytesValue>> serve_entry(std::weak_ptr<DhtNode> self,
                                                                      net::PeerId from,
                                                                      std::string request);
+  // Request channels (node_channel.cpp).
+  bool channel_send(OutgoingRequest& out);
+  std::shared_ptr<Channel> open_channel(const net::PeerId& peer, const OutgoingRequest& first);
+  void channel_failed(const std::shared_ptr<Channel>& ch, const Error& e, bool error = true);
+  awaitable<void> channel_writer(std::shared_ptr<Channel> ch, Duration open_timeout);
+  awaitable<void> channel_reader(std::shared_ptr<Channel> ch);
+  awaitable<void> channel_sweeper();
+  void sweep_channels();
+  void close_channels();
+  static awaitable<void> serve_channel(std::weak_ptr<DhtNode> weak, net::ByteStreamPtr s,
+                                       net::PeerId from);
   awaitable<result<std::vector<Contact>>> seeds_of(const std::vector<net::Multiaddr>& addrs);
   // Warm connections (node_warm.cpp).
   std::vector<Contact> warm_candidates() const;
@@ -207,6 +252,11 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   std::uint64_t warm_version_ = ~std::uint64_t{0};  // routing-table version of the last recompute
   bool warm_dirty_ = true;                          // a disconnect since the last recompute
   TimePoint warm_next_retry_ = TimePoint::max();    // earliest retry of a failed warm peer
+  std::unordered_map<net::PeerId, std::shared_ptr<Channel>> channels_;
+  std::set<net::PeerId> channel_legacy_;  // peers that answered "na" to the channel protocol
+  std::map<net::PeerId, std::size_t> inbound_per_peer_;
+  std::set<net::ByteStreamPtr> inbound_channels_;
+  ChannelStats channel_stats_;
 };
 
 // Blocking facade for threads other than the node's io thread (training loops, tools): each
