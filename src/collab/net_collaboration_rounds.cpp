@@ -121,7 +121,8 @@ void NetCollaboration::prepare_round(const optim::RoundPlan& plan) {
   }
   impl_->prepared = Impl::Prepared{key, *so.min_group_size, impl_->grads, std::move(begun).value()};
   ++impl_->early.prepared;
-  log()->debug("round {}: matchmaking begun {:.2f} s ahead", key, secs(lead));
+  log()->debug("round {}: matchmaking begun {:.2f} s ahead, {} peers expected, group of >= {}",
+               key, secs(lead), plan.options.expected_members, *so.min_group_size);
 }
 
 void NetCollaboration::cancel_prepared_round() {

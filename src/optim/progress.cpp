@@ -269,8 +269,18 @@ void ProgressTracker::observe(const net::PeerId& peer, const PeerProgress& recor
   }
   // Newer if it has a later sequence number (same run of the peer) or was written later on
   // our clock (a restarted peer counts from 0 again).
-  if (record.seq > it->second.record.seq || observed_at > it->second.observed_at)
-    it->second = Held{record, observed_at};
+  auto& held = it->second;
+  if (record.seq <= held.record.seq && observed_at <= held.observed_at) return;
+  // Written before we knew the peer at a later epoch (its progress just before a round we
+  // stepped in together, fetched after it): not news. Taken as the peer's state it would
+  // undercount the peers at this epoch, so the next round's majority (the guard against two
+  // disjoint groups both stepping) would be too small.
+  if (record.epoch < held.record.epoch && observed_at <= held.observed_at) {
+    logger("optim")->debug("progress of {} at epoch {} predates its epoch {}: ignored",
+                           peer.short_string(), record.epoch, held.record.epoch);
+    return;
+  }
+  held = Held{record, observed_at};
 }
 
 void ProgressTracker::expire(TimePoint now) {

@@ -10,8 +10,10 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "optim/fake_collaboration.hpp"
@@ -80,12 +82,17 @@ inline std::uint64_t parameter_hash(torch::nn::Module& m) {
 
 // Every peer's parameter hash after each of its epochs (for agreement checks).
 struct ParameterLog {
+  struct Entry {
+    std::uint64_t peer = 0;
+    std::uint64_t hash = 0;
+    std::string how;  // how the peer reached the epoch (for the failure message)
+  };
   std::mutex mu;
-  // epoch -> (peer, hash) in the order recorded
-  std::map<std::uint64_t, std::vector<std::pair<std::uint64_t, std::uint64_t>>> by_epoch;
-  void add(std::uint64_t epoch, std::uint64_t peer, std::uint64_t hash) {
+  // epoch -> entries in the order recorded
+  std::map<std::uint64_t, std::vector<Entry>> by_epoch;
+  void add(std::uint64_t epoch, std::uint64_t peer, std::uint64_t hash, std::string how = {}) {
     std::lock_guard lk(mu);
-    by_epoch[epoch].emplace_back(peer, hash);
+    by_epoch[epoch].push_back({peer, hash, std::move(how)});
   }
   // Epochs recorded by >= 2 peers where some peer differs from the first.
   std::size_t disagreements(std::size_t* checked) {
@@ -95,23 +102,52 @@ struct ParameterLog {
     for (auto& [e, v] : by_epoch) {
       if (v.size() < 2) continue;
       ++*checked;
-      for (std::size_t i = 1; i < v.size(); ++i)
-        if (v[0].second != v[i].second) {
-          ++bad;
-          break;
-        }
+      bad += !agree(v);
     }
     return bad;
+  }
+  // Who recorded what at each disagreeing epoch (and the epochs around it).
+  std::string disagreement_detail() {
+    std::lock_guard lk(mu);
+    std::string out;
+    for (auto it = by_epoch.begin(); it != by_epoch.end(); ++it) {
+      if (it->second.size() < 2 || agree(it->second)) continue;
+      auto from = it == by_epoch.begin() ? it : std::prev(it);
+      for (auto j = from; j != by_epoch.end() && j->first <= it->first + 1; ++j) {
+        out += "epoch " + std::to_string(j->first) + (j == it ? " (disagrees):" : ":");
+        for (auto& x : j->second)
+          out += " peer " + std::to_string(x.peer) + " hash " + std::to_string(x.hash % 100000) +
+                 " [" + x.how + "]";
+        out += "\n";
+      }
+    }
+    return out;
   }
   // Epochs in [from, to] that `peer` recorded.
   std::size_t recorded_by(std::uint64_t peer, std::uint64_t from, std::uint64_t to) {
     std::lock_guard lk(mu);
     std::size_t n = 0;
     for (auto it = by_epoch.lower_bound(from); it != by_epoch.end() && it->first <= to; ++it)
-      for (auto& [who, h] : it->second) n += who == peer;
+      for (auto& x : it->second) n += x.peer == peer;
     return n;
   }
+ private:
+  static bool agree(const std::vector<Entry>& v) {
+    for (auto& x : v)
+      if (x.hash != v.front().hash) return false;
+    return true;
+  }
 };
+
+// "round of 3 (2048 samples)", "alone", "loaded", for ParameterLog entries.
+inline std::string step_description(const optim::StepReport& r, bool loaded) {
+  if (loaded) return "loaded state";
+  if (r.group_size > 1)
+    return "round of " + std::to_string(r.group_size) + " (" +
+           std::to_string(static_cast<long long>(r.group_samples)) + " samples)";
+  return "alone (" + std::to_string(static_cast<long long>(r.group_samples)) + " samples)" +
+         (r.round_error ? ", after: " + r.round_error->message() : "");
+}
 
 class FashionPeer {
  public:
@@ -158,7 +194,8 @@ class FashionPeer {
           stepped_samples += static_cast<std::uint64_t>(rep.value().group_samples);
         last_action_ = rep.value().action;
         if (log && (rep.value().stepped || loaded))
-          log->add(opt_->local_epoch(), id_, parameter_hash(*task_.model()));
+          log->add(opt_->local_epoch(), id_, parameter_hash(*task_.model()),
+                   step_description(rep.value(), loaded));
         samples += batch_;
         if (pace_ > Duration::zero()) std::this_thread::sleep_for(pace_);
       }

@@ -214,3 +214,27 @@ TEST(ProgressTracker, RoundMembersArePresumedAtTheNewEpoch) {
   t.observe(a, rec(6, 42, 10, 9), 0s, now + 30ms);
   EXPECT_EQ(t.view(now + 30ms).peers_at_global_epoch, 4u);
 }
+
+// The peer published its progress at epoch 5 (a higher seq) just before the round all four
+// stepped in, and the fetch brought it after the round: not news. Taken as the peer's state
+// it would count 3 peers at epoch 6, a majority of 2, and two disjoint pairs could both step
+// (seen: NetConvergence forked at one epoch). A record written after the round that still
+// says epoch 5 is news: that peer really stayed behind.
+TEST(ProgressTracker, RecordWrittenBeforeASharedRoundDoesNotPutThePeerBack) {
+  auto now = t0();
+  auto self = make_peer(), a = make_peer(), b = make_peer(), c = make_peer();
+  ProgressTracker t(self, config(100));
+  t.set_epoch(5);
+  for (auto& p : {a, b, c}) t.observe(p, rec(5, 11, 50, 8), 0s, now);
+  t.set_epoch(6);
+  t.set_digest(42);
+  const auto end = now + 500ms;
+  t.round_succeeded({self, a, b, c}, end);
+  ASSERT_EQ(t.view(end).peers_at_global_epoch, 4u);
+  // seq 9, epoch 5, fetched 100 ms after the round, 300 ms old: written 200 ms before it.
+  t.observe(a, rec(5, 11, 90, 9), 300ms, end + 100ms);
+  EXPECT_EQ(t.view(end + 100ms).peers_at_global_epoch, 4u);
+  // seq 10, epoch 5, written after the round: a stayed behind (its round failed).
+  t.observe(a, rec(5, 11, 90, 10), 0s, end + 200ms);
+  EXPECT_EQ(t.view(end + 200ms).peers_at_global_epoch, 3u);
+}

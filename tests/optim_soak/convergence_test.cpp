@@ -42,7 +42,7 @@ TEST(Convergence, FourPeersMatchOneProcessAlone) {
     samples += p->samples;
   }
   std::size_t checked = 0;
-  EXPECT_EQ(log.disagreements(&checked), 0u);
+  EXPECT_EQ(log.disagreements(&checked), 0u) << log.disagreement_detail();
   EXPECT_GE(checked, kEpochs / 2);
   FashionData test(s->test);
   const double together = peers[0]->evaluate(test).accuracy;
@@ -90,7 +90,7 @@ TEST(Convergence, ChurnJoinersCatchUpAndLivePeersAgree) {
   for (auto& p : peers) p->join();
   for (auto& p : peers) EXPECT_EQ(p->failures, 0);
   std::size_t checked = 0;
-  EXPECT_EQ(log.disagreements(&checked), 0u);
+  EXPECT_EQ(log.disagreements(&checked), 0u) << log.disagreement_detail();
   EXPECT_GE(checked, 8u);
   // The live peers end on identical parameters if they end at the same epoch.
   if (peers[1]->epoch == peers.back()->epoch) {

@@ -96,7 +96,7 @@ TEST(NetChurn, KilledPeersNeverStallJoinersCatchUpLivePeersAgreeEveryEpoch) {
   const auto last = min_live_epoch(peers);
   for (auto& p : peers) EXPECT_EQ(p->peer().failures, 0);
   std::size_t checked = 0;
-  EXPECT_EQ(log.disagreements(&checked), 0u);
+  EXPECT_EQ(log.disagreements(&checked), 0u) << log.disagreement_detail();
   // After every epoch (up to where all live peers got), at least two peers recorded it.
   std::size_t lonely = 0;
   {

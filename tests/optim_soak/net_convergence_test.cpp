@@ -67,7 +67,7 @@ Outcome collaborate(const test::FashionSetup& s, const OptimizerOptions& o, std:
   }
   out.stepped_samples = peers[0]->peer().stepped_samples;
   std::size_t checked = 0;
-  EXPECT_EQ(log.disagreements(&checked), 0u);
+  EXPECT_EQ(log.disagreements(&checked), 0u) << log.disagreement_detail();
   EXPECT_GE(checked, epochs / 2) << "too few epochs recorded by several peers";
   const auto h = test::parameter_hash(*peers[0]->peer().model());
   for (auto& p : peers) EXPECT_EQ(test::parameter_hash(*p->peer().model()), h);
