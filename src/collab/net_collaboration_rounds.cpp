@@ -86,6 +86,9 @@ averaging::StepOptions NetCollaboration::step_options(const optim::RoundOptions&
   // succeed, so the parameters of successful peers never fork.
   so.min_group_size =
       std::max<std::size_t>(cfg_.matchmaking.min_group_size, o.expected_members / 2 + 1);
+  // Every live peer is at this epoch: the leader begins once all of them joined rather than
+  // after min_wait (a group of one is no round, so a hint below 2 says nothing).
+  if (o.expected_group >= 2) so.expected_group_size = o.expected_group;
   return so;
 }
 

@@ -346,6 +346,7 @@ CollaborationView ProgressTracker::view(TimePoint now) const {
     }
     if (counts_rate(h.record.epoch)) v.samples_per_second += h.record.samples_per_second;
   }
+  if (v.peers_at_global_epoch == v.num_peers) v.all_at_epoch = v.num_peers;
   v.target = config_.per_peer_target > 0
                  ? config_.per_peer_target * std::max<std::size_t>(v.computing_at_global_epoch, 1)
                  : config_.target_batch_size;
