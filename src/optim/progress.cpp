@@ -187,10 +187,9 @@ void ProgressTracker::start(TimePoint now) {
 }
 
 void ProgressTracker::round_failed(TimePoint now) {
-  // As long as a live peer's record may look gone: a record counts for at most
-  // 2 x publish interval + grace (lifetime()), its publisher republishing that often.
-  const TimePoint until =
-      now + std::min(config_.stale_after, 2 * config_.max_publish_interval + config_.publish_grace);
+  // As long as a live peer's record may look gone: the lifetime of a record published as
+  // often as this peer publishes.
+  const TimePoint until = now + lifetime(Duration::zero(), config_.max_publish_interval);
   if (!hold_alone_until_ || *hold_alone_until_ < until) hold_alone_until_ = until;
 }
 
@@ -278,10 +277,14 @@ void ProgressTracker::expire(TimePoint now) {
 }
 
 Duration ProgressTracker::lifetime(const PeerProgress& r) const {
+  return lifetime(r.ttl, r.publish_interval);
+}
+
+Duration ProgressTracker::lifetime(Duration ttl, Duration publish_interval) const {
   Duration d = config_.stale_after;
-  if (r.ttl > Duration::zero()) d = std::min(d, r.ttl);
-  if (r.publish_interval > Duration::zero())
-    d = std::min(d, 2 * r.publish_interval + config_.publish_grace);
+  if (ttl > Duration::zero()) d = std::min(d, ttl);
+  if (publish_interval > Duration::zero())
+    d = std::min(d, 2 * publish_interval + config_.publish_grace);
   return d;
 }
 
@@ -295,18 +298,20 @@ bool ProgressTracker::others_at_epoch(TimePoint now) const {
   return false;
 }
 
-std::size_t ProgressTracker::peers_at(std::uint64_t epoch, TimePoint now) const {
-  std::size_t n = epoch_ == epoch ? 1 : 0;
+template <class EpochPredicate>
+std::size_t ProgressTracker::count_computing(EpochPredicate at, TimePoint now) const {
+  std::size_t n = at(epoch_) ? 1 : 0;
   for (const auto& [id, h] : peers_)
-    if (live(h, now) && !h.record.auxiliary && h.record.epoch == epoch) ++n;
+    if (live(h, now) && !h.record.auxiliary && at(h.record.epoch)) ++n;
   return n;
 }
 
+std::size_t ProgressTracker::peers_at(std::uint64_t epoch, TimePoint now) const {
+  return count_computing([epoch](std::uint64_t e) { return e == epoch; }, now);
+}
+
 std::size_t ProgressTracker::peers_ahead(std::uint64_t epoch, TimePoint now) const {
-  std::size_t n = epoch_ > epoch ? 1 : 0;
-  for (const auto& [id, h] : peers_)
-    if (live(h, now) && !h.record.auxiliary && h.record.epoch > epoch) ++n;
-  return n;
+  return count_computing([epoch](std::uint64_t e) { return e > epoch; }, now);
 }
 
 std::uint64_t ProgressTracker::extrapolate(const Held& h, TimePoint now) const {

@@ -238,6 +238,11 @@ class ProgressTracker {
   // How long a record counts after its publication: stale_after, its ttl, or twice its
   // publisher's interval plus publish_grace, whichever is shortest.
   Duration lifetime(const PeerProgress& r) const;
+  // The same for a record with that ttl and publish interval (zero: unknown).
+  Duration lifetime(Duration ttl, Duration publish_interval) const;
+  // Live computing peers whose epoch satisfies `at` (this one included if its epoch does).
+  template <class EpochPredicate>
+  std::size_t count_computing(EpochPredicate at, TimePoint now) const;
   bool live(const Held& h, TimePoint now) const;
   Duration fetch_interval(const CollaborationView& v, TimePoint now) const;
   // A peer's samples at `now`, extrapolated from its record (at most stale_after ahead).
