@@ -263,25 +263,28 @@ WallTime MatchmakingCore::begin_by() const {
   return t;
 }
 
+bool MatchmakingCore::awaiting_planned(WallTime now) const {
+  std::set<PeerKey> mine{self_.peer};
+  for (const auto& f : followers_) mine.insert(f.info.peer);
+  for (const auto& g : plan_groups(eligible(now), key_.to_string(), cfg_.target_group_size,
+                                   cfg_.min_group_size)) {
+    if (g.front() != self_.peer) continue;
+    for (const auto& p : g)
+      if (!mine.count(p)) return true;
+  }
+  return false;
+}
+
 void MatchmakingCore::maybe_begin(WallTime now) {
   if (state_ != State::leading) return;
   const std::size_t size = followers_.size() + 1;
   bool go = size >= cfg_.target_group_size;
   if (!go && size >= cfg_.min_group_size) {
-    if (now >= begin_by()) {
+    const bool expected_all = cfg_.expected_size > 0 && size >= cfg_.expected_size;
+    if (now >= begin_by())
       go = true;
-    } else if (now - started_ >= cfg_.min_wait) {
-      // Is an open peer of my view still planned to join me?
-      std::set<PeerKey> mine{self_.peer};
-      for (const auto& f : followers_) mine.insert(f.info.peer);
-      bool waiting = false;
-      for (const auto& g : plan_groups(eligible(now), key_.to_string(), cfg_.target_group_size,
-                                       cfg_.min_group_size)) {
-        if (g.front() != self_.peer) continue;
-        for (const auto& p : g) waiting = waiting || !mine.count(p);
-      }
-      go = !waiting;
-    }
+    else if (expected_all || now - started_ >= cfg_.min_wait)
+      go = !awaiting_planned(now);
   }
   if (!go) {
     if (now >= begin_by()) {

@@ -38,6 +38,7 @@ struct NetCollaboration::Impl {
   struct Prepared {
     std::string key;
     std::size_t min_group_size = 0;
+    std::size_t expected_group = 0;  // StepOptions::expected_group_size (0: none)
     std::shared_ptr<averaging::Averager> averager;
     std::shared_ptr<averaging::PendingStep> step;
   };

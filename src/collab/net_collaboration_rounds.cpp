@@ -86,6 +86,9 @@ averaging::StepOptions NetCollaboration::step_options(const optim::RoundOptions&
   // succeed, so the parameters of successful peers never fork.
   so.min_group_size =
       std::max<std::size_t>(cfg_.matchmaking.min_group_size, o.expected_members / 2 + 1);
+  // Every live peer is at this epoch: the leader begins once all of them joined rather than
+  // after min_wait (a group of one is no round, so a hint below 2 says nothing).
+  if (o.expected_group >= 2) so.expected_group_size = o.expected_group;
   return so;
 }
 
@@ -119,7 +122,8 @@ void NetCollaboration::prepare_round(const optim::RoundPlan& plan) {
     log()->info("round {}: no early matchmaking: {}", key, begun.error().message());
     return;
   }
-  impl_->prepared = Impl::Prepared{key, *so.min_group_size, impl_->grads, std::move(begun).value()};
+  impl_->prepared = Impl::Prepared{key, *so.min_group_size, so.expected_group_size.value_or(0),
+                                   impl_->grads, std::move(begun).value()};
   ++impl_->early.prepared;
   log()->debug("round {}: matchmaking begun {:.2f} s ahead, {} peers expected, group of >= {}",
                key, secs(lead), plan.options.expected_members, *so.min_group_size);
@@ -189,6 +193,9 @@ awaitable<result<optim::RoundResult>> NetCollaboration::average(std::span<optim:
   std::shared_ptr<averaging::PendingStep> step;
   const bool early = impl_->prepared && impl_->prepared->key == options.key &&
                      impl_->prepared->averager == avg && !impl_->prepared->step->finished();
+  // The hint the step's matchmaking got (the prepared one for an early round), for the log.
+  const std::size_t expected = early ? impl_->prepared->expected_group
+                                     : step_options(options).expected_group_size.value_or(0);
   if (early) {
     step = std::move(impl_->prepared->step);
     impl_->prepared.reset();
@@ -214,8 +221,10 @@ awaitable<result<optim::RoundResult>> NetCollaboration::average(std::span<optim:
                          "round " + options.key + " abandoned: the peers moved on");
   if (!r) co_return r.error();
   const auto& res = r.value();
+  std::string note = early ? "group formed early" : "";
+  if (expected > 0) note += fmt::format("{}all {} expected", note.empty() ? "" : ", ", expected);
   log()->info("round {}: {} peers{}, matchmaking {:.2f} s, all-reduce {:.2f} s, {} bytes sent",
-              options.key, res.group.members.size(), early ? " (group formed early)" : "",
+              options.key, res.group.members.size(), note.empty() ? "" : " (" + note + ")",
               secs(res.matchmaking_time), secs(res.allreduce_time), res.bytes_sent);
   impl_->sent += res.bytes_sent;
   impl_->received += res.bytes_received;

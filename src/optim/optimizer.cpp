@@ -154,9 +154,9 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
       break;
     case Action::average_and_step:
       if (m.io && m.delayed())
-        m.start_background_round(rep, decision.view.peers_at_global_epoch);
+        m.start_background_round(rep, decision.view);
       else if (m.io)
-        m.average_and_step(rep, decision.view.peers_at_global_epoch);
+        m.average_and_step(rep, decision.view);
       else
         m.step_alone(rep);
       break;
@@ -192,7 +192,7 @@ result<StepReport> Optimizer::assist() {
     // Zeros with weight 0: the group's average is unchanged; this peer's parameters are not
     // the collaboration's (it never downloads them), so the result is not applied.
     auto [buf, ro] =
-        m.make_round(torch::zeros_like(m.acc_flat), decision.view.peers_at_global_epoch);
+        m.make_round(torch::zeros_like(m.acc_flat), decision.view);
     auto r = m.run_round(buf, ro);
     if (r) {
       m.note_round(rep, r.value());

@@ -85,14 +85,14 @@ void Optimizer::Impl::run_background_round(BackgroundRound& b) {
   b.done = true;
 }
 
-void Optimizer::Impl::start_background_round(StepReport& rep, std::size_t expected_members) {
+void Optimizer::Impl::start_background_round(StepReport& rep, const CollaborationView& v) {
   if (Clock::now() < retry_after) return;
   auto b = std::make_shared<BackgroundRound>();
   b->epoch = epoch;
   b->samples = local_samples;
   b->acc = acc_flat.clone();
   b->mine = contribution().contiguous();
-  std::tie(b->buf, b->options) = make_round(b->mine, expected_members);
+  std::tie(b->buf, b->options) = make_round(b->mine, v);
   acc_flat.zero_();
   local_samples = 0;
   with_tracker([](ProgressTracker& t) { t.begin_background_round(); });

@@ -99,7 +99,7 @@ struct Optimizer::Impl {
   void reload_master();
   // Starts the round of this epoch and its step in the background (the accumulators restart
   // at zero for the next epoch).
-  void start_background_round(StepReport& rep, std::size_t expected_members);
+  void start_background_round(StepReport& rep, const CollaborationView& v);
   // Applies the background round's outcome if it has finished (or waits for it with `block`).
   // Returns whether a round was finished.
   bool finish_background_round(StepReport& rep, bool block);
@@ -258,9 +258,18 @@ struct Optimizer::Impl {
     finish_epoch(epoch + 1);
   }
 
-  // The buffer and options of this epoch's round over `mine` (averaged in place).
+  // The peers this epoch's round expects, from the view of the decision that began it: a
+  // majority of those at the epoch must be in the group; if every live peer is at the epoch,
+  // the round may begin as soon as all of them are.
+  void expect_members(RoundOptions& ro, const CollaborationView& v) const {
+    ro.expected_members = v.peers_at_global_epoch;
+    ro.expected_group = v.global_epoch == epoch ? v.all_at_epoch : 0;
+  }
+
+  // The buffer and options of this epoch's round over `mine` (averaged in place), with the
+  // peers `v` (the decision's view, at this epoch) expects.
   std::pair<std::shared_ptr<RoundBuffer>, RoundOptions> make_round(torch::Tensor mine,
-                                                                   std::size_t expected_members) {
+                                                                   const CollaborationView& v) {
     auto buf = std::make_shared<RoundBuffer>();
     buf->data = mine.data_ptr<float>();
     buf->size = static_cast<std::size_t>(mine.numel());
@@ -272,7 +281,7 @@ struct Optimizer::Impl {
     ro.weight = static_cast<double>(local_samples);
     ro.deadline = Clock::now() + opt.averaging_timeout;
     ro.compression = opt.grad_compression;
-    ro.expected_members = expected_members;
+    expect_members(ro, v);
     return {std::move(buf), std::move(ro)};
   }
 
@@ -286,7 +295,7 @@ struct Optimizer::Impl {
     p.options.weight = opt.auxiliary ? 0.0 : static_cast<double>(local_samples);
     p.options.deadline = p.expected_start + opt.averaging_timeout;
     p.options.compression = opt.grad_compression;
-    p.options.expected_members = v.peers_at_global_epoch;
+    expect_members(p.options, v);
     for (std::size_t i = 0; i < params.size(); ++i)
       p.layout.emplace_back(names[i], static_cast<std::size_t>(params[i].numel()));
     io->prepare_round(std::move(p));
@@ -340,10 +349,10 @@ struct Optimizer::Impl {
     }
   }
 
-  void average_and_step(StepReport& rep, std::size_t expected_members) {
+  void average_and_step(StepReport& rep, const CollaborationView& v) {
     if (Clock::now() < retry_after) return;
     torch::Tensor mine = contribution().contiguous();
-    auto [buf, ro] = make_round(mine, expected_members);
+    auto [buf, ro] = make_round(mine, v);
     auto t0 = Clock::now();
     auto r = run_round(buf, ro);
     rep.averaging_time = Clock::now() - t0;

@@ -187,10 +187,9 @@ void ProgressTracker::start(TimePoint now) {
 }
 
 void ProgressTracker::round_failed(TimePoint now) {
-  // As long as a live peer's record may look gone: a record counts for at most
-  // 2 x publish interval + grace (lifetime()), its publisher republishing that often.
-  const TimePoint until =
-      now + std::min(config_.stale_after, 2 * config_.max_publish_interval + config_.publish_grace);
+  // As long as a live peer's record may look gone: the lifetime of a record published as
+  // often as this peer publishes.
+  const TimePoint until = now + lifetime(Duration::zero(), config_.max_publish_interval);
   if (!hold_alone_until_ || *hold_alone_until_ < until) hold_alone_until_ = until;
 }
 
@@ -288,10 +287,14 @@ void ProgressTracker::expire(TimePoint now) {
 }
 
 Duration ProgressTracker::lifetime(const PeerProgress& r) const {
+  return lifetime(r.ttl, r.publish_interval);
+}
+
+Duration ProgressTracker::lifetime(Duration ttl, Duration publish_interval) const {
   Duration d = config_.stale_after;
-  if (r.ttl > Duration::zero()) d = std::min(d, r.ttl);
-  if (r.publish_interval > Duration::zero())
-    d = std::min(d, 2 * r.publish_interval + config_.publish_grace);
+  if (ttl > Duration::zero()) d = std::min(d, ttl);
+  if (publish_interval > Duration::zero())
+    d = std::min(d, 2 * publish_interval + config_.publish_grace);
   return d;
 }
 
@@ -305,18 +308,20 @@ bool ProgressTracker::others_at_epoch(TimePoint now) const {
   return false;
 }
 
-std::size_t ProgressTracker::peers_at(std::uint64_t epoch, TimePoint now) const {
-  std::size_t n = epoch_ == epoch ? 1 : 0;
+template <class EpochPredicate>
+std::size_t ProgressTracker::count_computing(EpochPredicate at, TimePoint now) const {
+  std::size_t n = at(epoch_) ? 1 : 0;
   for (const auto& [id, h] : peers_)
-    if (live(h, now) && !h.record.auxiliary && h.record.epoch == epoch) ++n;
+    if (live(h, now) && !h.record.auxiliary && at(h.record.epoch)) ++n;
   return n;
 }
 
+std::size_t ProgressTracker::peers_at(std::uint64_t epoch, TimePoint now) const {
+  return count_computing([epoch](std::uint64_t e) { return e == epoch; }, now);
+}
+
 std::size_t ProgressTracker::peers_ahead(std::uint64_t epoch, TimePoint now) const {
-  std::size_t n = epoch_ > epoch ? 1 : 0;
-  for (const auto& [id, h] : peers_)
-    if (live(h, now) && !h.record.auxiliary && h.record.epoch > epoch) ++n;
-  return n;
+  return count_computing([epoch](std::uint64_t e) { return e > epoch; }, now);
 }
 
 std::uint64_t ProgressTracker::extrapolate(const Held& h, TimePoint now) const {
@@ -356,6 +361,7 @@ CollaborationView ProgressTracker::view(TimePoint now) const {
     }
     if (counts_rate(h.record.epoch)) v.samples_per_second += h.record.samples_per_second;
   }
+  if (v.peers_at_global_epoch == v.num_peers) v.all_at_epoch = v.num_peers;
   v.target = config_.per_peer_target > 0
                  ? config_.per_peer_target * std::max<std::size_t>(v.computing_at_global_epoch, 1)
                  : config_.target_batch_size;

@@ -237,6 +237,9 @@ TEST(EarlyMatchmaking, OptimizerPreparesEachRoundAndShutdownLeavesNonePending) {
       EXPECT_EQ(plan.layout[0].second, 4u);
       EXPECT_EQ(plan.layout[1].second, 1u);
       EXPECT_GE(plan.options.expected_members, 2u);
+      // Prepared only with the other peer at the epoch, and nobody else is behind: every
+      // round expects both, so its leader begins as soon as both are in.
+      EXPECT_EQ(plan.options.expected_group, 2u) << plan.options.key;
       EXPECT_GE(plan.options.deadline, plan.expected_start);
     }
   }

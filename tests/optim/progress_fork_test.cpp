@@ -238,3 +238,33 @@ TEST(ProgressTracker, RecordWrittenBeforeASharedRoundDoesNotPutThePeerBack) {
   t.observe(a, rec(5, 11, 90, 10), 0s, end + 200ms);
   EXPECT_EQ(t.view(end + 200ms).peers_at_global_epoch, 3u);
 }
+
+// The view's all_at_epoch (the round's "begin once all of them joined" hint) counts every live
+// peer, auxiliary ones included, and only while none is behind: a peer behind may still be
+// finishing the previous round before it joins this one, and a leader that began without it
+// would leave it out.
+TEST(ProgressTracker, AllAtEpochOnlyWhenNoLivePeerIsBehind) {
+  auto cfg = config(1000);
+  ProgressTracker t(make_peer(), cfg);
+  auto now = t0();
+  t.set_epoch(5);
+  EXPECT_EQ(t.view(now).all_at_epoch, 1u);  // alone
+  t.observe(make_peer(), rec(5, 0, 10), 0s, now);
+  auto aux = rec(5, 0, 0);
+  aux.auxiliary = true;
+  t.observe(make_peer(), aux, 0s, now);
+  auto v = t.view(now);
+  EXPECT_EQ(v.all_at_epoch, 3u);
+  EXPECT_EQ(v.computing_at_global_epoch, 2u);
+  const auto behind = make_peer();
+  t.observe(behind, rec(4, 0, 10), 1s, now);
+  EXPECT_EQ(t.view(now).all_at_epoch, 0u);
+  // Once the peer behind publishes its new epoch, it counts.
+  t.observe(behind, rec(5, 0, 10, 2), 0s, now + 1s);
+  EXPECT_EQ(t.view(now + 1s).all_at_epoch, 4u);
+  // A peer ahead: this one is behind, nobody is "all at the epoch".
+  t.observe(make_peer(), rec(6, 0, 10), 0s, now + 1s);
+  EXPECT_EQ(t.view(now + 1s).all_at_epoch, 0u);
+  // Dead records do not count: after their lifetime this peer is alone again.
+  EXPECT_EQ(t.view(now + cfg.stale_after + 2s).all_at_epoch, 1u);
+}

@@ -69,6 +69,10 @@ struct StepOptions {
   // Overrides the config's minimum group size for this step (e.g. a majority of the peers
   // known to take part, so that two disjoint groups cannot both form).
   std::optional<std::size_t> min_group_size;
+  // The number of peers expected in this round, this one included, when the caller knows it
+  // (MatchmakingConfig::expected_size): a leader holding that many begins at once instead of
+  // after min_wait. Never count low: a peer joining after the leader began is left out.
+  std::optional<std::size_t> expected_group_size;
   // Skip matchmaking and average with exactly this group (tests, benchmarks, fixed clusters).
   std::optional<GroupInfo> group;
   // begin() only: the data must be supplied (PendingStep::run()) within this of begin();

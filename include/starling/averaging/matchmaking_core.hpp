@@ -13,8 +13,9 @@
 // anyone, so there are no cycles of waiting peers. A peer that is joining or following rejects
 // joins at once ("busy"). A rejected peer avoids that leader for a while and replans from its view.
 // The leader begins when the group is full, or when it has at least the minimum, has waited
-// min_wait, and no open peer in its view is still planned to join it, or at the earliest
-// deadline of its members. Begin -> every follower answers Confirm -> the leader sends Start
+// min_wait (or, with a hint, holds expected_size members: every peer the caller expects), and
+// no open peer in its view is still planned to join it, or at the earliest deadline of its
+// members. Begin -> every follower answers Confirm -> the leader sends Start
 // with the final member list (only confirmed followers) -> done. A follower that confirmed
 // one Begin accepts no other leader, so no peer is in two groups. Any peer whose deadline
 // passes without a group ends with errc::timeout and a reason (peers seen, group sizes).
@@ -99,6 +100,12 @@ struct MatchmakingConfig {
   Duration confirm_timeout = 3s;   // leader waiting for Confirms / follower waiting for Start
   Duration refresh_interval = 1s;  // how often to re-read the DHT view
   Duration reject_backoff = 3s;    // do not ask a leader that rejected us again before this
+  // Per-step hint (StepOptions::expected_group_size; 0: none): the number of peers expected in
+  // this round, this one included. A leader whose group has at least this many members (and
+  // min_group_size) begins without waiting min_wait, unless an open peer of its view is still
+  // planned to join it. The caller must not count low: a peer that joins after the leader began
+  // is left out of the round.
+  std::size_t expected_size = 0;
 };
 
 // The plan for one view: for each planned group, its leader followed by its members. Groups
@@ -153,6 +160,8 @@ class MatchmakingCore {
   };
   void replan(WallTime now);
   void maybe_begin(WallTime now);
+  // Whether an open peer of the view is planned to join this leader but has not yet.
+  bool awaiting_planned(WallTime now) const;
   void finalize(WallTime now);
   void back_to_looking(WallTime now);
   void set_open(bool open);

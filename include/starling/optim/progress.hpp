@@ -124,6 +124,10 @@ struct CollaborationView {
   std::size_t num_auxiliary = 0;
   std::size_t peers_at_global_epoch = 0;      // live peers at global_epoch, this one included
   std::size_t computing_at_global_epoch = 0;  // of which not auxiliary
+  // When every live peer, this one and auxiliary ones included, is at global_epoch (none
+  // behind, so none is still finishing the previous epoch's round before joining this one):
+  // their number, the peers expected in this epoch's round; 0 otherwise.
+  std::size_t all_at_epoch = 0;
   std::uint64_t target = 0;                   // samples that complete global_epoch
   std::optional<Duration> eta;                // until the target; nullopt if nobody computes
 };
@@ -234,6 +238,11 @@ class ProgressTracker {
   // How long a record counts after its publication: stale_after, its ttl, or twice its
   // publisher's interval plus publish_grace, whichever is shortest.
   Duration lifetime(const PeerProgress& r) const;
+  // The same for a record with that ttl and publish interval (zero: unknown).
+  Duration lifetime(Duration ttl, Duration publish_interval) const;
+  // Live computing peers whose epoch satisfies `at` (this one included if its epoch does).
+  template <class EpochPredicate>
+  std::size_t count_computing(EpochPredicate at, TimePoint now) const;
   bool live(const Held& h, TimePoint now) const;
   Duration fetch_interval(const CollaborationView& v, TimePoint now) const;
   // A peer's samples at `now`, extrapolated from its record (at most stale_after ahead).
