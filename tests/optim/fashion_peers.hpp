@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -288,14 +289,30 @@ inline optim::OptimizerOptions same_samples_alone(optim::OptimizerOptions o,
 
 // Trains one process alone (no collaboration) to `epochs` and returns its test accuracy.
 inline double train_alone(const FashionSetup& s, const optim::OptimizerOptions& o,
-                          std::uint64_t epochs) {
+                          std::uint64_t epochs, std::uint64_t data_seed = 1) {
   const std::shared_ptr<Hub> none;
-  FashionPeer alone(s, none, o, 0, 1);
+  FashionPeer alone(s, none, o, 0, data_seed);
   alone.start(epochs);
   alone.join();
   EXPECT_EQ(alone.optimizer().local_epoch(), epochs);
   optim::FashionData test(s.test);
   return alone.evaluate(test).accuracy;
+}
+
+// The reference for the parity tests: training alone is as noisy as one run of it (its data
+// order alone moves the final accuracy by about a point at 60 steps), so the mean over
+// `runs` data orders, each printed.
+inline double train_alone_mean(const FashionSetup& s, const optim::OptimizerOptions& o,
+                               std::uint64_t epochs, int runs = 3) {
+  double sum = 0;
+  std::string each;
+  for (int i = 0; i < runs; ++i) {
+    const double a = train_alone(s, o, epochs, 1 + static_cast<std::uint64_t>(i));
+    sum += a;
+    each += (i ? " " : "") + std::to_string(a).substr(0, 6);
+  }
+  std::printf("alone, %d data orders: %s\n", runs, each.c_str());
+  return sum / runs;
 }
 
 inline bool wait_for(const std::function<bool()>& pred, Duration limit) {

@@ -80,7 +80,8 @@ Outcome collaborate(const test::FashionSetup& s, const OptimizerOptions& o, std:
 
 // 4 peers over the network and one process alone with the same total samples and batch size:
 // the alone run steps every B samples, B the collaboration's mean samples per step (rounded
-// to whole batches), for as many steps: test accuracy within 1 percentage point.
+// to whole batches), for as many steps: test accuracy within 1 percentage point of the mean
+// of three alone runs (data orders 1-3; one run of either side moves by about a point).
 TEST(NetConvergence, FourPeersMatchOneProcessAlone) {
   auto* s = test::fashion_setup();
   if (!s) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
@@ -91,12 +92,12 @@ TEST(NetConvergence, FourPeersMatchOneProcessAlone) {
   const double mean_step = static_cast<double>(together.stepped_samples) / kEpochs;
   const auto alone_o = test::same_samples_alone(o, together.stepped_samples, kEpochs);
   const auto t0 = Clock::now();
-  const double alone = test::train_alone(*s, alone_o, kEpochs);
+  const double alone = test::train_alone_mean(*s, alone_o, kEpochs);
   const double alone_seconds = seconds_since(t0);
   std::printf(
       "4 peers over the network: accuracy %.4f, %llu samples computed, %.1f averaged per step, "
       "%d collaborative steps, %llu bytes sent (%.2f MB per peer per epoch), %.1f s\n"
-      "alone: accuracy %.4f, %llu samples (target %llu), %.1f s; difference %.2f points\n",
+      "alone (mean of 3): accuracy %.4f, %llu samples (target %llu), %.1f s; difference %.2f points\n",
       together.accuracy, static_cast<unsigned long long>(together.samples), mean_step,
       together.rounds, static_cast<unsigned long long>(together.bytes),
       static_cast<double>(together.bytes) / 4 / kEpochs / 1e6, together.seconds, alone,
