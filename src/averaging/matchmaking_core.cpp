@@ -266,8 +266,8 @@ WallTime MatchmakingCore::begin_by() const {
 bool MatchmakingCore::awaiting_planned(WallTime now) const {
   std::set<PeerKey> mine{self_.peer};
   for (const auto& f : followers_) mine.insert(f.info.peer);
-  for (const auto& g : plan_groups(eligible(now), key_.to_string(), cfg_.target_group_size,
-                                   cfg_.min_group_size)) {
+  for (const auto& g :
+       plan_groups(eligible(now), key_.to_string(), cfg_.target_group_size, cfg_.min_group_size)) {
     if (g.front() != self_.peer) continue;
     for (const auto& p : g)
       if (!mine.count(p)) return true;

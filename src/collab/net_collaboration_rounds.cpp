@@ -125,8 +125,8 @@ void NetCollaboration::prepare_round(const optim::RoundPlan& plan) {
   impl_->prepared = Impl::Prepared{key, *so.min_group_size, so.expected_group_size.value_or(0),
                                    impl_->grads, std::move(begun).value()};
   ++impl_->early.prepared;
-  log()->debug("round {}: matchmaking begun {:.2f} s ahead, {} peers expected, group of >= {}",
-               key, secs(lead), plan.options.expected_members, *so.min_group_size);
+  log()->debug("round {}: matchmaking begun {:.2f} s ahead, {} peers expected, group of >= {}", key,
+               secs(lead), plan.options.expected_members, *so.min_group_size);
 }
 
 void NetCollaboration::cancel_prepared_round() {

@@ -191,8 +191,7 @@ result<StepReport> Optimizer::assist() {
   if (decision.action == Action::average_and_step && Clock::now() >= m.retry_after) {
     // Zeros with weight 0: the group's average is unchanged; this peer's parameters are not
     // the collaboration's (it never downloads them), so the result is not applied.
-    auto [buf, ro] =
-        m.make_round(torch::zeros_like(m.acc_flat), decision.view);
+    auto [buf, ro] = m.make_round(torch::zeros_like(m.acc_flat), decision.view);
     auto r = m.run_round(buf, ro);
     if (r) {
       m.note_round(rep, r.value());

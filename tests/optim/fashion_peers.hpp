@@ -132,6 +132,7 @@ struct ParameterLog {
       for (auto& x : it->second) n += x.peer == peer;
     return n;
   }
+
  private:
   static bool agree(const std::vector<Entry>& v) {
     for (auto& x : v)

@@ -97,7 +97,8 @@ TEST(NetConvergence, FourPeersMatchOneProcessAlone) {
   std::printf(
       "4 peers over the network: accuracy %.4f, %llu samples computed, %.1f averaged per step, "
       "%d collaborative steps, %llu bytes sent (%.2f MB per peer per epoch), %.1f s\n"
-      "alone (mean of 3): accuracy %.4f, %llu samples (target %llu), %.1f s; difference %.2f points\n",
+      "alone (mean of 3): accuracy %.4f, %llu samples (target %llu), %.1f s; difference %.2f "
+      "points\n",
       together.accuracy, static_cast<unsigned long long>(together.samples), mean_step,
       together.rounds, static_cast<unsigned long long>(together.bytes),
       static_cast<double>(together.bytes) / 4 / kEpochs / 1e6, together.seconds, alone,

@@ -128,8 +128,8 @@ struct CollaborationView {
   // behind, so none is still finishing the previous epoch's round before joining this one):
   // their number, the peers expected in this epoch's round; 0 otherwise.
   std::size_t all_at_epoch = 0;
-  std::uint64_t target = 0;                   // samples that complete global_epoch
-  std::optional<Duration> eta;                // until the target; nullopt if nobody computes
+  std::uint64_t target = 0;     // samples that complete global_epoch
+  std::optional<Duration> eta;  // until the target; nullopt if nobody computes
 };
 
 enum class Action {
