@@ -185,15 +185,39 @@ void MatchmakingCore::on_view(const std::vector<MatchEntry>& entries, WallTime n
   have_view_ = true;
   if (state_ == State::looking) replan(now);
   if (state_ == State::leading) maybe_begin(now);
+  // Below the minimum, a fresh view may show another leader this one's group belongs under.
+  if (state_ == State::leading && followers_.size() + 1 < cfg_.min_group_size)
+    merge_into_planned(now);
+}
+
+bool MatchmakingCore::expected_in_view(WallTime now) const {
+  if (cfg_.expected_size == 0) return false;
+  std::size_t n = 1;  // this peer
+  for (const auto& [peer, e] : view_)
+    if (peer != self_.peer && e.schema_hash == schema_hash_ && e.deadline > now) ++n;
+  return n >= cfg_.expected_size;
+}
+
+bool MatchmakingCore::settling(WallTime now) const {
+  return now - started_ < cfg_.settle && !expected_in_view(now);
+}
+
+Duration MatchmakingCore::refresh_interval(WallTime now) const {
+  // While settling with a hint, poll faster: planning starts once every expected peer shows.
+  if (state_ == State::looking && cfg_.expected_size > 0 && settling(now))
+    return std::min<Duration>(cfg_.refresh_interval, kSettlePoll);
+  return cfg_.refresh_interval;
 }
 
 bool MatchmakingCore::wants_view(WallTime now) const {
   if (state_ != State::looking && state_ != State::leading) return false;
-  return !have_view_ || now - last_view_ >= cfg_.refresh_interval;
+  return !have_view_ || now - last_view_ >= refresh_interval(now);
 }
 
 void MatchmakingCore::replan(WallTime now) {
-  if (state_ != State::looking || !have_view_ || now - started_ < cfg_.settle) return;
+  // The settle time lets the first views fill up; a view that already shows every peer the
+  // caller expects is as complete as waiting would make it.
+  if (state_ != State::looking || !have_view_ || settling(now)) return;
   const auto groups =
       plan_groups(eligible(now), key_.to_string(), cfg_.target_group_size, cfg_.min_group_size);
   for (const auto& g : groups) {
@@ -308,6 +332,34 @@ void MatchmakingCore::maybe_begin(WallTime now) {
   set_open(false);
   for (const auto& f : followers_) outbox_.push_back({f.info.peer, BeginMsg{group_id_}});
   if (followers_.empty()) finalize(now);
+}
+
+// Two peers that planned from different views can both lead, each with part of the peers and
+// neither with the minimum: each would wait for the other's followers until the deadline (seen:
+// 15 s stalls with 4 peers, minimum 3, every few rounds). Once this leader's view plans its
+// group under another leader, it hands its followers back (they replan and join that leader)
+// and joins it itself. The plan orders leaders by (gathered a group, rank), so two leaders that
+// see each other's sizes agree on which one gives way; stale sizes only delay the merge.
+bool MatchmakingCore::merge_into_planned(WallTime now) {
+  for (const auto& g :
+       plan_groups(eligible(now), key_.to_string(), cfg_.target_group_size, cfg_.min_group_size)) {
+    if (std::find(g.begin(), g.end(), self_.peer) == g.end()) continue;
+    if (g.front() == self_.peer) return false;
+    const PeerKey other = g.front();
+    logger("averaging")
+        ->debug("leader of {} (minimum {}) merges into the group of {}", followers_.size() + 1,
+                cfg_.min_group_size, other.short_hex());
+    for (const auto& f : followers_)
+      outbox_.push_back({f.info.peer, DisbandMsg{"merging into the group of " + other.short_hex()}});
+    followers_.clear();
+    leader_ = other;
+    state_ = State::joining;
+    state_since_ = now;
+    update_size();
+    outbox_.push_back({other, JoinRequest{self_, schema_hash_, key_.to_string(), deadline_}});
+    return true;
+  }
+  return false;
 }
 
 void MatchmakingCore::finalize(WallTime now) {
@@ -497,7 +549,7 @@ WallTime MatchmakingCore::next_wakeup(WallTime now) const {
   std::vector<WallTime> c;
   switch (state_) {
     case State::looking:
-      c = {deadline_, last_view_ + cfg_.refresh_interval, started_ + cfg_.settle};
+      c = {deadline_, last_view_ + refresh_interval(now), started_ + cfg_.settle};
       break;
     case State::joining:
       c = {deadline_, state_since_ + cfg_.join_timeout};

@@ -188,7 +188,7 @@ result<StepReport> Optimizer::assist() {
   });
   rep.action = decision.action;
   if (decision.action == Action::begin_matchmaking) m.prepare_round(decision.view);
-  if (decision.action == Action::average_and_step && Clock::now() >= m.retry_after) {
+  if (decision.action == Action::average_and_step && Clock::now() >= m.round_retry_after) {
     // Zeros with weight 0: the group's average is unchanged; this peer's parameters are not
     // the collaboration's (it never downloads them), so the result is not applied.
     auto [buf, ro] = m.make_round(torch::zeros_like(m.acc_flat), decision.view);
@@ -200,7 +200,7 @@ result<StepReport> Optimizer::assist() {
     } else {
       rep.round_error = r.error();
       ++m.stats.rounds_failed;
-      m.retry_after = Clock::now() + Impl::kRetryBackoff;
+      m.round_retry_after = Clock::now() + Impl::kRetryBackoff;
     }
   }
   rep.epoch = m.epoch;
@@ -250,7 +250,7 @@ result<void> Optimizer::load_state_from_peers() {
   if (!impl_->io) return make_error(errc::unavailable, "optimizer: training alone, no peers");
   StepReport rep;
   if (impl_->bg) impl_->finish_background_round(rep, true);  // it owns the optimizer state
-  impl_->retry_after = {};
+  impl_->download_retry_after = {};
   impl_->download(rep);
   if (rep.round_error) return *rep.round_error;
   return success();

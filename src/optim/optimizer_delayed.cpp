@@ -86,7 +86,7 @@ void Optimizer::Impl::run_background_round(BackgroundRound& b) {
 }
 
 void Optimizer::Impl::start_background_round(StepReport& rep, const CollaborationView& v) {
-  if (Clock::now() < retry_after) return;
+  if (Clock::now() < round_retry_after) return;
   auto b = std::make_shared<BackgroundRound>();
   b->epoch = epoch;
   b->samples = local_samples;

@@ -28,7 +28,7 @@ struct Optimizer::Impl {
   // How long the training thread waits for an io-thread job beyond the job's own deadline
   // before giving up on it (the io thread is stopped or wedged).
   static constexpr Duration kIoGrace = 30s;
-  // After a failed round or download, wait this long before trying again.
+  // After a failed round or download, wait this long before trying that again.
   static constexpr Duration kRetryBackoff = 2s;
   // status() reuses what the last step() learned from the tracker if it is this recent.
   static constexpr Duration kStatusFresh = 500ms;
@@ -57,7 +57,12 @@ struct Optimizer::Impl {
   std::uint64_t digest = 0;         // StateDigest of the parameters at `epoch`
   std::uint64_t local_samples = 0;  // toward `epoch`
   std::optional<TimePoint> last_step_end;
-  TimePoint retry_after{};
+  // Not before these: a round after a failed one, a download after a failed one. They are
+  // apart: a round that failed because the peers moved on is followed by a download at once
+  // (the collaboration steps every few hundred ms on a fast machine; waiting 2 s there put a
+  // joiner many epochs behind again, download after download).
+  TimePoint round_retry_after{};
+  TimePoint download_retry_after{};
   int failed_rounds = 0;
   bool shut_down = false;
   OptimizerStatus stats;
@@ -325,7 +330,7 @@ struct Optimizer::Impl {
   void round_failed(StepReport& rep, const Error& e) {
     rep.round_error = e;
     ++stats.rounds_failed;
-    retry_after = Clock::now() + kRetryBackoff;
+    round_retry_after = Clock::now() + kRetryBackoff;
     const bool alone = with_tracker([](ProgressTracker& t) {
       t.round_failed(Clock::now());
       return t.may_step_alone(Clock::now());
@@ -350,7 +355,7 @@ struct Optimizer::Impl {
   }
 
   void average_and_step(StepReport& rep, const CollaborationView& v) {
-    if (Clock::now() < retry_after) return;
+    if (Clock::now() < round_retry_after) return;
     torch::Tensor mine = contribution().contiguous();
     auto [buf, ro] = make_round(mine, v);
     auto t0 = Clock::now();
@@ -370,7 +375,7 @@ struct Optimizer::Impl {
   // Downloads the collaboration's state: it is ahead, or (want_digest != 0) it is at this
   // epoch with other parameters than this peer's (a fork), and holds want_digest.
   void download(StepReport& rep, std::uint64_t want_digest = 0) {
-    if (Clock::now() < retry_after) return;
+    if (Clock::now() < download_retry_after) return;
     if (want_digest != 0)
       log()->info("epoch {}: parameters forked (digest {:016x}, most peers {:016x}): downloading",
                   epoch, digest, want_digest);
@@ -402,7 +407,7 @@ struct Optimizer::Impl {
       r = ok.error();
     }
     rep.round_error = r.error();
-    retry_after = Clock::now() + kRetryBackoff;
+    download_retry_after = Clock::now() + kRetryBackoff;
     log()->warn("epoch {}: state download failed: {}", epoch, r.error().message());
   }
 

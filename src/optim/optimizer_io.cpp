@@ -128,8 +128,13 @@ result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, Round
         }
         const Duration budget = std::max<Duration>(options.deadline - Clock::now(), 1ms);
         std::string what = "averaging round " + options.key;
+        const auto now = Clock::now();
         self->running_ = Running{options.key, self->tracker_.local_epoch(),
-                                 options.expected_members, Clock::now()};
+                                 options.expected_members, now, now};
+        if (const auto& p = self->prepared_; p && p->key == options.key) {
+          self->running_->expected = std::max(p->expected, options.expected_members);
+          self->running_->counted_at = p->at;
+        }
         auto op = self->collab_->average(spans, options);
         auto r = co_await with_timeout(std::move(op), budget + 1s, std::move(what));
         if (self->running_ && self->running_->key == options.key) self->running_.reset();
@@ -153,7 +158,9 @@ void OptimizerIo::prepare_round(RoundPlan plan) {
   auto self = shared_from_this();
   auto p = std::make_shared<RoundPlan>(std::move(plan));
   asio::post(executor_, [self, p] {
-    if (!self->scope_.closed()) self->collab_->prepare_round(*p);
+    if (self->scope_.closed()) return;
+    self->prepared_ = Prepared{p->options.key, p->options.expected_members, Clock::now()};
+    self->collab_->prepare_round(*p);
   });
 }
 
@@ -162,6 +169,7 @@ void OptimizerIo::state_changed(std::uint64_t epoch) {
   asio::post(executor_, [self, epoch] {
     // Posted after the prepare_round() of the old epoch (if any), so this drops exactly it.
     self->collab_->cancel_prepared_round();
+    self->prepared_.reset();
     if (self->snapshot_ && self->snapshot_->epoch != epoch) self->snapshot_.reset();
     // Look at the others again soon: decisions at the new epoch need their new records.
     self->next_fetch_ =
@@ -195,11 +203,12 @@ awaitable<result<Collaboration::State>> OptimizerIo::provide_state() {
   co_return *snapshot_;
 }
 
-awaitable<void> OptimizerIo::publish_once(std::optional<Duration> ttl_override) {
-  const Duration ttl = ttl_override.value_or(options_.progress_ttl);
+awaitable<void> OptimizerIo::publish_once(bool leaving) {
+  const Duration ttl = leaving ? kLeavingTtl : options_.progress_ttl;
   auto rec = tracker_.make_record(Clock::now(), ttl);
+  rec.leaving = leaving;
   auto r = co_await with_timeout(collab_->publish_progress(encode_progress(rec), ttl),
-                                 ttl_override ? kLeavingPublishTimeout : kPublishTimeout,
+                                 leaving ? kLeavingPublishTimeout : kPublishTimeout,
                                  "publish progress");
   if (!r) log()->info("publishing progress failed: {}", r.error().message());
 }
@@ -235,16 +244,19 @@ void OptimizerIo::maybe_abandon_round(TimePoint fetch_began, TimePoint now) {
   // past that epoch never join it. Only that positive evidence counts: a peer missing from
   // the view may merely have published late (its publishing stalled on a dead node), and
   // abandoning a round it is in would leave both to fail it (and the round's own deadlines
-  // handle peers that really left). NetCollaboration ends the step only while no group
-  // has formed.
+  // handle peers that really left). A peer that said it left is positive evidence too: when
+  // enough left that the majority is out of reach (say 2 of 4 leave together), the others'
+  // round would otherwise wait for its matchmaking deadline. NetCollaboration ends the step
+  // only while no group has formed.
   const std::size_t need = running_->expected / 2 + 1;
   const std::size_t there = tracker_.peers_at(running_->epoch, now);
   if (running_->expected == 0 || there >= need) return;
   const std::size_t ahead = tracker_.peers_ahead(running_->epoch, now);
-  if (ahead == 0) return;
+  const bool left = tracker_.last_departure() >= running_->counted_at;
+  if (ahead == 0 && !left) return;
   log()->info(
-      "round {}: {} of the {} peers needed are at epoch {}, {} moved past it; abandoning it",
-      running_->key, there, need, running_->epoch, ahead);
+      "round {}: {} of the {} peers needed are at epoch {}, {} moved past it{}; abandoning it",
+      running_->key, there, need, running_->epoch, ahead, left ? ", peers left" : "");
   collab_->abandon_round(running_->key);
   running_.reset();
 }
@@ -271,9 +283,10 @@ result<void> OptimizerIo::stop(Duration timeout) {
         self->collab_->serve_state(nullptr);
         self->collab_->cancel_prepared_round();
         ST_CO_TRY(co_await self->scope_.close(timeout));
-        // The last record lives kLeavingTtl: the others stop counting this peer (its samples,
-        // a majority that includes it) within a second instead of after progress_ttl.
-        co_await self->publish_once(kLeavingTtl);
+        // The last record says this peer left (and lives kLeavingTtl): the others stop
+        // counting it (its samples, a majority that includes it) at their next fetch, and a
+        // round that can no longer reach its majority without it ends (maybe_abandon_round).
+        co_await self->publish_once(true);
         co_return true;
       },
       timeout + 5s, "optimizer shutdown", false);

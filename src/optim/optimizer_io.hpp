@@ -75,7 +75,7 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
  private:
   static constexpr Duration kRunBound = 60s;
   awaitable<void> progress_loop();
-  awaitable<void> publish_once(std::optional<Duration> ttl_override = std::nullopt);
+  awaitable<void> publish_once(bool leaving = false);
   awaitable<void> fetch_once();
   awaitable<result<Collaboration::State>> provide_state();
   static awaitable<result<Collaboration::State>> provide_state_of(std::weak_ptr<OptimizerIo> weak);
@@ -100,10 +100,19 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   struct Running {
     std::string key;
     std::uint64_t epoch = 0;
-    std::size_t expected = 0;
+    std::size_t expected = 0;  // the count its majority guard came from
     TimePoint started;
+    TimePoint counted_at;  // when that count was taken (the prepared round's plan, if used)
   };
   std::optional<Running> running_;
+  // The round last prepared (matchmaking begun ahead): its count and when it was taken. A
+  // round that completes it keeps that majority guard (NetCollaboration fixed it then).
+  struct Prepared {
+    std::string key;
+    std::size_t expected = 0;
+    TimePoint at;
+  };
+  std::optional<Prepared> prepared_;
   void maybe_abandon_round(TimePoint fetch_began, TimePoint now);
   ProgressLimits limits_;
 };

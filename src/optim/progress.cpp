@@ -90,6 +90,7 @@ Bytes encode_progress(const PeerProgress& p) {
   m.set_auxiliary(p.auxiliary);
   m.set_publish_interval_ms(to_ms(p.publish_interval));
   m.set_digest(p.digest);
+  m.set_leaving(p.leaving);
   Bytes out(m.ByteSizeLong());
   m.SerializeToArray(out.data(), static_cast<int>(out.size()));
   return out;
@@ -123,6 +124,7 @@ result<PeerProgress> decode_progress(BytesView in, const ProgressLimits& limits)
   p.auxiliary = m.auxiliary();
   p.publish_interval = Millis(m.publish_interval_ms());
   p.digest = m.digest();
+  p.leaving = m.leaving();
   if (p.auxiliary && sps != 0)
     return make_error(errc::invalid_argument, "progress record: auxiliary peer claims samples/s");
   return p;
@@ -261,6 +263,17 @@ void ProgressTracker::observe(const net::PeerId& peer, const PeerProgress& recor
   if (age < Duration::zero()) age = Duration::zero();
   if (age > lifetime(record)) return;
   const TimePoint observed_at = now - age;
+  if (auto d = departed_.find(peer); d != departed_.end()) {
+    if (record.leaving || observed_at <= d->second) return;  // its goodbye, or written before
+    departed_.erase(d);                     // it came back (a restart with the same identity)
+  }
+  if (record.leaving) {
+    logger("optim")->debug("{} left at epoch {}", peer.short_string(), record.epoch);
+    peers_.erase(peer);
+    departed_[peer] = observed_at;
+    last_departure_ = now;
+    return;
+  }
   auto it = peers_.find(peer);
   if (it == peers_.end()) {
     peers_.emplace(peer, Held{record, observed_at});
@@ -284,6 +297,7 @@ void ProgressTracker::observe(const net::PeerId& peer, const PeerProgress& recor
 
 void ProgressTracker::expire(TimePoint now) {
   std::erase_if(peers_, [&](const auto& kv) { return !live(kv.second, now); });
+  std::erase_if(departed_, [&](const auto& kv) { return now - kv.second > config_.stale_after; });
 }
 
 Duration ProgressTracker::lifetime(const PeerProgress& r) const {
@@ -349,6 +363,7 @@ CollaborationView ProgressTracker::view(TimePoint now) const {
     v.samples_accumulated = samples_;
   }
   if (counts_rate(epoch_)) v.samples_per_second = local_samples_per_second();
+  std::size_t far_behind = epoch_ + 2 <= v.global_epoch ? 1 : 0;
   for (const auto& [id, h] : peers_) {
     if (!live(h, now)) continue;
     ++v.num_peers;
@@ -360,8 +375,12 @@ CollaborationView ProgressTracker::view(TimePoint now) const {
       v.samples_accumulated += extrapolate(h, now);
     }
     if (counts_rate(h.record.epoch)) v.samples_per_second += h.record.samples_per_second;
+    if (h.record.epoch + 2 <= v.global_epoch) ++far_behind;
   }
-  if (v.peers_at_global_epoch == v.num_peers) v.all_at_epoch = v.num_peers;
+  // A peer two or more epochs behind cannot be in this epoch's round before it has downloaded
+  // the state (seconds): the round does not wait for it. One epoch behind may be a record
+  // written just before the round that moved that peer on: the round waits as before.
+  if (v.peers_at_global_epoch + far_behind == v.num_peers) v.all_at_epoch = v.peers_at_global_epoch;
   v.target = config_.per_peer_target > 0
                  ? config_.per_peer_target * std::max<std::size_t>(v.computing_at_global_epoch, 1)
                  : config_.target_batch_size;

@@ -13,8 +13,32 @@ namespace {
 
 using State = MatchmakingCore::State;
 
+PeerKey pk_of(const std::string& prefix, int i) {
+  return PeerKey::from_string(prefix + std::to_string(i));
+}
+
+// A name prefix under which peer 0 ranks first among peers 0..4 for the key below (found once
+// by search): in every view of these tests peer 0 is the planned leader, so it waits for joins
+// even when its view already shows every expected peer (then the others plan at once).
+const std::string& prefix() {
+  static const std::string p = [] {
+    const auto key = GroupKey::initial({"m", 16, 0}, 1).value().to_string();
+    for (int k = 0;; ++k) {
+      const std::string s = "hint-" + std::to_string(k) + "-peer-";
+      std::vector<MatchEntry> view(5);
+      for (int i = 0; i < 5; ++i) {
+        view[i].info.peer = pk_of(s, i);
+        view[i].schema_hash = Bytes(32, 1);
+        view[i].open = true;
+      }
+      if (plan_groups(view, key, 64, 2).at(0).front() == pk_of(s, 0)) return s;
+    }
+  }();
+  return p;
+}
+
 PeerKey pk(int i) {
-  return PeerKey::from_string("hint-peer-" + std::to_string(i));
+  return pk_of(prefix(), i);
 }
 
 const WallTime t0 = WallTime{} + 1h;
@@ -120,4 +144,48 @@ TEST(MatchmakingHint, WaitsForAPlannedPeerOfItsView) {
   l.on_join(join(2), t0 + 400ms);
   EXPECT_EQ(l.state(), State::beginning);
   EXPECT_EQ(begins(l), 3u);
+}
+
+// Peer i looking, its view at `at` holding the entries of peers 0..n-1.
+MatchmakingCore looking(const MatchmakingConfig& cfg, int i, int n, WallTime at) {
+  auto key = GroupKey::initial({"m", 16, 0}, 1).value();
+  MatchmakingCore c(cfg, MemberInfo{pk(i), {}, 1000, false, 1.0}, schema, key, t0, t0 + 10s, 7);
+  std::vector<MatchEntry> view;
+  for (int j = 0; j < n; ++j) view.push_back(entry(j));
+  c.on_view(view, at);
+  return c;
+}
+
+// The planned leader of peers 0..n-1 (each peer plans the same from the same view).
+int planned_leader(int n) {
+  std::vector<MatchEntry> view;
+  for (int j = 0; j < n; ++j) view.push_back(entry(j));
+  const auto key = GroupKey::initial({"m", 16, 0}, 1).value();
+  const auto plan = plan_groups(view, key.to_string(), 64, 2);
+  for (int j = 0; j < n; ++j)
+    if (plan.at(0).front() == pk(j)) return j;
+  return -1;
+}
+
+// With the hint, a view that shows every expected peer is complete: a peer plans (and joins
+// its leader) at once instead of after settle; short of it, or without a hint, it settles.
+TEST(MatchmakingHint, PlansBeforeSettleOnceEveryExpectedPeerShows) {
+  const int lead = planned_leader(3);
+  const int other = lead == 0 ? 1 : 0;
+  auto c = looking(config(3), other, 3, t0 + 20ms);
+  EXPECT_EQ(c.state(), State::joining);
+  bool to_leader = false;
+  for (const auto& o : c.take_outbox())
+    if (std::holds_alternative<JoinRequest>(o.msg)) to_leader = o.to == pk(lead);
+  EXPECT_TRUE(to_leader);
+
+  EXPECT_EQ(looking(config(0), other, 3, t0 + 20ms).state(), State::looking);  // no hint
+  auto short_of = looking(config(4), other, 3, t0 + 20ms);                    // 3 of 4 show
+  EXPECT_EQ(short_of.state(), State::looking);
+  // It polls the DHT faster while settling, and plans at settle as before.
+  EXPECT_EQ(short_of.next_wakeup(t0 + 20ms), t0 + 20ms + kSettlePoll);
+  EXPECT_TRUE(short_of.wants_view(t0 + 20ms + kSettlePoll));
+  EXPECT_FALSE(looking(config(0), other, 3, t0 + 20ms).wants_view(t0 + 20ms + kSettlePoll));
+  short_of.tick(t0 + 300ms);
+  EXPECT_EQ(short_of.state(), State::joining);
 }

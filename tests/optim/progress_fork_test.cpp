@@ -268,3 +268,24 @@ TEST(ProgressTracker, AllAtEpochOnlyWhenNoLivePeerIsBehind) {
   // Dead records do not count: after their lifetime this peer is alone again.
   EXPECT_EQ(t.view(now + cfg.stale_after + 2s).all_at_epoch, 1u);
 }
+
+// A peer two epochs behind must download the state before any round: the others' round does
+// not wait for it (one behind still makes it wait, above).
+TEST(ProgressTracker, AllAtEpochLeavesOutPeersTwoEpochsBehind) {
+  ProgressTracker t(make_peer(), config(1000));
+  const auto now = t0();
+  t.set_epoch(7);
+  t.observe(make_peer(), rec(7, 0, 10), 0s, now);
+  t.observe(make_peer(), rec(7, 0, 10), 0s, now);
+  const auto lagging = make_peer();
+  t.observe(lagging, rec(5, 0, 10), 0s, now);
+  auto v = t.view(now);
+  EXPECT_EQ(v.num_peers, 4u);
+  EXPECT_EQ(v.all_at_epoch, 3u);
+  EXPECT_EQ(v.peers_at_global_epoch, 3u);
+  // It downloaded and is one behind (its record lags): the round waits for it again.
+  t.observe(lagging, rec(6, 0, 10, 2), 0s, now + 1s);
+  EXPECT_EQ(t.view(now + 1s).all_at_epoch, 0u);
+  t.observe(lagging, rec(7, 0, 10, 3), 0s, now + 2s);
+  EXPECT_EQ(t.view(now + 2s).all_at_epoch, 4u);
+}

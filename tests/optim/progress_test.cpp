@@ -17,6 +17,7 @@ TEST(ProgressRecord, RoundTrip) {
   p.ttl = 60s;
   p.samples_total = 99999;
   p.client_mode = true;
+  p.leaving = true;
   auto b = encode_progress(p);
   auto d = decode_progress(b);
   ASSERT_TRUE(d) << d.error().message();
@@ -151,6 +152,32 @@ TEST(ProgressTracker, MatchmakingOnceThenAverageAndStep) {
   EXPECT_EQ(d.view.global_epoch, 1u);
   EXPECT_EQ(d.view.peers_at_global_epoch, 1u);
   EXPECT_EQ(d.view.samples_accumulated, 10u);
+}
+
+// A peer that leaves says so in its last record: it stops counting at the next fetch (not
+// after stale_after), records of it written before that (a slow replica) do not bring it
+// back, and a record written after (it restarted with the same identity) does.
+TEST(ProgressTracker, LeavingPeerStopsCountingAtOnce) {
+  ProgressTracker t(make_peer(), config(1000));
+  const auto b = make_peer(), c = make_peer();
+  auto now = t0();
+  t.set_epoch(3);
+  t.observe(b, rec(3, 100, 50, 5), 0s, now);
+  t.observe(c, rec(3, 100, 50, 5), 0s, now);
+  EXPECT_EQ(t.peers_at(3, now), 3u);
+  EXPECT_EQ(t.last_departure(), TimePoint{});
+  auto bye = rec(3, 100, 50, 6);
+  bye.leaving = true;
+  t.observe(b, bye, 100ms, now + 1s);
+  EXPECT_EQ(t.peers_at(3, now + 1s), 2u);
+  EXPECT_EQ(t.view(now + 1s).num_peers, 2u);
+  EXPECT_EQ(t.last_departure(), now + 1s);
+  // Its record of before the goodbye, fetched later from another replica: ignored.
+  t.observe(b, rec(3, 100, 50, 5), 1500ms, now + 2s);
+  EXPECT_EQ(t.peers_at(3, now + 2s), 2u);
+  // It came back (a new run: its seq starts over), written after the goodbye: it counts.
+  t.observe(b, rec(3, 0, 50, 1), 0s, now + 3s);
+  EXPECT_EQ(t.peers_at(3, now + 3s), 3u);
 }
 
 TEST(ProgressTracker, DeadPeerNeverStallsTheOthers) {

@@ -7,7 +7,8 @@
 // share its schema hash: non-clients first, each class by BLAKE2b(peer id, key); it splits them
 // into G = ceil(P / target) groups (fewer if groups would fall below the minimum), led by the
 // first G non-clients (existing leaders first), the rest dealt to the least loaded group
-// (plan_groups()). Peers plan only after a settle time, so that the first views are complete. A
+// (plan_groups()). Peers plan only after a settle time, so that the first views are complete
+// (or, with a hint, once the view shows every expected peer). A
 // peer whose plan names another leader sends it a JoinRequest. A leader accepts while it is not
 // itself joining or following anyone, has room, and the schema and key match; it never waits on
 // anyone, so there are no cycles of waiting peers. A peer that is joining or following rejects
@@ -91,6 +92,9 @@ struct MatchOut {
   MatchMessage msg;
 };
 
+// How often a looking peer with an expected-size hint re-reads the DHT while settling.
+inline constexpr Duration kSettlePoll = std::chrono::milliseconds(50);
+
 struct MatchmakingConfig {
   std::size_t target_group_size = 16;
   std::size_t min_group_size = 2;
@@ -103,8 +107,10 @@ struct MatchmakingConfig {
   // Per-step hint (StepOptions::expected_group_size; 0: none): the number of peers expected in
   // this round, this one included. A leader whose group has at least this many members (and
   // min_group_size) begins without waiting min_wait, unless an open peer of its view is still
-  // planned to join it. The caller must not count low: a peer that joins after the leader began
-  // is left out of the round.
+  // planned to join it. A looking peer whose view shows this many peers (entries of its schema,
+  // itself included) plans at once instead of after settle, and re-reads the DHT every
+  // kSettlePoll until then. The caller must not count low: a peer that joins after the leader
+  // began is left out of the round.
   std::size_t expected_size = 0;
 };
 
@@ -162,6 +168,10 @@ class MatchmakingCore {
   void maybe_begin(WallTime now);
   // Whether an open peer of the view is planned to join this leader but has not yet.
   bool awaiting_planned(WallTime now) const;
+  bool expected_in_view(WallTime now) const;
+  bool settling(WallTime now) const;
+  Duration refresh_interval(WallTime now) const;
+  bool merge_into_planned(WallTime now);
   void finalize(WallTime now);
   void back_to_looking(WallTime now);
   void set_open(bool open);

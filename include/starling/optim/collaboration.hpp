@@ -60,7 +60,7 @@ struct RoundOptions {
   // disjoint groups can never both succeed for one key (their parameters would fork).
   std::size_t expected_members = 0;
   // Every peer expected to join this round, itself included, when the caller's progress view
-  // shows every live peer (auxiliary ones too) at this round's epoch and none behind; 0
+  // shows every live peer (auxiliary ones too) at this round's epoch or two or more behind; 0
   // otherwise. A networked implementation begins the round as soon as its group holds that
   // many, instead of waiting for latecomers (CollaborationView::all_at_epoch).
   std::size_t expected_group = 0;

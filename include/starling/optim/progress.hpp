@@ -35,6 +35,7 @@ struct PeerProgress {
   bool auxiliary = false;
   Duration publish_interval{0};  // the publisher republishes at least this often (0: unknown)
   std::uint64_t digest = 0;      // StateDigest of the publisher's parameters at epoch (0: unknown)
+  bool leaving = false;          // its last record: the publisher left the collaboration
 
   friend bool operator==(const PeerProgress&, const PeerProgress&) = default;
 };
@@ -124,9 +125,10 @@ struct CollaborationView {
   std::size_t num_auxiliary = 0;
   std::size_t peers_at_global_epoch = 0;      // live peers at global_epoch, this one included
   std::size_t computing_at_global_epoch = 0;  // of which not auxiliary
-  // When every live peer, this one and auxiliary ones included, is at global_epoch (none
-  // behind, so none is still finishing the previous epoch's round before joining this one):
-  // their number, the peers expected in this epoch's round; 0 otherwise.
+  // When every live peer, this one and auxiliary ones included, is at global_epoch or at
+  // least two epochs behind it (none one behind, which may still be finishing the previous
+  // epoch's round; two behind must download the state before any round): the number at
+  // global_epoch, the peers expected in this epoch's round; 0 otherwise.
   std::size_t all_at_epoch = 0;
   std::uint64_t target = 0;     // samples that complete global_epoch
   std::optional<Duration> eta;  // until the target; nullopt if nobody computes
@@ -198,7 +200,9 @@ class ProgressTracker {
   void restore(std::uint64_t epoch, std::uint64_t samples_accumulated, std::uint64_t samples_total);
 
   // A record fetched at `now`, `age` old on this peer's clock (see record_age()). Records of
-  // this peer itself are ignored; an older record of a peer than the one held is ignored.
+  // this peer itself are ignored; an older record of a peer than the one held is ignored. A
+  // leaving record removes the peer at once (it no longer counts anywhere), and records of it
+  // written before that one are ignored until stale_after.
   void observe(const net::PeerId& peer, const PeerProgress& record, Duration age, TimePoint now);
   // Whether a live computing peer other than this one is at this peer's epoch or ahead (if
   // not, this peer is really alone at its epoch and may step on its own).
@@ -214,6 +218,8 @@ class ProgressTracker {
   // Drops every record that no longer counts at `now` (see live()).
   void expire(TimePoint now);
   std::size_t known_peers() const noexcept { return peers_.size(); }
+  // When (fetch time) a peer's leaving record was last taken (epoch of the clock if never).
+  TimePoint last_departure() const noexcept { return last_departure_; }
 
   CollaborationView view(TimePoint now) const;
   // The next thing to do. Returns begin_matchmaking at most once per epoch (after that,
@@ -256,6 +262,9 @@ class ProgressTracker {
   net::PeerId self_;
   ProgressConfig config_;
   std::map<net::PeerId, Held> peers_;
+  // Peers that said they left: when their leaving record was written (our clock).
+  std::map<net::PeerId, TimePoint> departed_;
+  TimePoint last_departure_{};
   std::uint64_t epoch_ = 0;
   std::uint64_t samples_ = 0;
   std::uint64_t samples_total_ = 0;
