@@ -80,6 +80,7 @@ awaitable<void> StateDownload::ask_manifest(StateAnnouncement a) {
     co_return;
   }
   donors_.push_back(std::move(r).value());
+  changed_.set();
 }
 
 std::vector<PeerKey> StateDownload::chosen_donors() const {
@@ -227,16 +228,23 @@ awaitable<void> StateDownload::worker(std::shared_ptr<StateDonor> d) {
 awaitable<result<StateInfo>> StateDownload::run(std::vector<StateAnnouncement> candidates) {
   auto self = shared_from_this();
   const TimePoint t0 = Clock::now();
-  // 1. Manifests from the candidates, in parallel.
+  // 1. Manifests from the candidates, in parallel. Once one answered, the others get a grace
+  // (kManifestGrace, or as long again as the first took) rather than until the deadline: a
+  // donor whose training thread is busy (in a long round) must not hold a newcomer for 20 s
+  // while the collaboration moves on without it.
   {
     TaskScope scope(host_.get_executor());
     pending_ = candidates.size();
     for (auto& a : candidates) scope.spawn(ask_manifest(std::move(a)));
+    std::optional<TimePoint> grace_end;
     while (pending_ > 0) {
+      const TimePoint now = Clock::now();
+      if (!donors_.empty() && !grace_end)
+        grace_end = now + std::max<Duration>(kManifestGrace, now - t0);
+      const TimePoint until = grace_end ? std::min(*grace_end, deadline_) : deadline_;
+      if (now >= until) break;
       changed_.reset();
-      if (!co_await with_timeout(changed_.wait(), std::max<Duration>(deadline_ - Clock::now(), 1ms),
-                                 "manifests"))
-        break;
+      if (!co_await with_timeout(changed_.wait(), until - now, "manifests") && !grace_end) break;
     }
     (void)co_await scope.close(2s);
   }

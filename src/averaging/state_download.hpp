@@ -35,6 +35,8 @@ struct StateDonor {
 
 class StateDownload : public std::enable_shared_from_this<StateDownload> {
  public:
+  // After the first manifest, how long the other donors get at least to answer theirs.
+  static constexpr Duration kManifestGrace = std::chrono::milliseconds(300);
   using AddressSink =
       std::function<void(const net::PeerId&, const std::vector<std::string>& addrs)>;
   // What to download: the kind (schema hash or blob_kind()), the exact size if known, the

@@ -146,6 +146,10 @@ awaitable<result<void>> Averager::announce_blob(std::uint64_t epoch, Duration tt
 awaitable<void> Averager::serve_state(net::ByteStreamPtr s, net::PeerId remote) {
   auto self = shared_from_this();
   net::BufferedReader r(*s);
+  // The snapshot whose manifest this stream got: its parts stay servable on this stream even
+  // after newer snapshots replaced it (a donor stepping every few hundred ms replaced two
+  // while a newcomer fetched, and the download failed with "unknown snapshot").
+  std::shared_ptr<const StateSnapshot> given;
   for (;;) {
     auto frame =
         co_await with_timeout(r.read_length_prefixed(wire::kMaxFrame), kStateIdle, "state request");
@@ -173,7 +177,8 @@ awaitable<void> Averager::serve_state(net::ByteStreamPtr s, net::PeerId remote) 
     }
     auto snap = impl_->snapshot;  // keeps this snapshot alive while serving it
     if (!req.value().manifest && snap && snap->manifest.snapshot != req.value().snapshot)
-      snap = impl_->previous;
+      snap = given && given->manifest.snapshot == req.value().snapshot ? given : impl_->previous;
+    if (req.value().manifest) given = snap;
     result<void> w = success();
     if (req.value().manifest) {
       StateFrame f;

@@ -248,10 +248,15 @@ void OptimizerIo::maybe_abandon_round(TimePoint fetch_began, TimePoint now) {
   // enough left that the majority is out of reach (say 2 of 4 leave together), the others'
   // round would otherwise wait for its matchmaking deadline. NetCollaboration ends the step
   // only while no group has formed.
+  // And when at least as many peers moved past the epoch as are at it, this round is among the
+  // laggards: even if it reached its majority, its members would then be behind and download
+  // the state (seen: two late joiners held each other in a 15 s round while the others ran
+  // 80 epochs ahead, and neither could serve the other's download meanwhile).
   const std::size_t need = running_->expected / 2 + 1;
   const std::size_t there = tracker_.peers_at(running_->epoch, now);
-  if (running_->expected == 0 || there >= need) return;
   const std::size_t ahead = tracker_.peers_ahead(running_->epoch, now);
+  const bool laggards = ahead > 0 && ahead >= there;
+  if ((running_->expected == 0 || there >= need) && !laggards) return;
   const bool left = tracker_.last_departure() >= running_->counted_at;
   if (ahead == 0 && !left) return;
   log()->info(
