@@ -221,8 +221,10 @@ std::uint64_t Optimizer::local_epoch() const {
 OptimizerStatus Optimizer::status() const {
   auto& m = *impl_;
   // step() refreshes the tracker's half of the status on its way through the io thread, so a
-  // training loop that calls status() after every step() never waits for the io thread.
-  if (!m.io || Clock::now() - m.tracker_status_at > Impl::kStatusFresh)
+  // training loop that calls status() after every step() never waits for the io thread. A step
+  // that moved the epoch (after that refresh) makes it stale at once.
+  if (!m.io || Clock::now() - m.tracker_status_at > Impl::kStatusFresh ||
+      m.tracker_status.local_epoch != m.epoch)
     m.with_tracker([&](ProgressTracker& t) {
       m.note_tracker(t, t.view(Clock::now()));
       return 0;

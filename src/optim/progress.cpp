@@ -341,8 +341,14 @@ std::size_t ProgressTracker::peers_ahead(std::uint64_t epoch, TimePoint now) con
 std::uint64_t ProgressTracker::extrapolate(const Held& h, TimePoint now) const {
   const double elapsed =
       std::clamp(seconds(now - h.observed_at), 0.0, seconds(config_.stale_after));
-  return static_cast<std::uint64_t>(static_cast<double>(h.record.samples_accumulated) +
-                                    h.record.samples_per_second * elapsed);
+  const auto guess = static_cast<std::uint64_t>(static_cast<double>(h.record.samples_accumulated) +
+                                                h.record.samples_per_second * elapsed);
+  // With a per-peer share (DiLoCo: H local steps), a peer that reached its share waits for the
+  // outer round instead of computing on: extrapolating it past its share made the others start
+  // rounds early, every peer then averaged fewer local steps (seen once compute got fast).
+  if (config_.per_peer_target > 0)
+    return std::min(guess, std::max(config_.per_peer_target, h.record.samples_accumulated));
+  return guess;
 }
 
 CollaborationView ProgressTracker::view(TimePoint now) const {

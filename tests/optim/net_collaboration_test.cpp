@@ -77,6 +77,9 @@ struct Peer {
           rec[opt->local_epoch()].push_back(flat_params(*model));
         }
         epoch = opt->local_epoch();
+        // status() right after a step that moved the epoch says the new one (it once said
+        // the old one for up to 500 ms: the example test then saw "done epoch 59" at 60).
+        EXPECT_EQ(opt->status().local_epoch, epoch);
         std::this_thread::sleep_for(5ms);
       }
       while (!stop) {

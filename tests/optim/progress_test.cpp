@@ -180,6 +180,23 @@ TEST(ProgressTracker, LeavingPeerStopsCountingAtOnce) {
   EXPECT_EQ(t.peers_at(3, now + 3s), 3u);
 }
 
+// With a per-peer share (DiLoCo), another peer's samples are extrapolated up to its share and
+// no further: once there it waits for the outer round (overestimating it started rounds early,
+// every peer then averaged fewer local steps); a record above the share still counts in full.
+TEST(ProgressTracker, PerPeerShareCapsTheExtrapolation) {
+  auto cfg = config(0);
+  cfg.per_peer_target = 640;
+  ProgressTracker t(make_peer(), cfg);
+  const auto b = make_peer();
+  const auto now = t0();
+  t.observe(b, rec(0, 600, 1000), 0s, now);
+  EXPECT_EQ(t.view(now).samples_accumulated, 600u);
+  EXPECT_EQ(t.view(now + 10ms).samples_accumulated, 610u);
+  EXPECT_EQ(t.view(now + 2s).samples_accumulated, 640u);  // not 2600
+  t.observe(b, rec(0, 700, 1000, 2), 0s, now + 2s);
+  EXPECT_EQ(t.view(now + 2s + 500ms).samples_accumulated, 700u);
+}
+
 TEST(ProgressTracker, DeadPeerNeverStallsTheOthers) {
   auto cfg = config(1000);
   ProgressTracker t(make_peer(), cfg);
@@ -305,7 +322,10 @@ TEST(ProgressTracker, PerPeerTargetScalesWithComputingPeers) {
   EXPECT_EQ(v.peers_at_global_epoch, 4u);
   EXPECT_EQ(v.target, 300u);
   EXPECT_EQ(t.decide(now).action, Action::begin_matchmaking);
-  EXPECT_EQ(t.decide(now + 1s).action, Action::average_and_step);  // 90*3 + 2*90 >= 300
+  // The others are extrapolated up to their share (100 each), not beyond: 90 + 2 x 100 < 300.
+  EXPECT_EQ(t.decide(now + 1s).action, Action::accumulate);
+  t.report_samples(10, 100ms);  // this peer reaches its share too
+  EXPECT_EQ(t.decide(now + 1s).action, Action::average_and_step);
 }
 
 TEST(ProgressTracker, NextFetchIsClamped) {
