@@ -350,7 +350,8 @@ bool MatchmakingCore::merge_into_planned(WallTime now) {
         ->debug("leader of {} (minimum {}) merges into the group of {}", followers_.size() + 1,
                 cfg_.min_group_size, other.short_hex());
     for (const auto& f : followers_)
-      outbox_.push_back({f.info.peer, DisbandMsg{"merging into the group of " + other.short_hex()}});
+      outbox_.push_back(
+          {f.info.peer, DisbandMsg{"merging into the group of " + other.short_hex()}});
     followers_.clear();
     leader_ = other;
     state_ = State::joining;

@@ -129,8 +129,8 @@ result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, Round
         const Duration budget = std::max<Duration>(options.deadline - Clock::now(), 1ms);
         std::string what = "averaging round " + options.key;
         const auto now = Clock::now();
-        self->running_ = Running{options.key, self->tracker_.local_epoch(),
-                                 options.expected_members, now, now};
+        self->running_ =
+            Running{options.key, self->tracker_.local_epoch(), options.expected_members, now, now};
         if (const auto& p = self->prepared_; p && p->key == options.key) {
           self->running_->expected = std::max(p->expected, options.expected_members);
           self->running_->counted_at = p->at;
@@ -207,9 +207,9 @@ awaitable<void> OptimizerIo::publish_once(bool leaving) {
   const Duration ttl = leaving ? kLeavingTtl : options_.progress_ttl;
   auto rec = tracker_.make_record(Clock::now(), ttl);
   rec.leaving = leaving;
-  auto r = co_await with_timeout(collab_->publish_progress(encode_progress(rec), ttl),
-                                 leaving ? kLeavingPublishTimeout : kPublishTimeout,
-                                 "publish progress");
+  auto r =
+      co_await with_timeout(collab_->publish_progress(encode_progress(rec), ttl),
+                            leaving ? kLeavingPublishTimeout : kPublishTimeout, "publish progress");
   if (!r) log()->info("publishing progress failed: {}", r.error().message());
 }
 

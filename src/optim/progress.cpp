@@ -265,7 +265,7 @@ void ProgressTracker::observe(const net::PeerId& peer, const PeerProgress& recor
   const TimePoint observed_at = now - age;
   if (auto d = departed_.find(peer); d != departed_.end()) {
     if (record.leaving || observed_at <= d->second) return;  // its goodbye, or written before
-    departed_.erase(d);                     // it came back (a restart with the same identity)
+    departed_.erase(d);  // it came back (a restart with the same identity)
   }
   if (record.leaving) {
     logger("optim")->debug("{} left at epoch {}", peer.short_string(), record.epoch);

@@ -180,7 +180,7 @@ TEST(MatchmakingHint, PlansBeforeSettleOnceEveryExpectedPeerShows) {
   EXPECT_TRUE(to_leader);
 
   EXPECT_EQ(looking(config(0), other, 3, t0 + 20ms).state(), State::looking);  // no hint
-  auto short_of = looking(config(4), other, 3, t0 + 20ms);                    // 3 of 4 show
+  auto short_of = looking(config(4), other, 3, t0 + 20ms);                     // 3 of 4 show
   EXPECT_EQ(short_of.state(), State::looking);
   // It polls the DHT faster while settling, and plans at settle as before.
   EXPECT_EQ(short_of.next_wakeup(t0 + 20ms), t0 + 20ms + kSettlePoll);

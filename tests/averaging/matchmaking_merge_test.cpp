@@ -113,7 +113,8 @@ TEST(MatchmakingMerge, TheLeaderPlannedUnderTheOtherGivesWayAndTheOtherKeepsLead
 // size) keeps leading: only a view both leaders agree on moves one of them.
 TEST(MatchmakingMerge, NoMergeAtTheMinimumOrOnAStaleView) {
   TwoLeaders t;
-  const bool a_leads = plan_groups(TwoLeaders::view(), key.to_string(), 64, 3).front().front() == pk(0);
+  const bool a_leads =
+      plan_groups(TwoLeaders::view(), key.to_string(), 64, 3).front().front() == pk(0);
   auto& gives = a_leads ? t.b : t.a;
   const int gives_id = a_leads ? 1 : 0, other_id = a_leads ? 0 : 1;
 
@@ -135,7 +136,8 @@ TEST(MatchmakingMerge, NoMergeAtTheMinimumOrOnAStaleView) {
 
 // The released follower replans from its view and joins the leader that stayed.
 TEST(MatchmakingMerge, TheReleasedFollowerJoinsTheLeaderThatStayed) {
-  const bool a_leads = plan_groups(TwoLeaders::view(), key.to_string(), 64, 3).front().front() == pk(0);
+  const bool a_leads =
+      plan_groups(TwoLeaders::view(), key.to_string(), 64, 3).front().front() == pk(0);
   const int gives_id = a_leads ? 1 : 0, stays_id = a_leads ? 0 : 1, released_id = a_leads ? 3 : 2;
   // A follower of the leader that gives way.
   auto follower = core(released_id);

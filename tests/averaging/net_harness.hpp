@@ -232,6 +232,23 @@ class Cluster {
   std::vector<std::unique_ptr<Node>> nodes_;
 };
 
+// A config for state-transfer tests: parts of 4096 elements (a state spans many parts),
+// generous connection timeouts; `prefix` keeps each test's DHT keys apart.
+inline AveragerConfig state_config(const std::string& prefix) {
+  AveragerConfig c;
+  c.key = {prefix, 16, 0};
+  c.round.part_elems = 4096;
+  c.open_timeout = std::chrono::seconds(20);
+  return c;
+}
+
+// Node i shares its tensors as the state of `epoch` with metadata `meta` (ttl 60 s).
+inline result<void> share_state(Cluster& c, std::size_t i, std::uint64_t epoch, std::string meta) {
+  return c.node(i).run([a = c.node(i).avg, epoch, meta]() {
+    return a->share_state(epoch, to_bytes(meta), std::chrono::seconds(60));
+  });
+}
+
 // Copies node `from`'s tensors into node `to`'s, in place (the averager holds views of them).
 inline void copy_tensors(Cluster& c, std::size_t from, std::size_t to) {
   for (std::size_t t = 0; t < c.node(to).tensors.size(); ++t)

@@ -15,19 +15,6 @@ using starling::averaging::test::copy_tensors;
 
 namespace {
 
-AveragerConfig cfg_small_parts() {
-  AveragerConfig c;
-  c.key = {"state", 16, 0};
-  c.round.part_elems = 4096;
-  c.open_timeout = 20s;
-  return c;
-}
-
-result<void> share(Cluster& c, std::size_t i, std::uint64_t epoch, std::string meta) {
-  return c.node(i).run(
-      [a = c.node(i).avg, epoch, meta]() { return a->share_state(epoch, to_bytes(meta), 60s); });
-}
-
 // One state stream, driven by hand from node `from` to node `to`.
 struct RawStream {
   net::ByteStreamPtr s;
@@ -37,8 +24,8 @@ struct RawStream {
 }  // namespace
 
 TEST(StateCatchUp, AStreamKeepsServingTheSnapshotItsManifestNamed) {
-  Cluster c(2, test::test_schema(20000), cfg_small_parts(), {}, 47);
-  ASSERT_TRUE(share(c, 0, 5, "m5"));
+  Cluster c(2, test::test_schema(20000), test::state_config("state"), {}, 47);
+  ASSERT_TRUE(test::share_state(c, 0, 5, "m5"));
   // A first download connects the two nodes (and checks the ordinary path).
   auto first = c.node(1).run([a = c.node(1).avg]() { return a->load_state({}); });
   ASSERT_TRUE(first) << first.error().message();
@@ -46,8 +33,8 @@ TEST(StateCatchUp, AStreamKeepsServingTheSnapshotItsManifestNamed) {
   const auto proto = averaging_protocol(kStateProtocol, "state");
 
   auto raw = std::make_shared<RawStream>();
-  auto manifest = c.node(1).run(
-      [h = c.node(1).host, donor, proto, raw]() -> awaitable<result<StateManifest>> {
+  auto manifest =
+      c.node(1).run([h = c.node(1).host, donor, proto, raw]() -> awaitable<result<StateManifest>> {
         ST_CO_TRY(raw->s, co_await h->open_stream(donor, proto, 10s));
         raw->r = std::make_shared<net::BufferedReader>(*raw->s);
         StateRequest req;
@@ -63,8 +50,8 @@ TEST(StateCatchUp, AStreamKeepsServingTheSnapshotItsManifestNamed) {
   ASSERT_GE(manifest.value().part_hashes.size(), 2u);
 
   // The donor steps twice: the snapshot of epoch 5 is neither its current nor its previous.
-  ASSERT_TRUE(share(c, 0, 6, "m6"));
-  ASSERT_TRUE(share(c, 0, 7, "m7"));
+  ASSERT_TRUE(test::share_state(c, 0, 6, "m6"));
+  ASSERT_TRUE(test::share_state(c, 0, 7, "m7"));
 
   const auto m = manifest.value();
   auto parts = c.node(1).run([raw, m]() -> awaitable<result<std::size_t>> {
@@ -76,7 +63,8 @@ TEST(StateCatchUp, AStreamKeepsServingTheSnapshotItsManifestNamed) {
     for (std::uint32_t p = 0; p < m.part_hashes.size(); ++p) {
       ST_CO_TRY(auto fb, co_await raw->r->read_length_prefixed(wire::kMaxFrame));
       ST_CO_TRY(auto f, wire::decode_state_frame(fb));
-      if (!f.part) co_return make_error(errc::unavailable, "part " + std::to_string(p) + ": " + f.error);
+      if (!f.part)
+        co_return make_error(errc::unavailable, "part " + std::to_string(p) + ": " + f.error);
       Bytes data(f.payload_len);
       ST_CO_TRY(co_await raw->r->read_exact(MutableBytesView(data.data(), data.size())));
       if (*f.part == p && blake2b_256(data) == m.part_hashes[p]) ++good;
@@ -89,10 +77,10 @@ TEST(StateCatchUp, AStreamKeepsServingTheSnapshotItsManifestNamed) {
 }
 
 TEST(StateCatchUp, AStalledDonorDoesNotHoldTheDownload) {
-  Cluster c(4, test::test_schema(20000), cfg_small_parts(), {}, 49);
+  Cluster c(4, test::test_schema(20000), test::state_config("state"), {}, 49);
   copy_tensors(c, 0, 1);
   copy_tensors(c, 0, 2);
-  for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(share(c, i, 3, "m"));
+  for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(test::share_state(c, i, 3, "m"));
   c.stall(2, 10s);  // its manifest comes after 10 s at the earliest
   const auto t0 = Clock::now();
   auto info = c.node(3).run([a = c.node(3).avg]() { return a->load_state({}); });

@@ -11,14 +11,6 @@ using starling::averaging::test::copy_tensors;
 
 namespace {
 
-AveragerConfig state_config() {
-  AveragerConfig c;
-  c.key = {"poison", 16, 0};
-  c.round.part_elems = 4096;
-  c.open_timeout = 20s;
-  return c;
-}
-
 // A test digest of float32 bytes (FNV-1a), carried as a donor's metadata.
 Bytes digest(BytesView data) {
   std::uint64_t h = 1469598103934665603ull;
@@ -39,7 +31,7 @@ result<void> share(Cluster& c, std::size_t i, std::uint64_t epoch, Bytes meta) {
 }  // namespace
 
 TEST(StatePoison, DonorFarAheadIsRefused) {
-  Cluster c(4, test::test_schema(2000), state_config(), {}, 61);
+  Cluster c(4, test::test_schema(2000), test::state_config("poison"), {}, 61);
   copy_tensors(c, 0, 1);
   ASSERT_TRUE(share(c, 0, 12, digest_of(c, 0)));
   ASSERT_TRUE(share(c, 1, 12, digest_of(c, 0)));
@@ -57,7 +49,7 @@ TEST(StatePoison, DonorFarAheadIsRefused) {
 }
 
 TEST(StatePoison, StateFailingTheCallersCheckIsRefused) {
-  Cluster c(4, test::test_schema(2000), state_config(), {}, 63);
+  Cluster c(4, test::test_schema(2000), test::state_config("poison"), {}, 63);
   copy_tensors(c, 0, 1);
   const Bytes honest = digest_of(c, 0);
   ASSERT_TRUE(share(c, 0, 12, honest));

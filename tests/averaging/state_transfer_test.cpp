@@ -11,23 +11,6 @@ using namespace starling::averaging;
 using starling::averaging::test::Cluster;
 using starling::averaging::test::copy_tensors;
 
-namespace {
-
-AveragerConfig cfg_small_parts() {
-  AveragerConfig c;
-  c.key = {"state", 16, 0};
-  c.round.part_elems = 4096;
-  c.open_timeout = 20s;
-  return c;
-}
-
-result<void> share(Cluster& c, std::size_t i, std::uint64_t epoch, std::string meta) {
-  return c.node(i).run(
-      [a = c.node(i).avg, epoch, meta]() { return a->share_state(epoch, to_bytes(meta), 60s); });
-}
-
-}  // namespace
-
 TEST(StateTransfer, ManifestCodecAndIds) {
   StateManifest m;
   m.epoch = 7;
@@ -52,14 +35,14 @@ TEST(StateTransfer, ManifestCodecAndIds) {
 }
 
 TEST(StateTransfer, NewcomerDownloadsFromSeveralDonors) {
-  Cluster c(5, test::test_schema(100000), cfg_small_parts(), {}, 41);
+  Cluster c(5, test::test_schema(100000), test::state_config("state"), {}, 41);
   // Donors 0-2 hold the current state (epoch 12); donor 3 an older one (epoch 9).
   copy_tensors(c, 0, 1);
   copy_tensors(c, 0, 2);
-  ASSERT_TRUE(share(c, 0, 12, "step=12"));
-  ASSERT_TRUE(share(c, 1, 12, "step=12"));
-  ASSERT_TRUE(share(c, 2, 12, "step=12"));
-  ASSERT_TRUE(share(c, 3, 9, "step=9"));
+  ASSERT_TRUE(test::share_state(c, 0, 12, "step=12"));
+  ASSERT_TRUE(test::share_state(c, 1, 12, "step=12"));
+  ASSERT_TRUE(test::share_state(c, 2, 12, "step=12"));
+  ASSERT_TRUE(test::share_state(c, 3, 9, "step=9"));
   ASSERT_NE(c.flat(4), c.flat(0));
   auto info = c.node(4).run([a = c.node(4).avg]() { return a->load_state({}); });
   ASSERT_TRUE(info) << info.error().message();
@@ -73,10 +56,10 @@ TEST(StateTransfer, NewcomerDownloadsFromSeveralDonors) {
 
 TEST(StateTransfer, DonorLostMidDownload) {
   for (bool stall : {false, true}) {
-    Cluster c(4, test::test_schema(400000), cfg_small_parts(), {}, 43);
+    Cluster c(4, test::test_schema(400000), test::state_config("state"), {}, 43);
     copy_tensors(c, 0, 1);
     copy_tensors(c, 0, 2);
-    for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(share(c, i, 3, "m"));
+    for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(test::share_state(c, i, 3, "m"));
     LoadStateOptions o;
     o.parts_per_request = 2;
     o.stall_timeout = 2s;
@@ -98,7 +81,7 @@ TEST(StateTransfer, DonorLostMidDownload) {
 }
 
 TEST(StateTransfer, NobodyAnnounces) {
-  Cluster c(1, test::test_schema(100), cfg_small_parts(), {}, 45);
+  Cluster c(1, test::test_schema(100), test::state_config("state"), {}, 45);
   auto info = c.node(0).run([a = c.node(0).avg]() { return a->load_state({}); });
   ASSERT_FALSE(info);
   EXPECT_EQ(info.error(), errc::not_found);

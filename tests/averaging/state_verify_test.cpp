@@ -12,14 +12,6 @@ using starling::averaging::test::Cluster;
 
 namespace {
 
-AveragerConfig state_config() {
-  AveragerConfig c;
-  c.key = {"verify", 16, 0};
-  c.round.part_elems = 4096;
-  c.open_timeout = 20s;
-  return c;
-}
-
 // A check that blocks until the test releases it (at most 20 s): a stand-in for hashing or
 // decoding a large state. Owned by the check through a shared_ptr (it may outlive the load).
 struct Gate {
@@ -49,7 +41,7 @@ void share_all(Cluster& c, std::size_t n) {
 }  // namespace
 
 TEST(StateVerify, IoThreadServesPeersDuringASlowCheck) {
-  Cluster c(3, test::test_schema(2000), state_config(), {}, 71);
+  Cluster c(3, test::test_schema(2000), test::state_config("verify"), {}, 71);
   test::copy_tensors(c, 0, 1);
   share_all(c, 2);
   auto g = std::make_shared<Gate>();
@@ -75,7 +67,7 @@ TEST(StateVerify, IoThreadServesPeersDuringASlowCheck) {
 }
 
 TEST(StateVerify, CheckOutlivingTheDeadlineTimesOut) {
-  Cluster c(3, test::test_schema(2000), state_config(), {}, 73);
+  Cluster c(3, test::test_schema(2000), test::state_config("verify"), {}, 73);
   test::copy_tensors(c, 0, 1);
   share_all(c, 2);
   const auto before = c.flat(2);
