@@ -37,6 +37,9 @@ result<void> validate(const OptimizerOptions& o) {
   if (o.averaging_timeout <= Duration::zero() || o.load_state_timeout <= Duration::zero())
     return bad("timeouts must be positive");
   if (o.matchmaking_time < Duration::zero()) return bad("matchmaking_time is negative");
+  // Zero would republish the progress record on every tick of the progress loop.
+  if (o.progress.max_publish_interval <= Duration::zero())
+    return bad("progress.max_publish_interval must be positive");
   if (o.progress.max_publish_interval * 2 > o.progress.stale_after)
     return bad("progress.stale_after must be at least twice progress.max_publish_interval");
   if (o.progress_ttl < o.progress.stale_after)

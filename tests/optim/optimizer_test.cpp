@@ -48,6 +48,9 @@ TEST(Optimizer, ValidatesOptionsAndParameters) {
   o.run_id.clear();
   EXPECT_FALSE(Optimizer::create(*m, std::make_unique<torch::optim::SGD>(m->parameters(), 0.1), o));
   o = options(12, 4);
+  o.progress.max_publish_interval = Duration::zero();
+  EXPECT_FALSE(Optimizer::create(*m, std::make_unique<torch::optim::SGD>(m->parameters(), 0.1), o));
+  o = options(12, 4);
   auto other = make_linear(2);
   auto r = Optimizer::create(*m, std::make_unique<torch::optim::SGD>(other->parameters(), 0.1), o);
   ASSERT_FALSE(r);
