@@ -26,6 +26,14 @@ std::uint64_t splitmix(std::uint64_t& s) {
   return z ^ (z >> 31);
 }
 
+// The group of the plan over `entries` that holds `self`, its leader first (empty if none).
+std::vector<PeerKey> group_of(const std::vector<MatchEntry>& entries, const GroupKey& key,
+                              const MatchmakingConfig& cfg, const PeerKey& self) {
+  for (auto& g : plan_groups(entries, key.to_string(), cfg.target_group_size, cfg.min_group_size))
+    if (std::find(g.begin(), g.end(), self) != g.end()) return std::move(g);
+  return {};
+}
+
 std::string ms(Duration d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
 }
@@ -218,18 +226,12 @@ void MatchmakingCore::replan(WallTime now) {
   // The settle time lets the first views fill up; a view that already shows every peer the
   // caller expects is as complete as waiting would make it.
   if (state_ != State::looking || !have_view_ || settling(now)) return;
-  const auto groups =
-      plan_groups(eligible(now), key_.to_string(), cfg_.target_group_size, cfg_.min_group_size);
-  for (const auto& g : groups) {
-    if (std::find(g.begin(), g.end(), self_.peer) == g.end()) continue;
-    if (g.front() == self_.peer) return;  // planned leader: wait for joins
-    leader_ = g.front();
-    state_ = State::joining;
-    state_since_ = now;
-    JoinRequest req{self_, schema_hash_, key_.to_string(), deadline_};
-    outbox_.push_back({g.front(), req});
-    return;
-  }
+  const auto g = group_of(eligible(now), key_, cfg_, self_.peer);
+  if (g.empty() || g.front() == self_.peer) return;  // unplanned, or the leader: wait for joins
+  leader_ = g.front();
+  state_ = State::joining;
+  state_since_ = now;
+  outbox_.push_back({g.front(), JoinRequest{self_, schema_hash_, key_.to_string(), deadline_}});
 }
 
 JoinReply MatchmakingCore::on_join(const JoinRequest& req, WallTime now) {
@@ -288,14 +290,12 @@ WallTime MatchmakingCore::begin_by() const {
 }
 
 bool MatchmakingCore::awaiting_planned(WallTime now) const {
+  const auto g = group_of(eligible(now), key_, cfg_, self_.peer);
+  if (g.empty() || g.front() != self_.peer) return false;
   std::set<PeerKey> mine{self_.peer};
   for (const auto& f : followers_) mine.insert(f.info.peer);
-  for (const auto& g :
-       plan_groups(eligible(now), key_.to_string(), cfg_.target_group_size, cfg_.min_group_size)) {
-    if (g.front() != self_.peer) continue;
-    for (const auto& p : g)
-      if (!mine.count(p)) return true;
-  }
+  for (const auto& p : g)
+    if (!mine.count(p)) return true;
   return false;
 }
 
@@ -341,26 +341,21 @@ void MatchmakingCore::maybe_begin(WallTime now) {
 // and joins it itself. The plan orders leaders by (gathered a group, rank), so two leaders that
 // see each other's sizes agree on which one gives way; stale sizes only delay the merge.
 bool MatchmakingCore::merge_into_planned(WallTime now) {
-  for (const auto& g :
-       plan_groups(eligible(now), key_.to_string(), cfg_.target_group_size, cfg_.min_group_size)) {
-    if (std::find(g.begin(), g.end(), self_.peer) == g.end()) continue;
-    if (g.front() == self_.peer) return false;
-    const PeerKey other = g.front();
-    logger("averaging")
-        ->debug("leader of {} (minimum {}) merges into the group of {}", followers_.size() + 1,
-                cfg_.min_group_size, other.short_hex());
-    for (const auto& f : followers_)
-      outbox_.push_back(
-          {f.info.peer, DisbandMsg{"merging into the group of " + other.short_hex()}});
-    followers_.clear();
-    leader_ = other;
-    state_ = State::joining;
-    state_since_ = now;
-    update_size();
-    outbox_.push_back({other, JoinRequest{self_, schema_hash_, key_.to_string(), deadline_}});
-    return true;
-  }
-  return false;
+  const auto g = group_of(eligible(now), key_, cfg_, self_.peer);
+  if (g.empty() || g.front() == self_.peer) return false;
+  const PeerKey other = g.front();
+  logger("averaging")
+      ->debug("leader of {} (minimum {}) merges into the group of {}", followers_.size() + 1,
+              cfg_.min_group_size, other.short_hex());
+  for (const auto& f : followers_)
+    outbox_.push_back({f.info.peer, DisbandMsg{"merging into the group of " + other.short_hex()}});
+  followers_.clear();
+  leader_ = other;
+  state_ = State::joining;
+  state_since_ = now;
+  update_size();
+  outbox_.push_back({other, JoinRequest{self_, schema_hash_, key_.to_string(), deadline_}});
+  return true;
 }
 
 void MatchmakingCore::finalize(WallTime now) {
