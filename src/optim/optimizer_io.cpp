@@ -1,6 +1,8 @@
 // The io-thread half of starling::Optimizer.
 #include "optimizer_io.hpp"
 
+#include <future>
+
 #include <asio/co_spawn.hpp>
 
 #include <fmt/format.h>
@@ -130,7 +132,8 @@ result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, Round
         std::string what = "averaging round " + options.key;
         const auto now = Clock::now();
         self->running_ =
-            Running{options.key, self->tracker_.local_epoch(), options.expected_members, now, now};
+            Running{options.key, self->run([](ProgressTracker& t) { return t.local_epoch(); }),
+                    options.expected_members, now, now};
         if (const auto& p = self->prepared_; p && p->key == options.key) {
           self->running_->expected = std::max(p->expected, options.expected_members);
           self->running_->counted_at = p->at;
@@ -172,8 +175,8 @@ void OptimizerIo::state_changed(std::uint64_t epoch) {
     self->prepared_.reset();
     if (self->snapshot_ && self->snapshot_->epoch != epoch) self->snapshot_.reset();
     // Look at the others again soon: decisions at the new epoch need their new records.
-    self->next_fetch_ =
-        std::min(self->next_fetch_, Clock::now() + self->tracker_.config().min_refresh);
+    const auto refresh = self->run([](ProgressTracker& t) { return t.config().min_refresh; });
+    self->next_fetch_ = std::min(self->next_fetch_, Clock::now() + refresh);
     self->wake_.set();
   });
 }
@@ -189,7 +192,7 @@ void OptimizerIo::offer_state(std::uint64_t epoch, std::uint64_t digest, Bytes s
 }
 
 awaitable<result<Collaboration::State>> OptimizerIo::provide_state() {
-  const auto epoch = tracker_.local_epoch();
+  const auto epoch = run([](ProgressTracker& t) { return t.local_epoch(); });
   if (!snapshot_ || snapshot_->epoch != epoch) {
     // The training thread serialises its state at its next step() call.
     snapshot_.reset();
@@ -205,7 +208,7 @@ awaitable<result<Collaboration::State>> OptimizerIo::provide_state() {
 
 awaitable<void> OptimizerIo::publish_once(bool leaving) {
   const Duration ttl = leaving ? kLeavingTtl : options_.progress_ttl;
-  auto rec = tracker_.make_record(Clock::now(), ttl);
+  auto rec = run([&](ProgressTracker& t) { return t.make_record(Clock::now(), ttl); });
   rec.leaving = leaving;
   auto r =
       co_await with_timeout(collab_->publish_progress(encode_progress(rec), ttl),
@@ -215,9 +218,10 @@ awaitable<void> OptimizerIo::publish_once(bool leaving) {
 
 awaitable<void> OptimizerIo::fetch_once() {
   const TimePoint began = Clock::now();
-  const std::uint64_t generation = tracker_.epoch_generation();
+  const std::uint64_t generation = run([](ProgressTracker& t) { return t.epoch_generation(); });
   auto r = co_await with_timeout(collab_->fetch_progress(), kFetchTimeout, "fetch progress");
   const TimePoint now = Clock::now();
+  std::lock_guard lk(tracker_mu_);  // maybe_abandon_round reads the tracker too
   if (r) tracker_.fetched(began, generation);
   if (!r) {
     log()->info("fetching progress failed: {}", r.error().message());
@@ -268,7 +272,8 @@ void OptimizerIo::maybe_abandon_round(TimePoint fetch_began, TimePoint now) {
 
 awaitable<void> OptimizerIo::progress_loop() {
   for (;;) {
-    if (tracker_.should_publish(Clock::now())) co_await publish_once();
+    if (run([](ProgressTracker& t) { return t.should_publish(Clock::now()); }))
+      co_await publish_once();
     if (Clock::now() >= next_fetch_) co_await fetch_once();
     const Duration wait =
         std::clamp<Duration>(next_fetch_ - Clock::now(), Duration::zero(), kLoopTick);

@@ -3,16 +3,16 @@
 // downloads for the training thread, and serves this peer's state to peers that fall behind.
 // No torch here: tensors arrive as flat float buffers.
 //
-// Threading rule: the private state is touched only on the collaboration's executor. The
-// public methods marked "training thread" block the calling thread until the io thread has
-// done the work (bounded); never call them from the io thread itself.
+// Threading rule: the private state is touched only on the collaboration's executor, except the
+// ProgressTracker, which both threads use through run() under `tracker_mu_`. The public methods
+// marked "training thread" block the calling thread until the io thread has done the work
+// (bounded); never call them from the io thread itself.
 #pragma once
 
 #include <atomic>
-#include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -43,16 +43,15 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   OptimizerIo(std::shared_ptr<Collaboration> collab, ProgressTracker tracker,
               const OptimizerOptions& options);
 
-  // Training thread: runs f(tracker) on the io thread and returns its result.
+  // Any thread: runs f(tracker) under the tracker's lock, on the calling thread. Until session
+  // 13 the training thread posted f to the io thread and waited for it at every step() call:
+  // with more busy threads than cores each hop waited ~10 ms for the io thread to be scheduled
+  // (40-50% of a trainer's wall time with delayed updates, 4 trainers + 4 alone on 2 cores).
+  // The lock is held only for f: never across a co_await, never while waiting for a thread.
   template <class F>
   auto run(F&& f) -> std::invoke_result_t<F&, ProgressTracker&> {
-    using R = std::invoke_result_t<F&, ProgressTracker&>;
-    auto task = std::make_shared<std::packaged_task<R()>>([&] { return f(tracker_); });
-    auto fut = task->get_future();
-    asio::post(executor_, [task] { (*task)(); });
-    if (fut.wait_for(kRunBound) != std::future_status::ready)
-      throw std::runtime_error("starling optimizer: the node's io thread is not running");
-    return fut.get();
+    std::lock_guard lk(tracker_mu_);
+    return f(tracker_);
   }
 
   // Training thread: one averaging round over `buf` (averaged in place).
@@ -73,7 +72,6 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   result<void> stop(Duration timeout);
 
  private:
-  static constexpr Duration kRunBound = 60s;
   awaitable<void> progress_loop();
   awaitable<void> publish_once(bool leaving = false);
   awaitable<void> fetch_once();
@@ -87,7 +85,8 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
 
   std::shared_ptr<Collaboration> collab_;
   asio::any_io_executor executor_;
-  ProgressTracker tracker_;
+  std::mutex tracker_mu_;
+  ProgressTracker tracker_;  // guarded by tracker_mu_: use run()
   OptimizerOptions options_;
   TaskScope scope_;
   AsyncEvent wake_;
@@ -113,7 +112,7 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
     TimePoint at;
   };
   std::optional<Prepared> prepared_;
-  void maybe_abandon_round(TimePoint fetch_began, TimePoint now);
+  void maybe_abandon_round(TimePoint fetch_began, TimePoint now);  // tracker_mu_ held
   ProgressLimits limits_;
 };
 
