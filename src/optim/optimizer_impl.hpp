@@ -264,13 +264,10 @@ struct Optimizer::Impl {
   }
 
   // The peers this epoch's round expects, from the view of the decision that began it: a
-  // majority of the live peers must be in the group; if every live peer is at the epoch, the
-  // round may begin as soon as all of them are. (Until session 13 the majority was of the
-  // peers at the epoch: two peers that had just downloaded the state and two that had stepped
-  // as a pair each counted two at the epoch and both pairs stepped, a fork seen once under
-  // load 60. Which peers are live changes slowly, which epoch each is at changes every round.)
+  // majority of those at the epoch must be in the group; if every live peer is at the epoch,
+  // the round may begin as soon as all of them are.
   void expect_members(RoundOptions& ro, const CollaborationView& v) const {
-    ro.expected_members = v.num_peers;
+    ro.expected_members = v.peers_at_global_epoch;
     ro.expected_group = v.global_epoch == epoch ? v.all_at_epoch : 0;
   }
 

@@ -248,42 +248,6 @@ TEST(EarlyMatchmaking, OptimizerPreparesEachRoundAndShutdownLeavesNonePending) {
   test::expect_agreement(record, 3);
 }
 
-// A round's majority is of every live peer, not only of those at its epoch: a fourth peer
-// that publishes its record but never trains (it stays at epoch 0, as a peer still
-// downloading would) counts in every round's expected members (the three at the epoch are
-// its majority), while the group hint leaves it out. Before session 13 the rounds expected 3
-// (the peers at the epoch), so a view that missed two of four could let two pairs both step.
-TEST(EarlyMatchmaking, RoundsExpectAMajorityOfEveryLivePeerNotOnlyThoseAtTheEpoch) {
-  auto hub = std::make_shared<test::Hub>(500ms);
-  auto o = test::hub_options("majority", 2000, 8);
-  o.matchmaking_time = 10s;
-  std::mutex mu;
-  std::map<std::uint64_t, std::vector<torch::Tensor>> record;
-  test::HubPeer idle(hub, 9, o);  // never steps: its progress loop keeps its record live
-  std::vector<std::unique_ptr<test::HubPeer>> peers;
-  for (int i = 0; i < 3; ++i) peers.push_back(std::make_unique<test::HubPeer>(hub, 1, o));
-  for (int i = 0; i < 3; ++i) peers[i]->start(200 + i, mu, record, 5);
-  ASSERT_TRUE(test::wait_until([&] { return test::min_live_epoch(peers) >= 5; }, 120s));
-  std::size_t checked = 0;
-  for (auto& p : peers) {
-    p->stop = true;
-    if (p->thread.joinable()) p->thread.join();
-    ASSERT_TRUE(p->opt->shutdown(10s));
-    for (const auto& plan : p->collab->plans()) {
-      // From epoch 2 on every trainer has seen the idle peer's record (published every 200 ms).
-      if (std::stoull(plan.options.key.substr(6)) < 2) continue;
-      ++checked;
-      EXPECT_EQ(plan.options.expected_members, 4u) << plan.options.key;
-      // The hint names only peers that can join now (those at the epoch), never the idle one.
-      EXPECT_LE(plan.options.expected_group, 3u) << plan.options.key;
-    }
-  }
-  EXPECT_GE(checked, 3u);
-  ASSERT_TRUE(idle.opt->shutdown(10s));
-  std::lock_guard lk(mu);
-  test::expect_agreement(record, 3);
-}
-
 // abandon_round() ends an average() still matchmaking at once with errc::unavailable (the
 // optimizer calls it when a fresh fetch shows peers past its epoch and too few left at it),
 // not at its matchmaking deadline (here 30 s: half of the 60 s round). The round can never

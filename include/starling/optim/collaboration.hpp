@@ -55,10 +55,9 @@ struct RoundOptions {
   // The round (matchmaking + all-reduce) fails with errc::timeout after this.
   TimePoint deadline;
   Compression compression = Compression::none;
-  // Live peers the caller's view knows, at any epoch, itself included (0: unknown). A
+  // Peers the caller believes are at this round's epoch, itself included (0: unknown). A
   // networked implementation requires a strict majority of them in the group, so that two
-  // disjoint groups can never both succeed for one key (their parameters would fork) unless
-  // the two callers' views disagree on who is live.
+  // disjoint groups can never both succeed for one key (their parameters would fork).
   std::size_t expected_members = 0;
   // Every peer expected to join this round, itself included, when the caller's progress view
   // shows every live peer (auxiliary ones too) at this round's epoch or two or more behind; 0
