@@ -30,7 +30,12 @@ struct Optimizer::Impl::BackgroundRound {
   // Written by the background thread before `done`.
   result<RoundResult> outcome = make_error(errc::internal, "background round did not run");
   Duration averaging_time{0};
+  bool applied = false;  // the step changed master and the optimizer state (master_mu)
 };
+
+bool Optimizer::Impl::background_step_applied() const {
+  return bg && bg->applied;
+}
 
 Optimizer::Impl::~Impl() {
   if (bg && bg->thread.joinable()) bg->thread.join();
@@ -78,6 +83,7 @@ void Optimizer::Impl::run_background_round(BackgroundRound& b) {
     if (b.outcome) {
       std::lock_guard lk(master_mu);
       apply(b.mine);
+      b.applied = true;
     }
   } catch (const std::exception& e) {
     b.outcome = make_error(errc::internal, fmt::format("background step: {}", e.what()));

@@ -109,6 +109,7 @@ struct Optimizer::Impl {
   // Returns whether a round was finished.
   bool finish_background_round(StepReport& rep, bool block);
   void run_background_round(BackgroundRound& b);
+  bool background_step_applied() const;  // master_mu held
 
   ProgressConfig progress_config() const {
     ProgressConfig c = opt.progress;
@@ -307,8 +308,12 @@ struct Optimizer::Impl {
   }
 
   // Runs a round on the io thread (blocking this thread, bounded); a group of one is a failure.
-  result<RoundResult> run_round(const std::shared_ptr<RoundBuffer>& buf, const RoundOptions& ro) {
-    auto r = io->average(buf, ro, opt.averaging_timeout + kIoGrace);
+  // `serve`: the calling (training) thread serves state requests while it waits.
+  result<RoundResult> run_round(const std::shared_ptr<RoundBuffer>& buf, const RoundOptions& ro,
+                                bool serve = false) {
+    std::function<void()> waiting;
+    if (serve) waiting = [this] { serve_pending_state_request(); };
+    auto r = io->average(buf, ro, opt.averaging_timeout + kIoGrace, std::move(waiting));
     // A group of one means the others were not there (they stepped already, or are behind):
     // applying our own gradients alone would fork the parameters at this epoch.
     if (r && r.value().members.size() < 2)
@@ -359,7 +364,7 @@ struct Optimizer::Impl {
     torch::Tensor mine = contribution().contiguous();
     auto [buf, ro] = make_round(mine, v);
     auto t0 = Clock::now();
-    auto r = run_round(buf, ro);
+    auto r = run_round(buf, ro, true);  // the parameters do not change meanwhile
     rep.averaging_time = Clock::now() - t0;
     if (!r) {
       round_failed(rep, r.error());
@@ -430,10 +435,18 @@ struct Optimizer::Impl {
   }
 
   // Serialises the current state for a peer that downloads it (on the training thread).
+  // Training thread: serialises the state for a peer that asked (at every step() call, and
+  // every 20 ms while a synchronous round is in flight, so a peer behind is never held up by
+  // this one's round). With a background round in flight the parameters and the optimizer
+  // state are those of `epoch` until its step is applied (under master_mu): served under that
+  // lock; once applied, at the next call after it was published.
   void serve_pending_state_request() {
-    // While a background step runs, the parameters and the optimizer state disagree: serve
-    // at the next call after it was applied.
-    if (!io || bg || !io->state_requested()) return;
+    if (!io || !io->state_requested()) return;
+    std::unique_lock<std::mutex> lk;
+    if (bg) {
+      lk = std::unique_lock(master_mu);
+      if (background_step_applied()) return;
+    }
     auto bytes = save_training_state(model, inner.get(), extra_tensors());
     if (!bytes) {
       log()->warn("cannot serialise state for a peer: {}", bytes.error().message());

@@ -84,7 +84,8 @@ struct ScopedJob {
 
 template <class T>
 result<T> OptimizerIo::wait_for_io(std::function<awaitable<result<T>>()> make, Duration bound,
-                                   const char* what, bool scoped) {
+                                   const char* what, bool scoped,
+                                   const std::function<void()>& while_waiting) {
   auto promise = std::make_shared<std::promise<result<T>>>();
   auto fut = promise->get_future();
   auto self = shared_from_this();
@@ -107,8 +108,16 @@ result<T> OptimizerIo::wait_for_io(std::function<awaitable<result<T>>()> make, D
           if (e) promise->set_exception(e);
         });
   }
-  if (fut.wait_for(bound) != std::future_status::ready)
-    return make_error(errc::timeout, fmt::format("{}: the io thread did not answer", what));
+  const TimePoint until = Clock::now() + bound;
+  for (;;) {
+    const Duration left = until - Clock::now();
+    const Duration slice = while_waiting ? std::min<Duration>(left, kServePoll) : left;
+    if (fut.wait_for(std::max<Duration>(slice, Duration::zero())) == std::future_status::ready)
+      break;
+    if (Clock::now() >= until)
+      return make_error(errc::timeout, fmt::format("{}: the io thread did not answer", what));
+    while_waiting();
+  }
   try {
     return fut.get();
   } catch (const std::exception& e) {
@@ -117,7 +126,7 @@ result<T> OptimizerIo::wait_for_io(std::function<awaitable<result<T>>()> make, D
 }
 
 result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, RoundOptions options,
-                                         Duration wait_bound) {
+                                         Duration wait_bound, std::function<void()> while_waiting) {
   auto self = shared_from_this();
   return wait_for_io<RoundResult>(
       [self, buf, options]() -> awaitable<result<RoundResult>> {
@@ -143,7 +152,7 @@ result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, Round
         if (self->running_ && self->running_->key == options.key) self->running_.reset();
         co_return r;
       },
-      wait_bound, "averaging round", true);
+      wait_bound, "averaging round", true, while_waiting);
 }
 
 result<Collaboration::State> OptimizerIo::download_state(Duration timeout, Duration wait_bound,

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -54,9 +55,11 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
     return f(tracker_);
   }
 
-  // Training thread: one averaging round over `buf` (averaged in place).
+  // Training thread: one averaging round over `buf` (averaged in place). `while_waiting`, if
+  // set, runs on the calling thread every kServePoll while the round is in flight (the
+  // optimizer serves its state to peers that fall behind meanwhile).
   result<RoundResult> average(std::shared_ptr<RoundBuffer> buf, RoundOptions options,
-                              Duration wait_bound);
+                              Duration wait_bound, std::function<void()> while_waiting = {});
   // Training thread: downloads state from a peer (one holding `want_digest` if not 0).
   result<Collaboration::State> download_state(Duration timeout, Duration wait_bound,
                                               std::uint64_t want_digest);
@@ -81,7 +84,9 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   // Runs make() on the io thread and waits at most `bound` for its result. `scoped`: inside
   // scope_, so that stop() cancels it (rounds and downloads; stop() itself is not).
   result<T> wait_for_io(std::function<awaitable<result<T>>()> make, Duration bound,
-                        const char* what, bool scoped);
+                        const char* what, bool scoped,
+                        const std::function<void()>& while_waiting = {});
+  static constexpr Duration kServePoll = 20ms;
 
   std::shared_ptr<Collaboration> collab_;
   asio::any_io_executor executor_;
