@@ -133,10 +133,10 @@ struct DhtConfig {
   // of its last round (the network grew after it joined) runs another round. Rounds beyond the
   // join's first batch start lookups only while the networked node allows background dials
   // (its warm-connection bound). Off by default: at 256 nodes on loopback it took gets that
-  // open a connection from 15-18% to none and a first store from 11 to 3-5 ms, but tables (and
-  // connections) roughly doubled, the join took 3x as long, and in the lossy rewrite
-  // simulation (tests/dht/rewrite_test.cpp) stale copies and stale reads rose beyond its
-  // bounds, not yet explained (docs/benchmarks.md, DHT, session 13).
+  // open a connection from 15-18% to none and a first store from 11 to 3-7 ms, but tables (and
+  // connections) roughly doubled, the join took 3-4x as long, and in the lossy rewrite
+  // simulation (tests/dht/rewrite_test.cpp) stale copies rose beyond its bounds, not yet
+  // explained (docs/benchmarks.md, DHT, session 13).
   bool refresh_splits = false;
   double refresh_growth = 0;
   // Buckets not touched by a lookup or an answer for this long are refreshed by a lookup of
