@@ -36,8 +36,8 @@ class StarlingSet : public NodeSet {
     return s.host->listen_addresses().at(0).with_peer_id(s.host->local_peer()).to_string();
   }
 
-  // Joined = every node's warm connections are up and no learned node waits for admission
-  // (or max_s passed).
+  // Joined = every node's warm connections are up, no learned node waits for admission and
+  // no refresh round runs (or max_s passed).
   void wait_joined(double max_s) override {
     const auto t0 = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
@@ -49,7 +49,7 @@ class StarlingSet : public NodeSet {
             },
             std::chrono::seconds(10));
         if (!w || (w.value().dialing == 0 && w.value().connected >= w.value().wanted &&
-                   w.value().admitting == 0)) {
+                   w.value().admitting == 0 && !w.value().refreshing)) {
           if (w && std::getenv("BENCH_DEBUG"))
             std::cerr << "node " << i << ": table " << w.value().table << ", connections "
                       << w.value().connections << ", warm " << w.value().connected << "/"
@@ -160,6 +160,12 @@ class StarlingSet : public NodeSet {
     // BENCH_GET_DIALS=n: DhtConfig::get_dials (dials a get keeps in flight; 0 = no limit).
     if (const char* e = std::getenv("BENCH_GET_DIALS"))
       cfg.dht.get_dials = std::strtoul(e, nullptr, 10);
+    // BENCH_REFRESH=1: refresh rounds (DhtConfig::refresh_splits, refresh_growth = 2; off by
+    // default).
+    if (const char* e = std::getenv("BENCH_REFRESH"); e && std::atoi(e) != 0) {
+      cfg.dht.refresh_splits = true;
+      cfg.dht.refresh_growth = 2.0;
+    }
     auto node = sdht::DhtNode::create(host, cfg);
     ST_CO_TRY(co_await node->start(seeds));
     co_return Started{host, node};

@@ -84,7 +84,10 @@ void DhtCore::note_alive(const Contact& who, const NodeHeader& h, const Now& now
   const bool known = routing_.contains(who.id);
   Contact c{who.peer, who.id, h.addrs.empty() ? who.addrs : h.addrs};
   ping_for_eviction(routing_.on_seen(c, now.mono), now);
-  if (!known && routing_.contains(who.id)) replicate_to(c, now);  // a newcomer
+  if (!known && routing_.contains(who.id)) {
+    replicate_to(c, now);  // a newcomer
+    check_growth(now);
+  }
 }
 
 void DhtCore::note_failure(const Contact& who, const Now& now) {
@@ -224,6 +227,10 @@ void DhtCore::finish(std::uint64_t id, result<void> status, const Now& now) {
     if (status) cache_along_path(op, now);
   }
   report(op, std::move(status), now);
+  if (op.round) {
+    --refresh_in_flight_;
+    continue_refresh_round(now);
+  }
 }
 
 void DhtCore::report(Operation& op, result<void> status, const Now& now) {

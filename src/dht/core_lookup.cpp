@@ -129,20 +129,18 @@ void DhtCore::lookup_done(Operation& op, const Now& now) {
                                               " initial peers answered"),
             now);
       finish(id, success(), now);
-      // Fill the far buckets too: one lookup of a random id inside each bucket.
-      std::vector<DhtId> targets;
-      for (const auto& b : routing_.buckets())
-        if (!b.covers(self_.id))
-          targets.push_back(DhtId::random_with_prefix(b.prefix, b.depth, rng_));
-      for (const auto& t : targets) start_find(t, true, now);
+      // Fill the far buckets too: one lookup of a random id inside each bucket (and, with
+      // refresh_splits, inside each bucket their answers split off: core_refresh.cpp).
+      begin_refresh_round(now, true);
       return;
     }
   }
 }
 
-std::uint64_t DhtCore::start_find(const DhtId& target, bool internal, const Now& now) {
+std::uint64_t DhtCore::start_find(const DhtId& target, bool internal, const Now& now, bool round) {
   Operation& op = new_op(OpKind::find_node, internal, now);
   const std::uint64_t id = op.id;
+  op.round = round;
   start_lookup(op, target, {}, now);
   pump(id, now);
   return id;

@@ -31,7 +31,10 @@ Response DhtCore::handle_request(const net::PeerId& from, const Request& request
     resp = handle_store(from, *s, now);
   else
     resp = handle_find(from, std::get<FindRequest>(request.body), now);
-  if (newcomer) replicate_to(*newcomer, now);  // queued after the answer is computed
+  if (newcomer) {
+    replicate_to(*newcomer, now);  // queued after the answer is computed
+    check_growth(now);
+  }
   return resp;
 }
 

@@ -52,6 +52,10 @@ DhtNode::DhtNode(std::shared_ptr<net::Host> host, DhtNodeConfig cfg)
       scope_(host_->get_executor()),
       timer_(host_->get_executor()) {
   core_.set_connected_hint([h = host_.get()](const net::PeerId& p) { return h->is_connected(p); });
+  // Background dials (refresh rounds after the join's first batch) within the warm bound.
+  core_.set_background_dials_hint([h = host_.get(), warm = cfg_.warm_connections] {
+    return warm == 0 || h->connection_count() < 2 * warm;
+  });
 }
 
 DhtNode::~DhtNode() = default;

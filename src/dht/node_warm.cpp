@@ -123,6 +123,7 @@ WarmStats DhtNode::warm_stats() const {
   s.checks = warm_checks_;
   s.failed = warm_failed_;
   s.admitting = core_.admissions_waiting();
+  s.refreshing = core_.refreshing();
   s.table = core_.routing().size();
   s.connections = host_->connection_count();
   return s;

@@ -122,6 +122,23 @@ struct DhtConfig {
   // A whole get/store/find operation never takes longer than this.
   Duration operation_timeout = 30s;
 
+  // Refresh rounds (core_refresh.cpp). After joining, a node refreshes every bucket that does
+  // not cover its own id (one lookup of a random id inside it). With `refresh_splits`, that
+  // round goes on while buckets created by the splits its answers caused hold none of its
+  // targets yet: those are refreshed too (each at most once per round), so the table covers
+  // every region of the id space down to the depth its buckets reach, not only the few buckets
+  // that existed when the self-lookup ended (a far bucket splits only once full, so one lookup
+  // fills one sub-range of it and keys in the others have no known holder). With
+  // `refresh_growth` > 0, a node whose table has grown to that many times its size at the end
+  // of its last round (the network grew after it joined) runs another round. Rounds beyond the
+  // join's first batch start lookups only while the networked node allows background dials
+  // (its warm-connection bound). Off by default: at 256 nodes on loopback it took gets that
+  // open a connection from 15-18% to none and a first store from 11 to 3-7 ms, but tables (and
+  // connections) roughly doubled, the join took 3-4x as long, and in the lossy rewrite
+  // simulation (tests/dht/rewrite_test.cpp) stale copies rose beyond its bounds, not yet
+  // explained (docs/benchmarks.md, DHT, session 13).
+  bool refresh_splits = false;
+  double refresh_growth = 0;
   // Buckets not touched by a lookup or an answer for this long are refreshed by a lookup of
   // a random id inside them.
   Duration refresh_interval = 10min;

@@ -154,6 +154,15 @@ class DhtCore {
   void set_connected_hint(std::function<bool(const net::PeerId&)> hint) {
     connected_ = std::move(hint);
   }
+  // Whether background work may open new connections now (set by the networked node: its
+  // warm-connection bound; without it, always). Refresh rounds beyond the join's first batch
+  // of bucket refreshes start lookups only while it says yes.
+  void set_background_dials_hint(std::function<bool()> hint) { may_dial_ = std::move(hint); }
+  // Refresh rounds (DhtConfig::refresh_splits, refresh_growth): whether one is running, how many
+  // ran, and the refresh lookups they started.
+  bool refreshing() const noexcept { return refresh_round_; }
+  std::size_t refresh_rounds() const noexcept { return refresh_rounds_; }
+  std::uint64_t refresh_lookups() const noexcept { return refresh_lookups_; }
 
  private:
   enum class Purpose : std::uint8_t { lookup, store, ping, cache, admit, replicate };
@@ -175,6 +184,7 @@ class DhtCore {
     std::uint64_t id = 0;
     OpKind kind = OpKind::find_node;
     bool internal = false;  // refresh/republish: no OpResult
+    bool round = false;     // find_node: a lookup of the current refresh round
     RecordKey key;
     std::optional<Lookup> lookup;
     TimePoint deadline;
@@ -239,7 +249,8 @@ class DhtCore {
   void on_find_response(Operation& op, const Contact& from, const FindResult& res, const Now& now);
   void lookup_done(Operation& op, const Now& now);
   std::vector<Contact> contacts_of(const std::vector<PeerInfo>& peers) const;
-  std::uint64_t start_find(const DhtId& target, bool internal, const Now& now);
+  // `round`: one of the current refresh round's lookups (counted in refresh_in_flight_).
+  std::uint64_t start_find(const DhtId& target, bool internal, const Now& now, bool round = false);
   // core_store.cpp
   std::uint64_t start_store(const RecordKey& key, Slot payload, std::size_t replicas,
                             std::size_t quorum, bool internal, const Now& now);
@@ -263,6 +274,12 @@ class DhtCore {
   void pump_admissions(const Now& now);
   void on_admit_done(const DhtId& id, const Now& now);
   bool foreground_busy() const;
+  // core_refresh.cpp
+  void begin_refresh_round(const Now& now, bool first);
+  void continue_refresh_round(const Now& now);
+  void start_round_lookups(const std::vector<DhtId>& targets, const Now& now);
+  void end_refresh_round();
+  void check_growth(const Now& now);
   // core_replicate.cpp
   void replicate_to(const Contact& to, const Now& now);
   void expire_replicated(const Now& now);
@@ -299,6 +316,13 @@ class DhtCore {
   bool admit_open_ = true;
   std::deque<OpResult> results_;
   std::function<bool(const net::PeerId&)> connected_;
+  std::function<bool()> may_dial_;
+  bool refresh_round_ = false;          // a refresh round is running
+  std::vector<DhtId> refresh_targets_;  // the current round's targets
+  std::size_t refresh_in_flight_ = 0;   // its lookups not finished yet
+  std::size_t refresh_size_ = 0;        // table size when the last round ended (0: none yet)
+  std::size_t refresh_rounds_ = 0;
+  std::uint64_t refresh_lookups_ = 0;
   std::unordered_map<DhtId, TimePoint> replicated_;  // newcomer -> end of its cooldown
   std::uint64_t replicated_records_ = 0;
   std::unordered_map<net::PeerId, TimePoint> warned_;  // peer -> last warning about it

@@ -116,6 +116,7 @@ struct WarmStats {
   std::uint64_t dials = 0, failed = 0;
   std::uint64_t checks = 0, recomputes = 0;  // keeper wake-ups, and those that recomputed the set
   std::size_t admitting = 0;                 // lookup-learned nodes waiting for an admission ping
+  bool refreshing = false;                   // a refresh round runs (DhtConfig::refresh_splits)
   std::size_t table = 0;                     // routing-table nodes
   std::size_t connections = 0;               // the host's open connections
 };
