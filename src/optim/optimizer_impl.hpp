@@ -265,10 +265,14 @@ struct Optimizer::Impl {
   }
 
   // The peers this epoch's round expects, from the view of the decision that began it: a
-  // majority of those at the epoch must be in the group; if every live peer is at the epoch,
-  // the round may begin as soon as all of them are.
+  // majority of those at the epoch or one behind must be in the group; if every live peer is at
+  // the epoch (or far behind), the round may begin as soon as all of them are. Until session 13
+  // the majority was of the peers at the epoch only: two peers that had just downloaded the
+  // state saw the other two one behind (their records lagged), each pair counted two and both
+  // stepped (a fork, once under load 60). A majority of every live peer (67de67e, reverted)
+  // also waited for peers far behind, who must download first.
   void expect_members(RoundOptions& ro, const CollaborationView& v) const {
-    ro.expected_members = v.peers_at_global_epoch;
+    ro.expected_members = v.majority_base;
     ro.expected_group = v.global_epoch == epoch ? v.all_at_epoch : 0;
   }
 

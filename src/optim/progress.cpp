@@ -370,6 +370,7 @@ CollaborationView ProgressTracker::view(TimePoint now) const {
   }
   if (counts_rate(epoch_)) v.samples_per_second = local_samples_per_second();
   std::size_t far_behind = epoch_ + 2 <= v.global_epoch ? 1 : 0;
+  v.majority_base = far_behind ? 0 : 1;
   for (const auto& [id, h] : peers_) {
     if (!live(h, now)) continue;
     ++v.num_peers;
@@ -381,7 +382,10 @@ CollaborationView ProgressTracker::view(TimePoint now) const {
       v.samples_accumulated += extrapolate(h, now);
     }
     if (counts_rate(h.record.epoch)) v.samples_per_second += h.record.samples_per_second;
-    if (h.record.epoch + 2 <= v.global_epoch) ++far_behind;
+    if (h.record.epoch + 2 <= v.global_epoch)
+      ++far_behind;
+    else
+      ++v.majority_base;
   }
   // A peer two or more epochs behind cannot be in this epoch's round before it has downloaded
   // the state (seconds): the round does not wait for it. One epoch behind may be a record

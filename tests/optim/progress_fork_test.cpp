@@ -289,3 +289,27 @@ TEST(ProgressTracker, AllAtEpochLeavesOutPeersTwoEpochsBehind) {
   t.observe(lagging, rec(7, 0, 10, 3), 0s, now + 2s);
   EXPECT_EQ(t.view(now + 2s).all_at_epoch, 4u);
 }
+
+// A round's majority counts the peers at the epoch and one behind (their record may lag a
+// round they were in, or they download and join), not those two or more behind (they cannot
+// join before a download). Counting only the peers at the epoch let two pairs of four step at
+// one epoch, each seeing the other one behind.
+TEST(ProgressTracker, MajorityBaseCountsPeersOneBehindNotFarBehind) {
+  ProgressTracker t(make_peer(), config(1000));
+  const auto now = t0();
+  t.set_epoch(7);
+  t.observe(make_peer(), rec(7, 0, 10), 0s, now);
+  t.observe(make_peer(), rec(6, 0, 10), 0s, now);
+  t.observe(make_peer(), rec(6, 0, 10), 0s, now);
+  t.observe(make_peer(), rec(5, 0, 10), 0s, now);
+  auto v = t.view(now);
+  EXPECT_EQ(v.num_peers, 5u);
+  EXPECT_EQ(v.peers_at_global_epoch, 2u);
+  EXPECT_EQ(v.majority_base, 4u);  // a round needs 3: the two at 7 alone are no majority
+  // This peer far behind counts itself out.
+  ProgressTracker behind(make_peer(), config(1000));
+  behind.set_epoch(4);
+  behind.observe(make_peer(), rec(7, 0, 10), 0s, now);
+  behind.observe(make_peer(), rec(7, 0, 10), 0s, now);
+  EXPECT_EQ(behind.view(now).majority_base, 2u);
+}

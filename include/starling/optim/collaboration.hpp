@@ -55,7 +55,8 @@ struct RoundOptions {
   // The round (matchmaking + all-reduce) fails with errc::timeout after this.
   TimePoint deadline;
   Compression compression = Compression::none;
-  // Peers the caller believes are at this round's epoch, itself included (0: unknown). A
+  // Peers the caller believes are at this round's epoch or one behind it, itself included
+  // (0: unknown; CollaborationView::majority_base). A
   // networked implementation requires a strict majority of them in the group, so that two
   // disjoint groups can never both succeed for one key (their parameters would fork).
   std::size_t expected_members = 0;

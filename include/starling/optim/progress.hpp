@@ -125,6 +125,11 @@ struct CollaborationView {
   std::size_t num_auxiliary = 0;
   std::size_t peers_at_global_epoch = 0;      // live peers at global_epoch, this one included
   std::size_t computing_at_global_epoch = 0;  // of which not auxiliary
+  // Live peers at global_epoch or one behind it, this one included: the base of a round's
+  // majority (RoundOptions::expected_members). One behind may have stepped in a group this
+  // view has not seen yet, or be about to download and join; two or more behind cannot join
+  // this epoch's round before a download and do not count.
+  std::size_t majority_base = 0;
   // When every live peer, this one and auxiliary ones included, is at global_epoch or at
   // least two epochs behind it (none one behind, which may still be finishing the previous
   // epoch's round; two behind must download the state before any round): the number at
