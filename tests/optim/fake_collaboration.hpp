@@ -55,6 +55,13 @@ class Hub {
   Duration window_;
   std::uint64_t rounds_closed = 0;
 
+  // Peers in round `key` now (0 if it never opened).
+  std::size_t members_of(const std::string& key) {
+    std::lock_guard lk(mu);
+    auto it = rounds.find(key);
+    return it == rounds.end() ? 0 : it->second.members.size();
+  }
+
   // Closes `key` (mu held): averages, writes back, wakes everyone.
   void close_round(const std::string& key) {
     auto& r = rounds[key];

@@ -16,12 +16,6 @@ using namespace starling::optim;
 
 namespace {
 
-std::size_t members_of(test::Hub& hub, const std::string& key) {
-  std::lock_guard lk(hub.mu);
-  auto it = hub.rounds.find(key);
-  return it == hub.rounds.end() ? 0 : it->second.members.size();
-}
-
 RoundOptions round_options(const std::string& key, Duration timeout) {
   RoundOptions o;
   o.key = key;
@@ -52,7 +46,7 @@ TEST(FakeCollaboration, CancelledRoundLeavesTheHub) {
         a_done->set_value(co_await a->average(spans, round_options("k", 30s)));
       },
       asio::detached);
-  ASSERT_TRUE(test::wait_until([&] { return members_of(*hub, "k") == 1; }, 10s));
+  ASSERT_TRUE(test::wait_until([&] { return hub->members_of("k") == 1; }, 10s));
 
   // b joins, then its wait is cancelled from outside (block_on's timeout cancels it).
   auto r = block_on(
@@ -63,7 +57,7 @@ TEST(FakeCollaboration, CancelledRoundLeavesTheHub) {
       },
       300ms);
   ASSERT_FALSE(r);
-  EXPECT_EQ(members_of(*hub, "k"), 1u) << "the cancelled peer is still a member of the round";
+  EXPECT_EQ(hub->members_of("k"), 1u) << "the cancelled peer is still a member of the round";
 
   // Closing the round now averages a alone and never touches b's buffer.
   {

@@ -10,16 +10,6 @@
 using namespace starling;
 using namespace starling::optim;
 
-namespace {
-
-std::size_t members_of(test::Hub& hub, const std::string& key) {
-  std::lock_guard lk(hub.mu);
-  auto it = hub.rounds.find(key);
-  return it == hub.rounds.end() ? 0 : it->second.members.size();
-}
-
-}  // namespace
-
 TEST(StateServing, ADonorInASynchronousRoundServesItsStateMeanwhile) {
   // A round closes when every live peer joined it or 4 s after its first joiner.
   auto hub = std::make_shared<test::Hub>(4s);
@@ -44,7 +34,7 @@ TEST(StateServing, ADonorInASynchronousRoundServesItsStateMeanwhile) {
   std::map<std::uint64_t, std::vector<torch::Tensor>> record;
   test::HubPeer donor(hub, 1, test::hub_options("serving", 64, 8));
   donor.start(7, mu, record);
-  ASSERT_TRUE(test::wait_until([&] { return members_of(*hub, "grads/0") == 1; }, 30s))
+  ASSERT_TRUE(test::wait_until([&] { return hub->members_of("grads/0") == 1; }, 30s))
       << "the donor never began the round of epoch 0";
 
   // A newcomer downloads the state while the donor's training thread waits in that round.
@@ -62,7 +52,7 @@ TEST(StateServing, ADonorInASynchronousRoundServesItsStateMeanwhile) {
   EXPECT_EQ(state.value().epoch, 0u);
   EXPECT_FALSE(state.value().bytes.empty());
   EXPECT_LT(took, 2s) << "the download waited for the donor's round to end";
-  EXPECT_EQ(members_of(*hub, "grads/0"), 1u) << "the round ended before the download";
+  EXPECT_EQ(hub->members_of("grads/0"), 1u) << "the round ended before the download";
 
   donor.stop = true;
   if (donor.thread.joinable()) donor.thread.join();
