@@ -122,16 +122,24 @@ TEST(NetConvergence, DilocoH20CloseToSynchronousWithTenTimesFewerBytes) {
   constexpr Duration kPace = 150ms;
   const std::uint64_t planned = kRounds * kH * kPeers * s->batch;
   const auto sync_o = test::net_options(kPeers * s->batch, s->batch);
-  const auto sync = collaborate(*s, sync_o, kRounds * kH, 40, kPace);
-  std::printf("synchronous run: %.1f s\n", sync.seconds);
+  // The synchronous reference is the mean of two runs (data orders 40 and 50): one run's
+  // accuracy moves by 2-4 points with the timing of its rounds (0.80-0.84 seen in session 13),
+  // DiLoCo's by far less (0.8264-0.8274 in five runs).
+  auto sync = collaborate(*s, sync_o, kRounds * kH, 40, kPace);
+  const auto sync2 = collaborate(*s, sync_o, kRounds * kH, 50, kPace);
+  std::printf("synchronous runs: accuracy %.4f and %.4f, %.1f s and %.1f s\n", sync.accuracy,
+              sync2.accuracy, sync.seconds, sync2.seconds);
   std::fflush(stdout);
+  sync.accuracy = (sync.accuracy + sync2.accuracy) / 2;
+  sync.bytes = (sync.bytes + sync2.bytes) / 2;
+  sync.samples = (sync.samples + sync2.samples) / 2;
   auto diloco_o = test::net_options(kPeers * s->batch, s->batch);
   diloco_o.diloco_steps = kH;
   const auto diloco = collaborate(*s, diloco_o, kRounds, 40, kPace);
   const double ratio = static_cast<double>(sync.bytes) /
                        static_cast<double>(std::max<std::uint64_t>(1, diloco.bytes));
   std::printf(
-      "synchronous: accuracy %.4f, %llu bytes sent, %llu samples, %.1f s\n"
+      "synchronous (mean of 2): accuracy %.4f, %llu bytes sent, %llu samples, %.1f s\n"
       "DiLoCo H=20: accuracy %.4f, %llu bytes sent, %llu samples, %.1f s\n"
       "planned samples %llu each; bytes ratio %.1f; accuracy difference %.2f points\n",
       sync.accuracy, static_cast<unsigned long long>(sync.bytes),
