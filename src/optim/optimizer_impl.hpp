@@ -438,7 +438,6 @@ struct Optimizer::Impl {
     return optim::save_checkpoint(*ckpt, m, model, inner.get(), extra_tensors());
   }
 
-  // Serialises the current state for a peer that downloads it (on the training thread).
   // Training thread: serialises the state for a peer that asked (at every step() call, and
   // every 20 ms while a synchronous round is in flight, so a peer behind is never held up by
   // this one's round). With a background round in flight the parameters and the optimizer
