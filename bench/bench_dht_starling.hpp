@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "bench_dht_procs.hpp"
+#include "starling/core/allocator.hpp"
 #include "starling/core/blocking.hpp"
 #include "starling/dht/node.hpp"
 
@@ -19,6 +20,10 @@ namespace sdht = starling::dht;
 class StarlingSet : public NodeSet {
  public:
   explicit StarlingSet(const Params& p) {
+    // In the worker process, as `starling` does at startup (cli_main); BENCH_FASTBINS=1 keeps
+    // glibc's default to measure the difference.
+    if (const char* e = std::getenv("BENCH_FASTBINS"); !e || std::atoi(e) == 0)
+      starling::tune_allocator();
     per_proc_ = p.per_proc;
     nodes_total_ = p.nodes;
   }

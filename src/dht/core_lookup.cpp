@@ -46,6 +46,9 @@ void DhtCore::pump(std::uint64_t id, const Now& now) {
       }
       ++op.stats.requests;
       FindRequest req{{op.lookup->target()}, op.kind == OpKind::get};
+      // A get that is not `latest` ends at its first plain value: a node answering with
+      // one need not list peers beside it (a dictionary still needs a quorum of answers).
+      req.value_suffices = op.kind == OpKind::get && !op.latest;
       send(c, std::move(req), Purpose::lookup, id, now);
     }
   }

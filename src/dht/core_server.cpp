@@ -97,8 +97,6 @@ Response DhtCore::handle_find(const net::PeerId& from, const FindRequest& req, c
   std::vector<DhtId> answered;
   for (const auto& target : req.targets) {
     FindResult r;
-    for (auto& c : routing_.closest(target, peers, requester))
-      r.peers.push_back(PeerInfo{std::move(c.peer), std::move(c.addrs)});
     const bool repeated = std::find(answered.begin(), answered.end(), target) != answered.end();
     if (req.want_values && !repeated) {
       answered.push_back(target);
@@ -112,6 +110,13 @@ Response DhtCore::handle_find(const net::PeerId& from, const FindRequest& req, c
                         slot->byte_size());
       }
     }
+    // Peers, unless the requester ends at the plain value this answer carries.
+    const bool plain_value =
+        !r.records.empty() &&
+        std::none_of(r.records.begin(), r.records.end(), [](const Record& x) { return x.subkey; });
+    if (!plain_value || !req.value_suffices)
+      for (auto& c : routing_.closest(target, peers, requester))
+        r.peers.push_back(PeerInfo{std::move(c.peer), std::move(c.addrs)});
     out.results.push_back(std::move(r));
   }
   return Response{header(), std::move(out)};

@@ -174,6 +174,7 @@ Bytes encode(const Request& r) {
   } else if (auto* f = std::get_if<FindRequest>(&r.body)) {
     auto* out = m.mutable_find();
     out->set_want_values(f->want_values);
+    out->set_value_suffices(f->value_suffices);
     for (const auto& t : f->targets) out->add_targets(str(t.bytes()));
   }
   return serialize(m);
@@ -241,6 +242,7 @@ result<Request> decode_request(BytesView bytes, const WireLimits& lim) {
     case pb::Request::kFind: {
       FindRequest f;
       f.want_values = m.find().want_values();
+      f.value_suffices = m.find().value_suffices();
       if (static_cast<std::size_t>(m.find().targets_size()) > lim.max_targets_per_find)
         return too_large("find request for " + std::to_string(m.find().targets_size()) + " keys");
       for (const auto& t : m.find().targets()) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "sim_helpers.hpp"
+#include "starling/crypto/keys.hpp"
 
 using namespace starling;
 using namespace starling::dht;
@@ -79,4 +80,72 @@ TEST(DhtGetPath, NoCacheCopyOverANewConnection) {
   for (std::size_t i = 1; i < 40; ++i) ASSERT_EQ(value_of(get(net, i, key)), "v");
   net.run_for(5s);
   EXPECT_EQ(holders(net, key), before);
+}
+
+namespace {
+// A core whose table holds `n` fresh peers (each sent it a ping) and which stores `key`.
+std::unique_ptr<DhtCore> server_with(std::size_t n, const RecordKey& key, const Now& now) {
+  auto peer = [] { return net::PeerId::from_public_key(crypto::KeyPair::generate().public_key()); };
+  auto core =
+      std::make_unique<DhtCore>(DhtConfig{}, peer(), ValidatorChain::standard(), 7, now.mono);
+  for (std::size_t i = 0; i < n; ++i)
+    core->handle_request(peer(), Request{kServer, PingRequest{}}, now);
+  StoreRequest st;
+  st.items.push_back(StoreItem{key, {plain("v", 1)}});
+  auto resp = core->handle_request(peer(), Request{kServer, st}, now);
+  EXPECT_EQ(std::get<StoreResponse>(resp.body).status.at(0), StoreStatus::accepted);
+  return core;
+}
+FindResult only_result(const Response& r) {
+  return std::get<FindResponse>(r.body).results.at(0);
+}
+}  // namespace
+
+// A get that is not `latest` ends at its first plain value, so a holder answers it with the
+// value alone; peers still go out with a dictionary (the getter wants a quorum of answers),
+// without records (a key it lacks) and to every other kind of lookup.
+TEST(DhtGetPath, AHolderAnswersAPlainGetWithTheValueAlone) {
+  const Now now{TimePoint{} + 1h, WallTime{}};
+  const auto key = RecordKey::from_string("held"), other = RecordKey::from_string("not held");
+  auto core = server_with(30, key, now);
+  const auto asker = net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
+  FindRequest f{{key.id()}, true, true};
+  const auto alone = only_result(core->handle_request(asker, Request{kServer, f}, now));
+  EXPECT_EQ(alone.records.size(), 1u);
+  EXPECT_TRUE(alone.peers.empty());
+  f.value_suffices = false;  // a latest get, a dictionary quorum, an older requester
+  const auto both = only_result(core->handle_request(asker, Request{kServer, f}, now));
+  EXPECT_EQ(both.records.size(), 1u);
+  EXPECT_EQ(both.peers.size(), DhtConfig{}.k);
+  const auto dict = RecordKey::from_string("dictionary");
+  StoreRequest st;
+  st.items.push_back(StoreItem{dict, {entry("a", "x", 1)}});
+  core->handle_request(asker, Request{kServer, st}, now);
+  FindRequest d{{dict.id()}, true, true};
+  const auto with_peers = only_result(core->handle_request(asker, Request{kServer, d}, now));
+  EXPECT_EQ(with_peers.records.size(), 1u);
+  EXPECT_EQ(with_peers.peers.size(), DhtConfig{}.k);
+  FindRequest miss{{other.id()}, true, true};
+  const auto peers = only_result(core->handle_request(asker, Request{kServer, miss}, now));
+  EXPECT_TRUE(peers.records.empty());
+  EXPECT_EQ(peers.peers.size(), DhtConfig{}.k);
+}
+
+TEST(DhtGetPath, OnlyAPlainGetSaysTheValueSuffices) {
+  const Now now{TimePoint{} + 1h, WallTime{}};
+  const auto key = RecordKey::from_string("asked");
+  auto core = server_with(10, key, now);
+  auto first_find = [&](GetOptions o) {
+    core->get(key, o, now);
+    std::optional<FindRequest> out;
+    while (auto r = core->poll_request())
+      if (auto* f = std::get_if<FindRequest>(&r->request.body); f && !out) out = *f;
+    return out;
+  };
+  GetOptions plain_get, latest;
+  latest.latest = true;
+  auto a = first_find(plain_get), b = first_find(latest);
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(a->want_values && a->value_suffices);
+  EXPECT_TRUE(b->want_values && !b->value_suffices);
 }

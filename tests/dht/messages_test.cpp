@@ -36,6 +36,7 @@ TEST(DhtMessages, RequestsRoundTrip) {
   reqs.push_back(Request{NodeHeader{true, {}}, s});
   std::mt19937_64 rng(1);
   reqs.push_back(Request{h, FindRequest{{DhtId::random(rng), DhtId::random(rng)}, true}});
+  reqs.push_back(Request{h, FindRequest{{DhtId::random(rng)}, true, true}});
   for (const auto& r : reqs) {
     auto back = decode_request(encode(r));
     ASSERT_TRUE(back) << back.error().message();

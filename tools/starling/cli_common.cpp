@@ -6,6 +6,7 @@
 #include <asio/signal_set.hpp>
 
 #include "cli.hpp"
+#include "starling/core/allocator.hpp"
 #include "starling/core/log.hpp"
 
 namespace starling::cli {
@@ -61,6 +62,7 @@ int run_main(std::function<awaitable<int>()> main) {
 }
 
 int cli_main(int argc, char** argv, const std::function<void(CLI::App&, Runner&)>& add_commands) {
+  tune_allocator();
   CLI::App app{"Starling: train neural networks together over the internet", "starling"};
   app.require_subcommand(1);
   std::string log_level;

@@ -36,6 +36,7 @@ struct StoreRequest {
 struct FindRequest {
   std::vector<DhtId> targets;
   bool want_values = false;
+  bool value_suffices = false;  // a target answered with a plain value may go without peers
   friend bool operator==(const FindRequest&, const FindRequest&) = default;
 };
 struct Request {
