@@ -7,7 +7,8 @@
 # every key again. Prints a table (quantiles with their distribution-free 95% intervals; CPU
 # all workers used per operation; connections the operating node opened) and one
 # `RESULT {json}` line. BENCH_NODES (default 256), BENCH_OPS (default 300: enough for the
-# median's interval to be a few percent wide), BENCH_PER_PROC (default 64) change the size.
+# median's interval to be a few percent wide), BENCH_PER_PROC (default 64) change the size;
+# BENCH_ROUNDS (default 2) runs both systems that many times in alternating order.
 set -euo pipefail
 build=${1:-build}
 bin=$build/bin/bench_dht
@@ -15,13 +16,30 @@ nodes=${BENCH_NODES:-256}
 ops=${BENCH_OPS:-300}
 per_proc=${BENCH_PER_PROC:-64}
 [[ -x $bin ]] || { echo "bench_dht not built (needs libopendht-dev)"; exit 1; }
-load=$(cut -d' ' -f1 /proc/loadavg)
-s=$("$bin" starling --nodes "$nodes" --ops "$ops" --per-proc "$per_proc" | tail -1)
-o=$("$bin" opendht --nodes "$nodes" --ops "$ops" --per-proc "$per_proc" | tail -1)
-load_end=$(cut -d' ' -f1 /proc/loadavg)
+rounds=${BENCH_ROUNDS:-2}
 ratio() { jq -n "($1 | tonumber) / ([($2 | tonumber), 0.001] | max)"; }
-printf "%s nodes in %s processes, %s keys, loopback, load %s at start, %s at end\n" \
-  "$nodes" "$(jq .procs <<< "$s")" "$ops" "$load" "$load_end"
+load=$(cut -d' ' -f1 /proc/loadavg)
+# Rounds alternate the order (S O, O S, ...) so that a load that drifts during the run weighs
+# on both systems alike; every figure below is the mean over the rounds.
+one() { "$bin" "$1" --nodes "$nodes" --ops "$ops" --per-proc "$per_proc" | tail -1; }
+ss=() os=()
+for ((r = 1; r <= rounds; r++)); do
+  if ((r % 2)); then ss+=("$(one starling)"); os+=("$(one opendht)")
+  else os+=("$(one opendht)"); ss+=("$(one starling)"); fi
+done
+load_end=$(cut -d' ' -f1 /proc/loadavg)
+mean='def m: if (.[0] | type) == "object" then . as $a | reduce (.[0] | keys[]) as $k ({}; .[$k] = ([$a[][$k]] | m))
+  elif (.[0] | type) == "number" then add / length else .[0] end; m'
+s=$(printf '%s\n' "${ss[@]}" | jq -cs "$mean")
+o=$(printf '%s\n' "${os[@]}" | jq -cs "$mean")
+printf "%s nodes in %s processes, %s keys, loopback, %s rounds, load %s at start, %s at end\n" \
+  "$nodes" "$(jq .procs <<< "$s")" "$ops" "$rounds" "$load" "$load_end"
+for ((r = 0; r < rounds; r++)); do
+  a=$(jq .get.p50_ms <<< "${ss[r]}"); b=$(jq .get.p50_ms <<< "${os[r]}")
+  printf "round %d (%s first): get p50 %.3f vs %.3f ms, ratio %.2f\n" $((r + 1)) \
+    "$( ((r % 2)) && echo opendht || echo starling)" "$a" "$b" "$(ratio "$a" "$b")"
+done
+echo "(below: the mean of the rounds)"
 printf "%-28s %12s %12s %10s\n" "" "starling" "opendht" "ratio s/o"
 ci() { jq -r ".$2 | \"\(.p50_lo_ms * 100 | round / 100)-\(.p50_hi_ms * 100 | round / 100)\"" <<< "$1"; }
 for op in store store_again get get_after_churn; do
@@ -46,7 +64,10 @@ printf "%-28s %12.0f %12.0f\n" "fds, busiest process" "$(jq .max_fds_per_proc <<
   "$(jq .max_fds_per_proc <<< "$o")"
 printf "%-28s %12.1f %12.1f\n" "setup (join) s" "$(jq .setup_s <<< "$s")" "$(jq .setup_s <<< "$o")"
 echo "RESULT $(jq -cn --argjson s "$s" --argjson o "$o" --arg load "$load" --arg load_end "$load_end" \
-  '{bench:"dht", nodes:$s.nodes, ops:$s.ops, procs:$s.procs, load:($load|tonumber), load_end:($load_end|tonumber), starling:$s, opendht:$o,
+  --argjson rs "$(printf '%s\n' "${ss[@]}" | jq -cs '[.[].get.p50_ms]')" \
+  --argjson ro "$(printf '%s\n' "${os[@]}" | jq -cs '[.[].get.p50_ms]')" \
+  '{bench:"dht", nodes:$s.nodes, ops:$s.ops, procs:$s.procs, rounds:($rs|length), load:($load|tonumber), load_end:($load_end|tonumber), starling:$s, opendht:$o,
+    get_p50_rounds:{starling:$rs, opendht:$ro},
     ratio_get_p50:($s.get.p50_ms / $o.get.p50_ms),
     ratio_get_p50_interval:[($s.get.p50_lo_ms / $o.get.p50_hi_ms), ($s.get.p50_hi_ms / $o.get.p50_lo_ms)],
     ratio_get_p99:($s.get.p99_ms / $o.get.p99_ms), ratio_store_p50:($s.store.p50_ms / $o.store.p50_ms),
