@@ -209,7 +209,7 @@ int main(int argc, char** argv) try {
   });
 
   // Rendezvous: everyone's member info.
-  const Bytes me = host->local_peer().bytes();
+  const Bytes me = copy_bytes(host->local_peer().bytes());
   MatchEntry mine;
   mine.info = avg.value()->self_info(1.0);
   mine.schema_hash = avg.value()->schema_hash();

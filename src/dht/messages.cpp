@@ -190,12 +190,12 @@ Bytes encode(const Response& r) {
     for (auto st : s->status) out->add_status(static_cast<pb::StoreStatus>(st));
   } else if (auto* f = std::get_if<FindResponse>(&r.body)) {
     auto* out = m.mutable_find();
-    std::map<Bytes, std::uint32_t> index;  // peer id -> position in out->peers
+    std::map<net::PeerId, std::uint32_t> index;  // position in out->peers
     for (const auto& res : f->results) {
       auto* o = out->add_results();
       for (const auto& rec : res.records) to_pb(rec, *o->add_records());
       for (const auto& p : res.peers) {
-        auto [it, fresh] = index.emplace(p.peer.bytes(), static_cast<std::uint32_t>(index.size()));
+        auto [it, fresh] = index.emplace(p.peer, static_cast<std::uint32_t>(index.size()));
         if (fresh) {
           auto* po = out->add_peers();
           po->set_peer_id(str(p.peer.bytes()));

@@ -171,7 +171,7 @@ result<Bytes> value_from_text(const ProtoInfo& p, std::string_view v) {
     case Kind::p2p: {
       auto id = PeerId::from_string(v);
       if (!id) return id.error().with_context("multiaddr /p2p value");
-      return id.value().bytes();
+      return copy_bytes(id.value().bytes());
     }
     case Kind::none:
       break;
@@ -368,7 +368,7 @@ std::optional<PeerId> Multiaddr::peer_id() const {
 
 Multiaddr Multiaddr::with_peer_id(const PeerId& id) const {
   Multiaddr ma = without_peer_id();
-  if (id.valid()) ma.parts_.push_back({Proto::p2p, id.bytes()});
+  if (id.valid()) ma.parts_.push_back({Proto::p2p, copy_bytes(id.bytes())});
   return ma;
 }
 

@@ -1,6 +1,7 @@
 // libp2p peer IDs: multihash of the public-key protobuf; base58btc and CIDv1 text forms.
 #include "starling/net/peer_id.hpp"
 
+#include <stdexcept>
 #include <string>
 
 #include <fmt/format.h>
@@ -60,7 +61,13 @@ PeerId PeerId::from_public_key(const crypto::PublicKey& key) {
     append_uvarint(mh, digest.size());
     mh.insert(mh.end(), digest.begin(), digest.end());
   }
-  return PeerId(std::move(mh));
+  return PeerId(mh);
+}
+
+PeerId::PeerId(BytesView mh) {
+  if (mh.size() > kMaxBytes) throw std::length_error("peer id: multihash over 44 bytes");
+  std::copy(mh.begin(), mh.end(), mh_.begin());
+  size_ = static_cast<std::uint8_t>(mh.size());
 }
 
 result<PeerId> PeerId::from_bytes(BytesView multihash) {
@@ -88,7 +95,7 @@ result<PeerId> PeerId::from_bytes(BytesView multihash) {
   } else if (len != kSha256Size) {
     return bad("sha2-256 multihash of " + std::to_string(len) + " bytes (must be 32)");
   }
-  return PeerId(Bytes(multihash.begin(), multihash.end()));
+  return PeerId(multihash);
 }
 
 result<PeerId> PeerId::from_string(std::string_view s) {
@@ -119,15 +126,16 @@ result<PeerId> PeerId::from_string(std::string_view s) {
 }
 
 std::string PeerId::to_string() const {
-  return base58_encode(mh_);
+  return base58_encode(bytes());
 }
 
 std::optional<crypto::PublicKey> PeerId::public_key() const {
-  if (mh_.size() < 2 || mh_[0] != kIdentityCode) return std::nullopt;
+  const BytesView mh = bytes();
+  if (mh.size() < 2 || mh[0] != kIdentityCode) return std::nullopt;
   std::size_t pos = 1;
-  auto len = read_varint(mh_, pos, "multihash length");
-  if (!len || len.value() != mh_.size() - pos) return std::nullopt;
-  auto key = crypto::PublicKey::from_protobuf(BytesView(mh_).subspan(pos));
+  auto len = read_varint(mh, pos, "multihash length");
+  if (!len || len.value() != mh.size() - pos) return std::nullopt;
+  auto key = crypto::PublicKey::from_protobuf(mh.subspan(pos));
   if (!key) return std::nullopt;
   return std::move(key).value();
 }

@@ -71,7 +71,7 @@ TEST(PeerId, Sha256ForLargeKeysAndCid) {
   auto digest = crypto::sha256(big.to_protobuf());
   Bytes expected{0x12, 0x20};
   expected.insert(expected.end(), digest.begin(), digest.end());
-  EXPECT_EQ(id.bytes(), expected);
+  EXPECT_EQ(copy_bytes(id.bytes()), expected);
   EXPECT_TRUE(id.to_string().starts_with("Qm"));
   EXPECT_FALSE(id.public_key().has_value());
 

@@ -22,6 +22,7 @@ class PeerKey {
  public:
   PeerKey() = default;
   explicit PeerKey(Bytes b) : bytes_(std::move(b)) {}
+  explicit PeerKey(BytesView b) : bytes_(b.begin(), b.end()) {}
   static PeerKey from_string(std::string_view s) { return PeerKey(to_bytes(s)); }
   const Bytes& bytes() const noexcept { return bytes_; }
   bool empty() const noexcept { return bytes_.empty(); }

@@ -26,6 +26,9 @@ inline std::string_view as_string(BytesView b) {
 inline Bytes to_bytes(std::string_view s) {
   return Bytes(s.begin(), s.end());
 }
+inline Bytes copy_bytes(BytesView b) {
+  return Bytes(b.begin(), b.end());
+}
 
 std::string to_hex(BytesView b);
 result<Bytes> from_hex(std::string_view s);

@@ -5,6 +5,8 @@
 // the input from a peer log it and map it to their protocol error. Threading: plain values.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <compare>
 #include <functional>
 #include <optional>
@@ -26,19 +28,31 @@ class PeerId {
   static result<PeerId> from_string(std::string_view s);
 
   std::string to_string() const;  // base58btc
-  const Bytes& bytes() const noexcept { return mh_; }
-  bool valid() const noexcept { return !mh_.empty(); }
+  BytesView bytes() const noexcept { return BytesView(mh_.data(), size_); }
+  bool valid() const noexcept { return size_ != 0; }
   // The public key inlined in an identity multihash, if any.
   std::optional<crypto::PublicKey> public_key() const;
   // A short form for logs: "12D3Ko…abcdef".
   std::string short_string() const;
 
-  friend auto operator<=>(const PeerId&, const PeerId&) = default;
-  friend bool operator==(const PeerId&, const PeerId&) = default;
+  // Byte-wise lexicographic, as the multihash bytes compare.
+  friend std::strong_ordering operator<=>(const PeerId& a, const PeerId& b) noexcept {
+    const BytesView x = a.bytes(), y = b.bytes();
+    return std::lexicographical_compare_three_way(x.begin(), x.end(), y.begin(), y.end());
+  }
+  friend bool operator==(const PeerId& a, const PeerId& b) noexcept {
+    return a.size_ == b.size_ && a.mh_ == b.mh_;  // bytes past size_ are always zero
+  }
+
+  // The longest multihash a peer id can be: an identity multihash of a 42-byte key.
+  static constexpr std::size_t kMaxBytes = 44;
 
  private:
-  explicit PeerId(Bytes mh) : mh_(std::move(mh)) {}
-  Bytes mh_;
+  explicit PeerId(BytesView mh);
+  // Inline, so that a copy (peer ids are copied into every map, contact and message) never
+  // allocates.
+  std::array<std::uint8_t, kMaxBytes> mh_{};
+  std::uint8_t size_ = 0;
 };
 
 }  // namespace starling::net
