@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string_view text = as_string(bytes);
 
   if (auto id = PeerId::from_bytes(bytes)) {
-    check(id.value().bytes() == Bytes(bytes.begin(), bytes.end()));
+    check(copy_bytes(id.value().bytes()) == Bytes(bytes.begin(), bytes.end()));
     check_id(id.value());
   }
   if (auto id = PeerId::from_string(text)) check_id(id.value());
