@@ -13,7 +13,7 @@
 # bytes sent per peer per epoch against plain synchronous data-parallel (a ring all-reduce of
 # the float32 gradient: 2 (k-1)/k x 4 bytes x parameters per step), and one line
 # `RESULT {json}`.
-# Usage: bench/training_net.sh BIN [SECONDS]
+# Usage: bench/training_net.sh BIN [SECONDS]   (BENCH_KEEP=DIR keeps the logs)
 set -euo pipefail
 bin=$1
 secs=${2:-60}
@@ -21,7 +21,12 @@ k=4
 params=203530  # the MLP
 dir=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$dir"; }
+# BENCH_KEEP=DIR: the trainers' logs and reports are copied to DIR at the end.
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  if [[ -n ${BENCH_KEEP:-} ]]; then mkdir -p "$BENCH_KEEP" && cp -r "$dir"/. "$BENCH_KEEP"/; fi
+  rm -rf "$dir"
+}
 trap cleanup EXIT
 field() { sed -n "s/.*\"$2\":\(\"[^\"]*\"\|[0-9.e+-]*\).*/\1/p" "$1" | tr -d '"'; }
 

@@ -64,8 +64,13 @@ awaitable<void> MatchSession::refresh() {
 awaitable<result<GroupInfo>> MatchSession::run() {
   auto self = shared_from_this();
   using S = MatchmakingCore::State;
-  co_await publish();
+  // The entry is encoded when publish() begins: a change while the put is in flight (a
+  // follower joined, matchmaking was cancelled) sets the flag again and is published next.
+  // Taking the flag after the put instead lost that change: a leader's group size stayed 1
+  // in the directory (a peer that needed it to plan waited out the deadline), and a peer that
+  // cancelled during its first put left its entry open until the deadline.
   (void)core_.take_republish();
+  co_await publish();
   for (;;) {
     // Reset before looking at the state: a message handled while refresh() or publish() is
     // suspended sets the event, and the wait below must not miss it (a lost wakeup here

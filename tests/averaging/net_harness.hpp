@@ -81,9 +81,11 @@ inline AveragerConfig base_config() {
 
 class Cluster {
  public:
+  // `dir`: the directory every node uses (default: directory(), a MemoryDirectory).
   Cluster(std::size_t n, Schema schema, AveragerConfig base, std::vector<NodeOptions> opts = {},
-          std::uint64_t seed = 1)
-      : schema_(std::move(schema)), dir_(std::make_shared<MemoryDirectory>()) {
+          std::uint64_t seed = 1, std::shared_ptr<Directory> dir = nullptr)
+      : schema_(std::move(schema)), dir_(std::make_shared<MemoryDirectory>()),
+        used_dir_(dir ? std::move(dir) : dir_) {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> vd(-2.0f, 2.0f);
     for (std::size_t i = 0; i < n; ++i) {
@@ -117,7 +119,8 @@ class Cluster {
       cfg.on_phase = [this, i](const std::string& ph) {
         if (on_phase) on_phase(i, ph);
       };
-      auto avg = Averager::create(node->host, dir_, schema_, views, cfg, address_sink(node->host));
+      auto avg =
+          Averager::create(node->host, used_dir_, schema_, views, cfg, address_sink(node->host));
       if (!avg) throw std::runtime_error(avg.error().message());
       node->avg = avg.value();
       node->run([a = node->avg]() -> awaitable<int> {
@@ -229,6 +232,7 @@ class Cluster {
  private:
   Schema schema_;
   std::shared_ptr<MemoryDirectory> dir_;
+  std::shared_ptr<Directory> used_dir_;
   std::vector<std::unique_ptr<Node>> nodes_;
 };
 

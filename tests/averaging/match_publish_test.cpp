@@ -1,0 +1,90 @@
+// MatchSession publishing: a change to this peer's entry made while its first put is still in
+// flight (matchmaking cancelled, a follower joined) is published after that put. The directory
+// below lands every put at once but answers the first one only after a hold, like a DHT store
+// still on its way while the session goes on.
+#include <gtest/gtest.h>
+
+#include <asio/steady_timer.hpp>
+#include <future>
+#include <mutex>
+
+#include "net_harness.hpp"
+#include "starling/averaging/wire.hpp"
+
+using namespace starling;
+using namespace starling::averaging;
+using starling::averaging::test::base_config;
+using starling::averaging::test::Cluster;
+
+namespace {
+
+class HeldFirstPutDirectory final : public Directory {
+ public:
+  explicit HeldFirstPutDirectory(Duration hold) : hold_(hold) {}
+
+  awaitable<result<void>> put(Bytes key, Bytes subkey, Bytes value, WallTime expires) override {
+    auto entry = wire::decode_entry(value);
+    auto r = co_await inner_.put(std::move(key), std::move(subkey), std::move(value), expires);
+    bool first = false;
+    {
+      std::lock_guard lock(mu_);
+      if (entry) entries_.push_back(entry.value());
+      first = entry && entries_.size() == 1;
+    }
+    if (first) {
+      landed_.set_value();
+      asio::steady_timer t(co_await asio::this_coro::executor, hold_);
+      (void)co_await t.async_wait(use_nothrow);
+    }
+    co_return r;
+  }
+  awaitable<result<std::vector<Bytes>>> get(Bytes key) override {
+    co_return co_await inner_.get(std::move(key));
+  }
+
+  // The first match entry has landed (its put has not answered yet).
+  std::future<void> landed() { return landed_.get_future(); }
+  std::vector<MatchEntry> entries() {
+    std::lock_guard lock(mu_);
+    return entries_;
+  }
+
+ private:
+  Duration hold_;
+  MemoryDirectory inner_;
+  std::mutex mu_;
+  std::vector<MatchEntry> entries_;
+  std::promise<void> landed_;
+};
+
+}  // namespace
+
+// Seen in `bench/training_net.sh`: a trainer reached --max-seconds right after it began
+// matchmaking for the next round; its cancel came during its first put, the closed entry was
+// never published, and the other three waited out the 15 s matchmaking deadline for it.
+TEST(MatchPublish, AStepCancelledDuringItsFirstPutLeavesItsEntryClosed) {
+  auto dir = std::make_shared<HeldFirstPutDirectory>(500ms);
+  auto landed = dir->landed();
+  Cluster c(1, test::test_schema(64), base_config(), {}, 1, dir);
+  StepOptions o;
+  o.round = "r/1";
+  o.timeout = 20s;
+  auto step =
+      c.node(0).run([a = c.node(0).avg, o]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
+        co_return a->begin(o);
+      });
+  ASSERT_TRUE(step) << step.error().message();
+  auto p = step.value();
+  ASSERT_EQ(landed.wait_for(10s), std::future_status::ready);
+  c.node(0).run([p]() -> awaitable<int> {
+    p->cancel();
+    co_return 0;
+  });
+  const bool ended =
+      c.node(0).run([p]() -> awaitable<bool> { co_return co_await p->wait(Clock::now() + 10s); });
+  ASSERT_TRUE(ended);
+  const auto entries = dir->entries();
+  ASSERT_GE(entries.size(), 1u);
+  EXPECT_TRUE(entries.front().open);
+  EXPECT_FALSE(entries.back().open) << entries.size() << " entries published, the last one open";
+}
