@@ -84,7 +84,8 @@ class Cluster {
   // `dir`: the directory every node uses (default: directory(), a MemoryDirectory).
   Cluster(std::size_t n, Schema schema, AveragerConfig base, std::vector<NodeOptions> opts = {},
           std::uint64_t seed = 1, std::shared_ptr<Directory> dir = nullptr)
-      : schema_(std::move(schema)), dir_(std::make_shared<MemoryDirectory>()),
+      : schema_(std::move(schema)),
+        dir_(std::make_shared<MemoryDirectory>()),
         used_dir_(dir ? std::move(dir) : dir_) {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> vd(-2.0f, 2.0f);
