@@ -1,7 +1,8 @@
 // MatchSession publishing: a change to this peer's entry made while its first put is still in
 // flight (matchmaking cancelled, a follower joined) is published after that put. The directory
 // below lands every put at once but answers the first one only after a hold, like a DHT store
-// still on its way while the session goes on.
+// still on its way while the session goes on (long enough that the cancel lands inside it on a
+// loaded machine).
 #include <gtest/gtest.h>
 
 #include <asio/steady_timer.hpp>
@@ -63,7 +64,7 @@ class HeldFirstPutDirectory final : public Directory {
 // matchmaking for the next round; its cancel came during its first put, the closed entry was
 // never published, and the other three waited out the 15 s matchmaking deadline for it.
 TEST(MatchPublish, AStepCancelledDuringItsFirstPutLeavesItsEntryClosed) {
-  auto dir = std::make_shared<HeldFirstPutDirectory>(500ms);
+  auto dir = std::make_shared<HeldFirstPutDirectory>(1500ms);
   auto landed = dir->landed();
   Cluster c(1, test::test_schema(64), base_config(), {}, 1, dir);
   StepOptions o;
