@@ -81,7 +81,8 @@ inline AveragerConfig base_config() {
 
 class Cluster {
  public:
-  // `dir`: the directory every node uses (default: directory(), a MemoryDirectory).
+  // `dir`: the directory every node uses (default: directory(), a MemoryDirectory; with `dir`
+  // given, directory() is not the one in use).
   Cluster(std::size_t n, Schema schema, AveragerConfig base, std::vector<NodeOptions> opts = {},
           std::uint64_t seed = 1, std::shared_ptr<Directory> dir = nullptr)
       : schema_(std::move(schema)),
