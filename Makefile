@@ -25,7 +25,9 @@ test: build
 test-all: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_J)
 
-demo: build
+# The demo needs only the CLI (`starling`, which builds `starling-train`), not the test suite.
+demo: configure
+	cmake --build $(BUILD) -j $(JOBS) --target starling_cli
 	scripts/demo.sh $(BUILD)
 
 # make bench-transport, bench-dht, bench-allreduce, bench-training, ...

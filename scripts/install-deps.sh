@@ -21,6 +21,8 @@ PACKAGES=(
   dataset-fashion-mnist
   # emulated internet (netlab) and interop test
   iproute2 iptables procps psmisc nodejs npm
+  # test scripts (stdlib only)
+  python3
 )
 
 missing=()

@@ -110,7 +110,28 @@ result<void> publish(const std::filesystem::path& tmp, const std::filesystem::pa
   return success();
 }
 
+// Creates the missing directories above `path` with mode 0700 (the key's directory holds a
+// secret; existing directories are left as they are).
+result<void> ensure_parent_dir(const std::filesystem::path& path) {
+  auto dir = path.parent_path();
+  if (dir.empty()) return success();
+  std::filesystem::path at;
+  for (const auto& part : dir) {
+    at /= part;
+    if (::mkdir(at.c_str(), 0700) != 0 && errno != EEXIST) {
+      return os_error(at, "create identity directory", errno);
+    }
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return os_error(dir, "stat identity directory", errno);
+  if (!S_ISDIR(st.st_mode)) {
+    return make_error(errc::io, "identity directory " + quoted(dir) + " is not a directory");
+  }
+  return success();
+}
+
 result<void> write_identity(const std::filesystem::path& path, const KeyPair& key, bool overwrite) {
+  ST_TRY(ensure_parent_dir(path));
   Bytes pb = key.to_private_protobuf();
   Wipe wipe{pb};
   ST_TRY(auto tmp, write_temp(path, pb));

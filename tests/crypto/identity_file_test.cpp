@@ -181,3 +181,25 @@ TEST_F(IdentityFileTest, LoadOrCreate) {
   EXPECT_EQ(third.error(), errc::permission);
   EXPECT_FALSE(created);
 }
+
+TEST_F(IdentityFileTest, CreatingAnIdentityCreatesItsMissingDirectoriesWithMode0700) {
+  auto path = dir_ / "home" / ".starling" / "identity.key";
+  bool created = false;
+  auto kp = load_or_create_identity(path, &created);
+  ASSERT_TRUE(kp) << kp.error().message();
+  EXPECT_TRUE(created);
+  EXPECT_EQ(mode_of(dir_ / "home"), 0700u);
+  EXPECT_EQ(mode_of(dir_ / "home" / ".starling"), 0700u);
+  EXPECT_EQ(mode_of(path), 0600u);
+  auto again = load_or_create_identity(path, &created);
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_FALSE(created);
+  EXPECT_EQ(again.value().public_key(), kp.value().public_key());
+}
+
+TEST_F(IdentityFileTest, AParentThatIsAFileIsAClearError) {
+  write_raw(dir_ / "plain", Bytes{1, 2, 3}, fs::perms::owner_read | fs::perms::owner_write);
+  auto kp = load_or_create_identity(dir_ / "plain" / "identity.key", nullptr);
+  ASSERT_FALSE(kp);
+  EXPECT_NE(kp.error().message().find("plain"), std::string::npos) << kp.error().message();
+}
