@@ -59,6 +59,9 @@ struct Args {
   std::uint64_t max_upload = 0;     // bytes/s, 0: unlimited
   std::uint64_t upload_burst = 0;   // bytes, 0: the host's default
   double upload_pace = -1;          // fraction of --bandwidth, -1: the averager's default
+  // 1: the averager has no tensors; each step hands it the flat buffers (StepData: no gather
+  // or scatter copies, as the optimizer does). 0: tensors given at creation (gather/scatter).
+  int flat = 1;
 };
 
 Args parse(int argc, char** argv) {
@@ -95,6 +98,8 @@ Args parse(int argc, char** argv) {
       a.upload_pace = std::stod(v);
     else if (k == "--upload-burst")
       a.upload_burst = std::stoull(v);
+    else if (k == "--flat")
+      a.flat = std::stoi(v);
     else if (k == "--max-window-kb")
       a.max_window_kb = static_cast<std::uint32_t>(std::stoul(v));
     else
@@ -201,7 +206,10 @@ int main(int argc, char** argv) try {
   if (a.upload_pace >= 0) cfg.upload_pace = a.upload_pace;
   cfg.open_timeout = std::chrono::seconds(60);
   auto sink = averaging::host_address_sink(host);
-  auto avg = Averager::create(host, dir, schema, {{"x", x}}, cfg, sink);
+  std::vector<float> result_buf(a.flat ? a.elems : 0);
+  std::vector<TensorView> views;
+  if (!a.flat) views.push_back({"x", x});
+  auto avg = Averager::create(host, dir, schema, std::move(views), cfg, sink);
   if (!avg) throw std::runtime_error(avg.error().message());
   (void)on(io, [&]() -> awaitable<result<void>> {
     avg.value()->start();
@@ -228,7 +236,8 @@ int main(int argc, char** argv) try {
   std::vector<double> times, cpu_times;
   std::uint64_t sent = 0, received = 0;
   double codec_s = 0;
-  std::vector<double> allreduce_times;  // the round alone (the step also gathers and scatters)
+  std::vector<double>
+      allreduce_times;  // the round alone (with --flat 0 the step also gathers and scatters)
   double max_err = 0;
   const double want0 = (a.size + 1) / 2.0;  // mean of rank+1 over ranks
   for (int it = -1; it < a.iters; ++it) {
@@ -242,12 +251,16 @@ int main(int argc, char** argv) try {
     so.timeout = std::chrono::seconds(300);
     const auto t0 = Clock::now();
     const double c0 = bench::process_cpu_s();
-    auto r = on(io, [&]() { return avg.value()->step(so); });
+    auto r = on(io, [&]() {
+      return a.flat ? avg.value()->step(so, StepData{x, result_buf, nullptr})
+                    : avg.value()->step(so);
+    });
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const double cpu_round = bench::process_cpu_s() - c0;
     if (!r) throw std::runtime_error("round " + std::to_string(it) + ": " + r.error().message());
+    const auto& result = a.flat ? result_buf : x;
     for (std::uint64_t i = 0; i < a.elems; i += 4099)
-      max_err = std::max(max_err, std::abs(x[i] - (want0 + static_cast<double>(i % 7))));
+      max_err = std::max(max_err, std::abs(result[i] - (want0 + static_cast<double>(i % 7))));
     if (it < 0) continue;  // warm-up: connections, first-touch allocations
     times.push_back(secs);
     cpu_times.push_back(cpu_round);
@@ -267,6 +280,7 @@ int main(int argc, char** argv) try {
                      {"bytes_sent_per_round", a.iters ? sent / a.iters : 0},
                      {"bytes_received_per_round", a.iters ? received / a.iters : 0},
                      {"codec", a.codec},
+                     {"flat", a.flat},
                      {"codec_worker_s_per_round", a.iters ? codec_s / a.iters : 0.0},
                      {"max_abs_error", max_err},
                      {"cpu_per_round_s", cpu_times}};

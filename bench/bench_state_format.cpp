@@ -27,11 +27,12 @@
 #include "bench_cpu.hpp"
 
 #include "starling/optim/fashion_task.hpp"
-#include "starling/optim/state_format.hpp"
 #include "starling/optim/training_state.hpp"
+#include "starling/training/state_format.hpp"
 
 using namespace starling;
 using namespace starling::optim;
+using namespace starling::training;
 
 namespace {
 

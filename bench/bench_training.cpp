@@ -92,8 +92,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto train = optim::load_fashion_mnist(optim::kFashionMnistDefaultDir, optim::Split::train);
-  auto test = optim::load_fashion_mnist(optim::kFashionMnistDefaultDir, optim::Split::test);
+  auto train =
+      training::load_fashion_mnist(training::kFashionMnistDefaultDir, training::Split::train);
+  auto test =
+      training::load_fashion_mnist(training::kFashionMnistDefaultDir, training::Split::test);
   if (!train || !test) {
     std::fprintf(stderr, "error: %s\n", (!train ? train.error() : test.error()).message().c_str());
     return 1;

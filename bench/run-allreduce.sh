@@ -3,7 +3,9 @@
 # Starling (Noise-encrypted yamux streams, butterfly reduce-scatter + all-gather) beside Gloo's
 # ring all-reduce (TCP transport, Debian's libgloo-dev), same run, same sizes. A round's time is
 # the slowest process's; the table shows the median over BENCH_ITERS rounds and the ratios
-# starling/gloo (< 1: Starling faster), without compression and with 8-bit compression
+# starling/gloo (< 1: Starling faster), without compression and with 8-bit compression; "views"
+# is the same uncompressed round through the averager's own tensors (gather + scatter copies), so
+# "starling" vs "views" is what handing the round flat buffers saves;
 # (blockwise8 on the wire, BENCH_CODEC to change it). Load-independent columns: the busiest
 # process's CPU seconds per round (median) for Starling and Gloo, and the cipher floor: the CPU
 # seconds one core needs just to seal and open what a Starling member moves in a round.
@@ -78,6 +80,11 @@ run_group() {
 median() { jq 'sort | .[(length / 2 | floor)]' "$1"; }
 
 star_local() { timeout "$limit" "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" --iters "$iters"; }
+# The same round through the averager's own tensors (gather before, scatter after: what every
+# step paid before steps took the caller's flat buffers).
+star_views() {
+  timeout "$limit" "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" --iters "$iters" --flat 0
+}
 star_codec() {
   timeout "$limit" "$star" --rank "$1" --size "$2" --dir "$3/dir" --elems "$elems" --iters "$iters" --codec "$codec"
 }
@@ -88,27 +95,32 @@ limit=${BENCH_PROCESS_TIMEOUT:-300}  # seconds per process (all rounds)
 loopback_json=null
 if [[ $mode != --netlab ]]; then
   rows=()
-  printf "%-24s %11s %11s %11s %8s %8s %9s %9s %9s\n" "$((bytes >> 20)) MiB float32, loopback" \
-    "starling s" "$codec s" "gloo s" "ratio" "ratio8" "cpu s" "gloo cpu" "floor s"
+  printf "%-24s %11s %11s %11s %11s %8s %8s %9s %9s %9s %9s\n" "$((bytes >> 20)) MiB float32, loopback" \
+    "starling s" "views s" "$codec s" "gloo s" "ratio" "ratio8" "cpu s" "views cpu" "gloo cpu" "floor s"
   for n in $sizes; do
     run_group "$tmp/s$n" "$n" star_local
+    run_group "$tmp/v$n" "$n" star_views
     run_group "$tmp/c$n" "$n" star_codec
     run_group "$tmp/g$n" "$n" gloo_local
     s=$(median "$tmp/s$n")
     c=$(median "$tmp/c$n")
+    v=$(median "$tmp/v$n")
+    vcpu=$(median "$tmp/v$n.cpu")
     g=$(median "$tmp/g$n")
     ratio=$(jq -n "$s / $g")
     ratio8=$(jq -n "$c / $g")
     scpu=$(median "$tmp/s$n.cpu")
     gcpu=$(median "$tmp/g$n.cpu")
     floor=$(cat "$tmp/s$n.floor")
-    printf "%-24s %11.3f %11.3f %11.3f %8.2f %8.2f %9.3f %9.3f %9.3f\n" "$n processes" "$s" "$c" "$g" \
-      "$ratio" "$ratio8" "$scpu" "$gcpu" "$floor"
+    printf "%-24s %11.3f %11.3f %11.3f %11.3f %8.2f %8.2f %9.3f %9.3f %9.3f %9.3f\n" "$n processes" \
+      "$s" "$v" "$c" "$g" "$ratio" "$ratio8" "$scpu" "$vcpu" "$gcpu" "$floor"
     rows+=("$(jq -cn --argjson n "$n" --argjson s "$s" --argjson c "$c" --argjson g "$g" \
       --argjson q "$ratio" --argjson q8 "$ratio8" \
       --argjson sc "$scpu" --argjson gc "$gcpu" --argjson fl "$floor" \
+      --argjson v "$v" --argjson vc "$vcpu" \
       --slurpfile st "$tmp/s$n" --slurpfile ct "$tmp/c$n" --slurpfile gt "$tmp/g$n" \
-      '{processes:$n, starling_s:$s, starling_compressed_s:$c, gloo_s:$g, ratio:$q,
+      '{processes:$n, starling_s:$s, starling_views_s:$v, starling_views_cpu_per_round_s:$vc,
+        starling_compressed_s:$c, gloo_s:$g, ratio:$q,
         starling_cpu_per_round_s:$sc, gloo_cpu_per_round_s:$gc, cipher_floor_cpu_s:$fl,
         ratio_compressed:$q8, starling_rounds_s:$st[0], starling_compressed_rounds_s:$ct[0],
         gloo_rounds_s:$gt[0]}')")

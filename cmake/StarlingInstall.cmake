@@ -2,7 +2,7 @@
 # starling::starling, and starling::torch (the libtorch layers) when built with libtorch.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
-set(STARLING_EXPORTED starling starling_options)
+set(STARLING_EXPORTED starling starling_defs)
 set(STARLING_HAS_TORCH OFF)
 if(TARGET starling_torch)
   set_target_properties(starling_torch PROPERTIES EXPORT_NAME torch)

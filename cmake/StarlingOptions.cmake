@@ -1,14 +1,22 @@
-# Compiler flags shared by every Starling target (applied through starling_options).
+# starling_defs: the definitions Starling's public headers need (asio standalone, fmt for
+# spdlog); exported, so find_package(Starling) users get them.
+add_library(starling_defs INTERFACE)
+target_compile_definitions(starling_defs INTERFACE ASIO_NO_DEPRECATED ASIO_STANDALONE
+  SPDLOG_FMT_EXTERNAL)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  # asio only detects coroutine support for GCC; clang 16 + libstdc++ 12 needs these.
+  target_compile_definitions(starling_defs INTERFACE ASIO_HAS_CO_AWAIT ASIO_HAS_STD_COROUTINE)
+endif()
+
+# starling_options: Starling's own warnings, -Werror and sanitizers. Linked PRIVATE by every
+# target of this tree (never exported: a user's build keeps its own flags).
 add_library(starling_options INTERFACE)
+target_link_libraries(starling_options INTERFACE starling_defs)
 target_compile_options(starling_options INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter -Wno-missing-field-initializers>)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
-  # asio only detects coroutine support for GCC; clang 16 + libstdc++ 12 needs these.
-  target_compile_definitions(starling_options INTERFACE ASIO_HAS_CO_AWAIT ASIO_HAS_STD_COROUTINE)
   target_compile_options(starling_options INTERFACE -Wno-gnu-zero-variadic-macro-arguments)
 endif()
-target_compile_definitions(starling_options INTERFACE ASIO_NO_DEPRECATED ASIO_STANDALONE
-  SPDLOG_FMT_EXTERNAL)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   # GCC 12 at -O2 reports false positives in libstdc++ algorithms (memcmp bounds in
   # vector<uint8_t>::operator<=>) and in asio's coroutine frame allocator (mismatched

@@ -64,7 +64,7 @@ int fail(const std::string& what) {
 int main(int argc, char** argv) {
   using namespace starling;
   std::vector<std::string> initial_peers;
-  std::string run_id = "example", data_dir = optim::kFashionMnistDefaultDir;
+  std::string run_id = "example", data_dir = training::kFashionMnistDefaultDir;
   std::uint64_t epochs = 30, target_batch = 2048;
   std::size_t batch = 64;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -85,9 +85,9 @@ int main(int argc, char** argv) {
       return fail("unknown flag " + k);
   }
   torch::set_num_threads(1);
-  auto train = optim::load_fashion_mnist(data_dir, optim::Split::train);
+  auto train = training::load_fashion_mnist(data_dir, training::Split::train);
   if (!train) return fail(train.error().message());
-  auto test = optim::load_fashion_mnist(data_dir, optim::Split::test);
+  auto test = training::load_fashion_mnist(data_dir, training::Split::test);
   if (!test) return fail(test.error().message());
   const optim::FashionData train_data(train.value()), test_data(test.value());
 
@@ -123,9 +123,9 @@ int main(int argc, char** argv) {
   if (!opt) return fail(opt.error().message());
 
   // The user's loop: each peer reads its own shuffled stream of the training set.
-  optim::SampleStream stream(
+  training::SampleStream stream(
       train_data.size(),
-      optim::seed_from_bytes(as_bytes(node ? node->peer().to_string() : std::string("alone"))));
+      training::seed_from_bytes(as_bytes(node ? node->peer().to_string() : std::string("alone"))));
   std::vector<std::uint32_t> idx;
   while (opt.value()->local_epoch() < epochs) {
     idx.clear();

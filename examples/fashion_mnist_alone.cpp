@@ -31,7 +31,7 @@ double cpu_seconds() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model = "mlp", data_dir = optim::kFashionMnistDefaultDir;
+  std::string model = "mlp", data_dir = training::kFashionMnistDefaultDir;
   std::size_t batch = 64, max_samples = 300000, eval_every = 10000;
   double lr = 1e-3, target = 0.85;
   int threads = 1;
@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
   }
   torch::set_num_threads(threads);
   auto kind = optim::parse_fashion_model(model);
-  auto train = optim::load_fashion_mnist(data_dir, optim::Split::train);
-  auto test = optim::load_fashion_mnist(data_dir, optim::Split::test);
+  auto train = training::load_fashion_mnist(data_dir, training::Split::train);
+  auto test = training::load_fashion_mnist(data_dir, training::Split::test);
   if (!kind || !train || !test) {
     std::fprintf(stderr, "error: %s\n",
                  (!kind    ? kind.error()

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "starling/optim/progress.hpp"
+#include "starling/training/progress.hpp"
 
 using namespace starling;
 
@@ -17,15 +17,15 @@ void check(bool ok) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const optim::ProgressLimits limits;
-  auto p = optim::decode_progress(BytesView(data, size), limits);
+  const training::ProgressLimits limits;
+  auto p = training::decode_progress(BytesView(data, size), limits);
   if (!p) return 0;
   const auto& r = p.value();
   check(std::isfinite(r.samples_per_second) && r.samples_per_second >= 0);
   check(r.samples_accumulated <= limits.max_samples && r.samples_total <= limits.max_samples);
   check(r.ttl <= limits.max_age && r.age_at_publish <= limits.max_age);
-  auto again = optim::decode_progress(optim::encode_progress(r), limits);
+  auto again = training::decode_progress(training::encode_progress(r), limits);
   check(again && again.value() == r);
-  (void)optim::record_age(r, r.ttl / 2);
+  (void)training::record_age(r, r.ttl / 2);
   return 0;
 }

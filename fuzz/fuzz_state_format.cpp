@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "starling/optim/state_format.hpp"
+#include "starling/training/state_format.hpp"
 
 using namespace starling;
-namespace sf = starling::optim::state_format;
+namespace sf = starling::training::state_format;
 
 namespace {
 

@@ -25,7 +25,7 @@ result<std::shared_ptr<Averager>> Averager::create(std::shared_ptr<net::StreamHo
   if (!host) return make_error(errc::invalid_argument, "averager: no host");
   ST_TRY(validate_schema(schema));
   ST_TRY(auto codecs, detail::TensorCodecs::from_schema(schema));
-  ST_TRY(check_views(schema, tensors));
+  if (!tensors.empty()) ST_TRY(check_views(schema, tensors));
   if (cfg.bandwidth == 0 || cfg.bandwidth > (std::uint64_t{1} << 40))
     return make_error(errc::invalid_argument, "averager: bandwidth out of range");
   if (!(cfg.upload_pace >= 0 && cfg.upload_pace <= 1e3) || cfg.upload_burst == 0)

@@ -27,6 +27,7 @@ struct PendingStep::State {
   TimePoint t0, deadline, data_deadline;
   bool data_ready = false, run_called = false, cancelled = false, grouped = false;
   double weight = 0;
+  StepData data;  // the caller's buffers (empty: the averager's tensors and own buffers)
   std::shared_ptr<detail::MatchSession> match;  // while matchmaking
   std::shared_ptr<detail::RoundRunner> runner;  // while the round runs
   std::optional<result<StepResult>> outcome;    // set when the step is over

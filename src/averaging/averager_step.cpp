@@ -5,6 +5,8 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 
+#include <fmt/format.h>
+
 #include "averager_impl.hpp"
 #include "starling/core/blocking.hpp"
 #include "starling/core/thread_pool.hpp"
@@ -24,14 +26,23 @@ struct ScatterTask {
   const std::vector<float>* flat;
   void operator()() const { scatter_flat(*views, 0, *flat); }
 };
+struct CopyTask {
+  std::span<const float> from;
+  std::span<float> to;
+  void operator()() const { std::copy(from.begin(), from.end(), to.begin()); }
+};
 
 }  // namespace
 
 awaitable<result<StepResult>> Averager::step(StepOptions opts) {
+  co_return co_await step(std::move(opts), StepData{});
+}
+
+awaitable<result<StepResult>> Averager::step(StepOptions opts, StepData data) {
   auto self = shared_from_this();
   const double weight = opts.weight;
   ST_CO_TRY(auto pending, begin(std::move(opts)));
-  co_return co_await pending->run(weight);
+  co_return co_await pending->run(weight, std::move(data));
 }
 
 result<std::shared_ptr<PendingStep>> Averager::begin(StepOptions opts) {
@@ -63,16 +74,35 @@ awaitable<void> Averager::run_step(std::shared_ptr<PendingStep::State> st) {
   st->done.set();
 }
 
-// Reads the tensors into the step's input and hands them to the round if it runs already.
-awaitable<result<void>> Averager::supply(std::shared_ptr<PendingStep::State> st, double weight) {
+// Takes the step's data (the caller's buffers, or the tensors gathered into the step's input)
+// and hands it to the round if it runs already.
+awaitable<result<void>> Averager::supply(std::shared_ptr<PendingStep::State> st, double weight,
+                                         StepData data) {
   auto self = shared_from_this();
-  GatherTask gather{&tensors_, &impl_->local_buf};
-  ST_CO_TRY(co_await pool_->run(gather));
+  const std::uint64_t n = schema_.numel();
+  if (data.input.data() || data.output.data()) {
+    if (data.input.size() != n || data.output.size() != n)
+      co_return make_error(errc::invalid_argument,
+                           fmt::format("averager: step data has {} input and {} output elements, "
+                                       "the schema {}",
+                                       data.input.size(), data.output.size(), n));
+  } else if (tensors_.empty() && !schema_.tensors.empty()) {
+    co_return make_error(errc::invalid_argument,
+                         "averager: created without tensors, a step needs its StepData");
+  } else {
+    GatherTask gather{&tensors_, &impl_->local_buf};
+    ST_CO_TRY(co_await pool_->run(gather));
+  }
   if (st->outcome) co_return success();  // over meanwhile: run() returns its outcome
+  st->data = std::move(data);
   st->data_ready = true;
   st->weight = weight;
-  if (st->runner) ST_CO_TRY(st->runner->provide_local(impl_->local_buf, weight));
+  if (st->runner) ST_CO_TRY(st->runner->provide_local(step_input(*st), weight, st->data.output));
   co_return success();
+}
+
+std::span<const float> Averager::step_input(const PendingStep::State& st) const {
+  return st.data.input.data() ? st.data.input : std::span<const float>(impl_->local_buf);
 }
 
 awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::State> st) {
@@ -81,8 +111,6 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   const TimePoint t0 = st->t0;
   const TimePoint deadline = st->deadline;
   const std::uint64_t n = schema_.numel();
-  std::vector<float>& local = impl_->local_buf;
-  std::vector<float>& output = impl_->output_buf;
 
   StepResult res;
   GroupInfo group;
@@ -154,9 +182,13 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   // keepalives, receiving) and sends its parts when supply() provides them.
   std::span<const float> input;
   if (st->data_ready) {
-    input = local;
+    input = step_input(*st);
     group.members[*me].weight = st->weight;
   }
+  // The round writes the result straight into the caller's output when it gave one (the data
+  // may come later: the caller's output is known only then, so an early step uses its own).
+  const bool direct = st->data_ready && st->data.output.data();
+  std::span<float> output = direct ? st->data.output : std::span<float>(impl_->output_buf);
   const TimePoint t1 = Clock::now();
   auto runner = std::make_shared<detail::RoundRunner>(
       *host_, group, static_cast<std::uint32_t>(*me), peers, input, output, rcfg, deadline, *pool_);
@@ -176,8 +208,12 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   res.codec_time = runner->codec_time();
   if (!r) co_return r.error();
 
-  {
-    ScatterTask scatter{&tensors_, &output};
+  if (st->data.output.data() && !direct && !runner->output_retargeted()) {
+    // The data came after the round began (early matchmaking): one copy, on the pool.
+    CopyTask copy{impl_->output_buf, st->data.output};
+    ST_CO_TRY(co_await pool_->run(copy));
+  } else if (!direct) {
+    ScatterTask scatter{&tensors_, &impl_->output_buf};
     ST_CO_TRY(co_await pool_->run(scatter));
   }
   if (!residual_out.empty()) {
@@ -201,6 +237,10 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
 // --- PendingStep ----------------------------------------------------------------------------
 
 awaitable<result<StepResult>> PendingStep::run(double weight) {
+  co_return co_await run(weight, StepData{});
+}
+
+awaitable<result<StepResult>> PendingStep::run(double weight, StepData data) {
   auto st = st_;
   if (st->run_called)
     co_return make_error(errc::already_exists, "averager: run() was called for this step");
@@ -211,7 +251,7 @@ awaitable<result<StepResult>> PendingStep::run(double weight) {
     co_return make_error(errc::invalid_argument, "averager: weight must be finite and >= 0");
   }
   if (!st->outcome) {
-    auto s = co_await st->avg->supply(st, weight);
+    auto s = co_await st->avg->supply(st, weight, std::move(data));
     if (!s) {
       cancel();
       co_return s.error();

@@ -133,6 +133,12 @@ result<void> RoundCore::provide_local(std::span<const float> local, double weigh
   return success();
 }
 
+bool RoundCore::retarget_output(std::span<float> output) {
+  if (output_touched_ || output.size() != output_.size()) return false;
+  output_ = output;
+  return true;
+}
+
 void RoundCore::abandon(Error e) {
   fail(std::move(e));
 }
@@ -286,6 +292,7 @@ result<void> RoundCore::handle_result(std::uint32_t from, const ResultMsg& m) {
   if (m.counted.size() != n_) return make_error(errc::invalid_argument, "result tag size");
   if (sub_.got.test(m.part)) return make_error(errc::protocol_violation, "duplicate result");
   ST_TRY(check_floats(m.data, spec.size(), "result"));
+  output_touched_ = true;
   float* dst = output_.data() + spec.begin;
   if (m.data.data() != dst)  // else the driver received it in place (result_destination())
     std::copy(m.data.begin(), m.data.end(), dst);
@@ -302,6 +309,7 @@ std::span<float> RoundCore::result_destination(std::uint32_t from, std::uint32_t
   if (part >= parts.size() || parts[part].owner != from || parts[part].owner == self_ ||
       sub_.got.test(part) || parts[part].size() != count)
     return {};
+  output_touched_ = true;
   return output_.subspan(parts[part].begin, parts[part].size());
 }
 

@@ -111,6 +111,7 @@ void RoundCore::start_reductions(TimePoint now) {
     job.subround = s.index;
     job.part = p;
     job.out = output_.subspan(spec.begin, spec.size());
+    output_touched_ = true;
     for (auto j : tag.indices()) {
       job.inputs.push_back(j == self_ ? local_.subspan(spec.begin, spec.size())
                                       : std::span<const float>(s.slots[i][j]));

@@ -208,7 +208,12 @@ awaitable<void> RoundRunner::serve_inbound(std::uint32_t from, net::ByteStreamPt
   co_await reader(from, stream, std::move(reader_));
 }
 
-result<void> RoundRunner::provide_local(std::span<const float> local, double weight) {
+result<void> RoundRunner::provide_local(std::span<const float> local, double weight,
+                                        std::span<float> output) {
+  if (!output.empty() && core_.local_pending() && core_.retarget_output(output)) {
+    output_ = output;
+    retargeted_ = true;
+  }
   local_ = local;
   auto r = core_.provide_local(local, weight, Clock::now());
   pump();

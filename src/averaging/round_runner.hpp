@@ -121,7 +121,11 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
 
   // Late data (constructed with an empty `local`): this member's values and weight; its parts
   // go out at once. `local` must stay valid and unchanged until run() returns.
-  result<void> provide_local(std::span<const float> local, double weight);
+  // With a non-empty `output` the round's result goes there instead, if the core can still
+  // move its output (RoundCore::retarget_output; output_retargeted() tells).
+  result<void> provide_local(std::span<const float> local, double weight,
+                             std::span<float> output = {});
+  bool output_retargeted() const noexcept { return retargeted_; }
   // Without data by `t` the round is abandoned (errc::timeout): this member leaves and the
   // others drop it like a lost peer. Call before run().
   void set_local_deadline(TimePoint t) { local_deadline_ = t; }
@@ -214,6 +218,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   asio::any_io_executor ex_;
   std::span<const float> local_;
   std::span<float> output_;
+  bool retargeted_ = false;
   RoundCore core_;
   std::vector<Peer> p_;
   TaskScope scope_;

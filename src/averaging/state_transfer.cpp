@@ -110,8 +110,18 @@ awaitable<result<void>> Averager::announce(std::uint64_t epoch, const Bytes& kin
                                      wire::encode_announcement(a), a.expires);
 }
 
+namespace {
+result<void> have_tensors(const std::vector<TensorView>& tensors, const Schema& schema) {
+  if (tensors.empty() && !schema.tensors.empty())
+    return make_error(errc::invalid_argument,
+                      "averager: created without tensors, it has no tensor state to transfer");
+  return success();
+}
+}  // namespace
+
 awaitable<result<void>> Averager::share_state(std::uint64_t epoch, Bytes metadata, Duration ttl) {
   auto self = shared_from_this();
+  ST_CO_TRY(have_tensors(tensors_, schema_));
   GatherBytes gather;
   gather.views = &tensors_;
   gather.numel = schema_.numel();
@@ -245,6 +255,7 @@ std::uint64_t lower_median(std::vector<std::uint64_t> epochs) {
 
 awaitable<result<StateInfo>> Averager::load_state(LoadStateOptions opts) {
   auto self = shared_from_this();
+  ST_CO_TRY(have_tensors(tensors_, schema_));
   const std::uint64_t bytes = schema_.numel() * sizeof(float);
   opts.max_bytes = bytes;
   const Bytes kind = schema_hash_;

@@ -26,7 +26,7 @@ using detail::digest_of;
 // The provider adapter the state averager calls (a function object: GCC 12 and lambdas in
 // coroutines).
 struct ProviderSource {
-  std::shared_ptr<std::function<awaitable<result<optim::Collaboration::State>>()>> provider;
+  std::shared_ptr<std::function<awaitable<result<training::Collaboration::State>>()>> provider;
   std::shared_ptr<std::atomic<std::uint64_t>> last_epoch;
   awaitable<result<averaging::BlobSnapshot>> operator()() const {
     ST_CO_TRY(auto st, co_await (*provider)());
@@ -128,9 +128,9 @@ awaitable<result<void>> NetCollaboration::publish_progress(Bytes value, Duration
   co_return success();
 }
 
-awaitable<result<std::vector<optim::ProgressEntry>>> NetCollaboration::fetch_progress() {
+awaitable<result<std::vector<training::ProgressEntry>>> NetCollaboration::fetch_progress() {
   auto self = shared_from_this();
-  std::vector<optim::ProgressEntry> out;
+  std::vector<training::ProgressEntry> out;
   auto found = co_await node_->get(impl_->progress_key, true);
   if (!found) co_return found.error().with_context("fetch progress");
   if (!found.value()) co_return out;
@@ -141,7 +141,7 @@ awaitable<result<std::vector<optim::ProgressEntry>>> NetCollaboration::fetch_pro
       log()->warn("progress: ignoring an unowned or unsigned sub-key");
       continue;
     }
-    optim::ProgressEntry e;
+    training::ProgressEntry e;
     e.peer = owners.value().front();
     e.value = v.value;
     e.remaining_ttl = v.ttl;
@@ -152,7 +152,7 @@ awaitable<result<std::vector<optim::ProgressEntry>>> NetCollaboration::fetch_pro
 
 // --- state ---------------------------------------------------------------------------------
 
-awaitable<result<optim::Collaboration::State>> NetCollaboration::download_state(
+awaitable<result<training::Collaboration::State>> NetCollaboration::download_state(
     TimePoint deadline, std::uint64_t want_digest) {
   auto self = shared_from_this();
   if (impl_->stopped) co_return make_error(errc::closed, "collaboration stopped");

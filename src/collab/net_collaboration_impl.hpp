@@ -14,16 +14,16 @@
 
 namespace starling::collab {
 
-using Layout = std::vector<std::pair<std::string, std::size_t>>;
+using training::Layout;
 
 struct NetCollaboration::Impl {
   explicit Impl(asio::any_io_executor ex) : scope(ex) {}
   std::shared_ptr<averaging::DhtDirectory> directory;
   std::shared_ptr<averaging::Averager> grads, state;
-  // The gradient averager's layout (names, sizes, codec) and its own buffers.
+  // The gradient averager's layout (names, sizes) and codec. It has no tensors of its own:
+  // every round reads and writes the caller's buffers (training::RoundData).
   Layout layout;
-  optim::Compression compression = optim::Compression::none;
-  std::vector<std::vector<float>> buffers;
+  training::Compression compression = training::Compression::none;
   std::shared_ptr<std::function<awaitable<result<State>>()>> provider;
   std::shared_ptr<std::atomic<std::uint64_t>> served_epoch =
       std::make_shared<std::atomic<std::uint64_t>>(0);

@@ -13,13 +13,13 @@ auto log() {
   return logger("collab");
 }
 
-const char* codec_of(optim::Compression c) {
+const char* codec_of(training::Compression c) {
   switch (c) {
-    case optim::Compression::float16:
+    case training::Compression::float16:
       return "float16";
-    case optim::Compression::uint8:
+    case training::Compression::uint8:
       return "blockwise8";
-    case optim::Compression::none:
+    case training::Compression::none:
       break;
   }
   return "none";
@@ -31,7 +31,7 @@ double secs(Duration d) {
 
 }  // namespace
 
-result<void> NetCollaboration::ensure_grads(const Layout& layout, optim::Compression c) {
+result<void> NetCollaboration::ensure_grads(const Layout& layout, training::Compression c) {
   if (impl_->grads && layout == impl_->layout && c == impl_->compression) return success();
   if (impl_->grads) {
     // Another layout or codec: a new averager (the old one's handlers go, and with them a
@@ -44,14 +44,8 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, optim::Compres
   }
   averaging::Schema schema;
   schema.codec = codec_of(c);
-  impl_->buffers.clear();
-  std::vector<averaging::TensorView> views;
-  for (const auto& [name, n] : layout) {
+  for (const auto& [name, n] : layout)
     schema.tensors.push_back({name, {static_cast<std::int64_t>(n)}, averaging::DType::f32});
-    impl_->buffers.emplace_back(n);
-  }
-  for (std::size_t i = 0; i < layout.size(); ++i)
-    views.push_back({layout[i].first, impl_->buffers[i]});
   averaging::AveragerConfig ac;
   ac.key = {cfg_.run_id + ".grads", 16, 0};
   ac.matchmaking = cfg_.matchmaking;
@@ -62,13 +56,13 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, optim::Compres
   ac.addrs = cfg_.addrs;
   ac.open_timeout = cfg_.open_timeout;
   ac.reduce_threads = cfg_.reduce_threads;
-  ac.error_feedback = cfg_.error_feedback && c != optim::Compression::none;
+  ac.error_feedback = cfg_.error_feedback && c != training::Compression::none;
   ac.on_phase = [me = host_->local_peer().short_string()](const std::string& ph) {
     log()->debug("{}: {}", me, ph);
   };
   auto sink = averaging::host_address_sink(host_);
-  ST_TRY(auto avg, averaging::Averager::create(host_, impl_->directory, std::move(schema),
-                                               std::move(views), ac, sink));
+  ST_TRY(auto avg,
+         averaging::Averager::create(host_, impl_->directory, std::move(schema), {}, ac, sink));
   avg->start();
   impl_->grads = avg;
   impl_->layout = layout;
@@ -76,7 +70,7 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, optim::Compres
   return success();
 }
 
-averaging::StepOptions NetCollaboration::step_options(const optim::RoundOptions& o) const {
+averaging::StepOptions NetCollaboration::step_options(const training::RoundOptions& o) const {
   averaging::StepOptions so;
   so.weight = o.weight;
   so.round = o.key;
@@ -94,7 +88,7 @@ averaging::StepOptions NetCollaboration::step_options(const optim::RoundOptions&
 
 // --- early matchmaking ----------------------------------------------------------------------
 
-void NetCollaboration::prepare_round(const optim::RoundPlan& plan) {
+void NetCollaboration::prepare_round(const training::RoundPlan& plan) {
   if (impl_->stopped) return;
   const std::string& key = plan.options.key;
   if (impl_->prepared && impl_->prepared->key == key && !impl_->prepared->step->finished())
@@ -179,13 +173,12 @@ bool NetCollaboration::prepared_round_grouped() const {
 
 // --- rounds -------------------------------------------------------------------------------
 
-awaitable<result<optim::RoundResult>> NetCollaboration::average(std::span<optim::NamedSpan> tensors,
-                                                                optim::RoundOptions options) {
+awaitable<result<training::RoundResult>> NetCollaboration::average(training::RoundData data,
+                                                                   training::RoundOptions options) {
   auto self = shared_from_this();
   if (impl_->stopped) co_return make_error(errc::closed, "collaboration stopped");
-  Layout layout;
-  for (const auto& t : tensors) layout.emplace_back(t.name, t.data.size());
-  ST_CO_TRY(ensure_grads(layout, options.compression));
+  ST_CO_TRY(training::check_round_data(data));
+  ST_CO_TRY(ensure_grads(data.layout, options.compression));
   auto avg = impl_->grads;
   // The round prepared for this key completes with these tensors (its group, with the
   // majority expected when it was prepared, may have formed already); anything else
@@ -209,12 +202,13 @@ awaitable<result<optim::RoundResult>> NetCollaboration::average(std::span<optim:
       co_return make_error(errc::cancelled, "collaboration changed before the round");
     ST_CO_TRY(step, avg->begin(step_options(options)));
   }
-  for (std::size_t i = 0; i < tensors.size(); ++i)
-    std::copy(tensors[i].data.begin(), tensors[i].data.end(), impl_->buffers[i].begin());
   impl_->running = step;
   impl_->running_key = options.key;
   impl_->abandoned_key.clear();
-  auto r = co_await step->run(options.weight);
+  // The averager reads the caller's input and writes the result into its output directly.
+  // (A named StepData: GCC 12 destroys a braced temporary in a co_await expression twice.)
+  averaging::StepData sd{data.input, data.output, data.owner};
+  auto r = co_await step->run(options.weight, std::move(sd));
   if (impl_->running == step) impl_->running.reset();
   if (!r && r.error() == errc::cancelled && impl_->abandoned_key == options.key)
     co_return make_error(errc::unavailable,
@@ -230,9 +224,7 @@ awaitable<result<optim::RoundResult>> NetCollaboration::average(std::span<optim:
   impl_->received += res.bytes_received;
   if (avg != impl_->grads || impl_->stopped)
     co_return make_error(errc::cancelled, "collaboration changed during the round");
-  for (std::size_t i = 0; i < tensors.size(); ++i)
-    std::copy(impl_->buffers[i].begin(), impl_->buffers[i].end(), tensors[i].data.begin());
-  optim::RoundResult out;
+  training::RoundResult out;
   for (std::size_t i = 0; i < res.contributions.size(); ++i) {
     // A member dropped before any of its values counted (it died or left right after the
     // group formed) is not part of the result: a round whose others all were dropped is this

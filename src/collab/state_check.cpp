@@ -8,13 +8,13 @@
 
 #include <fmt/format.h>
 
-#include "starling/optim/progress.hpp"
-#include "starling/optim/state_format.hpp"
+#include "starling/training/progress.hpp"
+#include "starling/training/state_format.hpp"
 
 namespace starling::collab::detail {
 namespace {
 
-namespace sf = optim::state_format;
+namespace sf = training::state_format;
 
 float f16_to_f32(std::uint16_t h) {
   const std::uint32_t sign = (h & 0x8000u) << 16;
@@ -39,7 +39,7 @@ float f16_to_f32(std::uint16_t h) {
 
 // Adds a floating tensor, as float32 (how the optimizer digests its parameters); false for
 // another dtype.
-bool digest_tensor(optim::StateDigest& d, const sf::TensorView& t) {
+bool digest_tensor(training::StateDigest& d, const sf::TensorView& t) {
   const auto n = static_cast<std::size_t>(t.numel());
   if (t.dtype == sf::Dtype::f32) {
     d.update(t.data.data(), t.data.size());
@@ -95,13 +95,13 @@ result<void> check_training_state(BytesView state, std::uint64_t digest) {
     anchors.push_back(&found->tensor);
   }
   if (!anchors.empty()) {
-    optim::StateDigest d;
+    training::StateDigest d;
     bool ok = true;
     for (const auto* t : anchors) ok = ok && digest_tensor(d, *t);
     if (ok && d.value() == digest) return success();
   }
   // Otherwise the parameters: a prefix of the model tensors.
-  optim::StateDigest d;
+  training::StateDigest d;
   for (const auto& t : s.model) {
     if (!digest_tensor(d, t.tensor)) break;
     if (d.value() == digest) return success();

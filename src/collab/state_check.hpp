@@ -1,6 +1,6 @@
 // The check a joiner runs on a training state downloaded from peers, before anything changes
 // (averaging::LoadStateOptions::verify): the bytes must be a valid training state
-// (optim::state_format) whose parameters hash (optim::StateDigest) to the digest the donors
+// (training::state_format) whose parameters hash (training::StateDigest) to the digest the donors
 // announce in the snapshot's metadata, the digest peers compare in their progress records.
 // A donor serving other parameters under the collaboration's digest is refused, and the
 // download goes on with the others.

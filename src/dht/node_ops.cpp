@@ -1,4 +1,6 @@
 // DhtNode: bootstrap, store, get, find_node, owned-record helpers, and the blocking facade.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "dht_log.hpp"
@@ -21,15 +23,25 @@ awaitable<result<std::vector<Contact>>> DhtNode::seeds_of(
       }
       id = r.value();
     }
-    if (*id == peer()) continue;  // ourselves (a node handed its own address)
+    if (*id == peer()) {  // ourselves: our own address, or another process with our identity
+      why = a.to_string() +
+            " has this node's own peer id (a second process with the same "
+            "identity? give this one another --identity)";
+      continue;
+    }
     const net::Multiaddr bare = a.without_peer_id();
     host_->add_addresses(*id, {bare});
     std::vector<Bytes> bin{bare.to_bytes()};
     seeds.push_back(Contact::of(*id, std::move(bin)));
   }
-  if (seeds.empty())
-    co_return make_error(errc::unavailable,
+  if (seeds.empty()) {
+    // Only ourselves: retrying cannot help.
+    const bool only_self = !addrs.empty() && std::all_of(addrs.begin(), addrs.end(), [&](auto& a) {
+      return a.peer_id() == std::optional<net::PeerId>(peer());
+    });
+    co_return make_error(only_self ? errc::invalid_argument : errc::unavailable,
                          "no usable initial peer" + (why.empty() ? "" : " (" + why + ")"));
+  }
   co_return seeds;
 }
 
@@ -49,6 +61,8 @@ awaitable<result<void>> DhtNode::bootstrap(std::vector<net::Multiaddr> initial_p
     }
     auto seeds = co_await seeds_of(initial_peers);
     if (!seeds) {
+      if (seeds.error() == errc::invalid_argument)
+        co_return make_error(errc::invalid_argument, "dht bootstrap: " + seeds.error().message());
       last = seeds.error().message();
       continue;
     }

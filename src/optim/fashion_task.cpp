@@ -24,14 +24,14 @@ torch::nn::Sequential make_fashion_model(FashionModel kind, std::uint64_t seed) 
   torch::manual_seed(seed);
   if (kind == FashionModel::mlp)
     return nn::Sequential(nn::Flatten(), nn::Linear(28 * 28, 256), nn::ReLU(),
-                          nn::Linear(256, kFashionMnistClasses));
+                          nn::Linear(256, training::kFashionMnistClasses));
   return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 16, 5).padding(2)), nn::ReLU(),
                         nn::MaxPool2d(2), nn::Conv2d(nn::Conv2dOptions(16, 32, 5).padding(2)),
                         nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
-                        nn::Linear(32 * 7 * 7, kFashionMnistClasses));
+                        nn::Linear(32 * 7 * 7, training::kFashionMnistClasses));
 }
 
-FashionData::FashionData(const ImageDataset& d) : size_(d.size()) {
+FashionData::FashionData(const training::ImageDataset& d) : size_(d.size()) {
   auto rows = static_cast<std::int64_t>(d.rows), cols = static_cast<std::int64_t>(d.cols);
   auto n = static_cast<std::int64_t>(d.size());
   images_ = torch::from_blob(const_cast<std::uint8_t*>(d.pixels.data()), {n, 1, rows, cols},
@@ -43,7 +43,8 @@ FashionData::FashionData(const ImageDataset& d) : size_(d.size()) {
 
 namespace {
 torch::Tensor normalise(const torch::Tensor& u8) {
-  return (u8.to(torch::kFloat32) * (1.0f / 255.0f) - kFashionMnistMean) * (1.0f / kFashionMnistStd);
+  return (u8.to(torch::kFloat32) * (1.0f / 255.0f) - training::kFashionMnistMean) *
+         (1.0f / training::kFashionMnistStd);
 }
 }  // namespace
 
@@ -86,8 +87,8 @@ Evaluation evaluate(torch::nn::Sequential& model, const FashionData& data, std::
   return ev;
 }
 
-FashionTask::FashionTask(const ImageDataset& train, FashionModel kind, std::uint64_t model_seed,
-                         std::uint64_t stream_seed)
+FashionTask::FashionTask(const training::ImageDataset& train, FashionModel kind,
+                         std::uint64_t model_seed, std::uint64_t stream_seed)
     : data_(train),
       model_(make_fashion_model(kind, model_seed)),
       stream_(train.size(), stream_seed) {}

@@ -17,10 +17,9 @@ Optimizer::~Optimizer() {
   if (impl_ && !impl_->shut_down) (void)shutdown(5s);
 }
 
-result<std::unique_ptr<Optimizer>> Optimizer::create(torch::nn::Module& model,
-                                                     std::unique_ptr<torch::optim::Optimizer> inner,
-                                                     OptimizerOptions options,
-                                                     std::shared_ptr<Collaboration> collaboration) {
+result<std::unique_ptr<Optimizer>> Optimizer::create(
+    torch::nn::Module& model, std::unique_ptr<torch::optim::Optimizer> inner,
+    OptimizerOptions options, std::shared_ptr<training::Collaboration> collaboration) {
   ST_TRY(validate(options));
   if (!inner) return make_error(errc::invalid_argument, "optimizer: no inner optimizer");
   // Peers exchange, and checkpoints keep, the optimizer's state in the state format: an
@@ -61,7 +60,8 @@ result<std::unique_ptr<Optimizer>> Optimizer::create(torch::nn::Module& model,
   if (impl->opt.diloco_steps > 0) impl->diloco.reset(impl->params);
 
   if (!impl->opt.checkpoint_dir.empty()) {
-    ST_TRY(auto dir, CheckpointDir::open(impl->opt.checkpoint_dir, impl->opt.checkpoints_kept));
+    ST_TRY(auto dir,
+           training::CheckpointDir::open(impl->opt.checkpoint_dir, impl->opt.checkpoints_kept));
     impl->ckpt = std::move(dir);
     NamedTensors extra = impl->extra_tensors();
     ST_TRY(auto meta, load_latest_checkpoint(*impl->ckpt, model, impl->inner.get(), &extra));
@@ -88,7 +88,7 @@ result<std::unique_ptr<Optimizer>> Optimizer::create(torch::nn::Module& model,
     auto cfg = impl->progress_config();
     cfg.confirm_alone = true;
     cfg.startup_grace = impl->opt.matchmaking_time;
-    ProgressTracker tracker(collaboration->self(), cfg);
+    training::ProgressTracker tracker(collaboration->self(), cfg);
     tracker.restore(impl->epoch, 0, samples_total);
     tracker.set_digest(impl->digest);
     tracker.start(Clock::now());
@@ -97,7 +97,8 @@ result<std::unique_ptr<Optimizer>> Optimizer::create(torch::nn::Module& model,
     if (impl->opt.delay_optimizer_step) impl->init_master();
   } else {
     auto self = net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
-    impl->local_tracker = std::make_unique<ProgressTracker>(self, impl->progress_config());
+    impl->local_tracker =
+        std::make_unique<training::ProgressTracker>(self, impl->progress_config());
     impl->local_tracker->restore(impl->epoch, 0, samples_total);
     impl->local_tracker->set_digest(impl->digest);
   }
@@ -129,11 +130,11 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
   // (weighted by their samples). Only one round is ever in flight, so no gradient is more than
   // one step stale.
   const bool applied = m.bg && m.finish_background_round(rep, false) && rep.stepped;
-  auto decision = m.with_tracker([&](ProgressTracker& t) {
+  auto decision = m.with_tracker([&](training::ProgressTracker& t) {
     t.report_samples(batch_size, compute);
     // One epoch per call: after applying a step, the caller sees the new epoch (and may stop
     // at a last epoch) before anything else starts.
-    Decision d;
+    training::Decision d;
     if (applied)
       d.view = t.view(Clock::now());
     else
@@ -144,15 +145,15 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
 
   rep.action = decision.action;
   switch (decision.action) {
-    case Action::accumulate:
+    case training::Action::accumulate:
       break;
-    case Action::begin_matchmaking:
+    case training::Action::begin_matchmaking:
       m.prepare_round(decision.view);
       break;
-    case Action::step_alone:
+    case training::Action::step_alone:
       m.step_alone(rep);
       break;
-    case Action::average_and_step:
+    case training::Action::average_and_step:
       if (m.io && m.delayed())
         m.start_background_round(rep, decision.view);
       else if (m.io)
@@ -160,7 +161,7 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
       else
         m.step_alone(rep);
       break;
-    case Action::download_state:
+    case training::Action::download_state:
       if (m.io) m.download(rep, decision.want_digest);
       break;
   }
@@ -180,19 +181,19 @@ result<StepReport> Optimizer::assist() {
     return make_error(errc::invalid_argument, "optimizer: assist() is for auxiliary peers");
   if (!m.io) return make_error(errc::unavailable, "optimizer: an auxiliary peer needs peers");
   StepReport rep;
-  auto decision = m.with_tracker([&](ProgressTracker& t) {
+  auto decision = m.with_tracker([&](training::ProgressTracker& t) {
     auto d = t.decide(Clock::now());  // follows the collaboration's epoch
     m.note_tracker(t, d.view);
     m.epoch = t.local_epoch();
     return d;
   });
   rep.action = decision.action;
-  if (decision.action == Action::begin_matchmaking) m.prepare_round(decision.view);
-  if (decision.action == Action::average_and_step && Clock::now() >= m.round_retry_after) {
+  if (decision.action == training::Action::begin_matchmaking) m.prepare_round(decision.view);
+  if (decision.action == training::Action::average_and_step &&
+      Clock::now() >= m.round_retry_after) {
     // Zeros with weight 0: the group's average is unchanged; this peer's parameters are not
     // the collaboration's (it never downloads them), so the result is not applied.
-    auto [buf, ro] = m.make_round(torch::zeros_like(m.acc_flat), decision.view);
-    auto r = m.run_round(buf, ro);
+    auto r = m.run_round(m.make_round(torch::zeros_like(m.acc_flat), decision.view));
     if (r) {
       m.note_round(rep, r.value());
       m.finish_epoch(m.epoch + 1, &r.value());
@@ -200,7 +201,7 @@ result<StepReport> Optimizer::assist() {
     } else {
       rep.round_error = r.error();
       ++m.stats.rounds_failed;
-      m.round_retry_after = Clock::now() + Impl::kRetryBackoff;
+      m.round_retry_after = Clock::now() + m.opt.retry_backoff;
     }
   }
   rep.epoch = m.epoch;
@@ -225,7 +226,7 @@ OptimizerStatus Optimizer::status() const {
   // that moved the epoch (after that refresh) makes it stale at once.
   if (!m.io || Clock::now() - m.tracker_status_at > Impl::kStatusFresh ||
       m.tracker_status.local_epoch != m.epoch)
-    m.with_tracker([&](ProgressTracker& t) {
+    m.with_tracker([&](training::ProgressTracker& t) {
       m.note_tracker(t, t.view(Clock::now()));
       return 0;
     });
@@ -244,7 +245,7 @@ torch::optim::Optimizer& Optimizer::inner() {
 const OptimizerOptions& Optimizer::options() const {
   return impl_->opt;
 }
-const std::optional<CheckpointMeta>& Optimizer::resumed_from() const {
+const std::optional<training::CheckpointMeta>& Optimizer::resumed_from() const {
   return impl_->resumed;
 }
 

@@ -19,16 +19,15 @@
 namespace starling::optim {
 
 struct Optimizer::Impl::BackgroundRound {
-  std::thread thread;
+  std::future<void> finished;  // of its job on bg_worker
   std::atomic<bool> done{false};
   std::uint64_t epoch = 0;  // the epoch the round averages
   torch::Tensor acc;        // the accumulators (sums) it took, given back on failure
   std::uint64_t samples = 0;
-  torch::Tensor mine;  // the contribution, averaged in place
-  std::shared_ptr<RoundBuffer> buf;
-  RoundOptions options;
+  Round round;  // the contribution and where the average comes
   // Written by the background thread before `done`.
-  result<RoundResult> outcome = make_error(errc::internal, "background round did not run");
+  result<training::RoundResult> outcome =
+      make_error(errc::internal, "background round did not run");
   Duration averaging_time{0};
   bool applied = false;  // the step changed master and the optimizer state (master_mu)
 };
@@ -38,11 +37,12 @@ bool Optimizer::Impl::background_step_applied() const {
 }
 
 Optimizer::Impl::~Impl() {
-  if (bg && bg->thread.joinable()) bg->thread.join();
+  if (bg && bg->finished.valid()) bg->finished.wait();
 }
 
 void Optimizer::Impl::init_master() {
   torch::NoGradGuard no_grad;
+  bg_worker = std::make_unique<ThreadPool>(1);
   auto& state = inner->state();
   for (const auto& p : params) {
     auto m = p.detach().clone();
@@ -78,11 +78,11 @@ void Optimizer::Impl::reload_master() {
 void Optimizer::Impl::run_background_round(BackgroundRound& b) {
   const auto t0 = Clock::now();
   try {
-    b.outcome = run_round(b.buf, b.options);
+    b.outcome = run_round(b.round);
     b.averaging_time = Clock::now() - t0;
     if (b.outcome) {
       std::lock_guard lk(master_mu);
-      apply(b.mine);
+      apply(b.round.result);
       b.applied = true;
     }
   } catch (const std::exception& e) {
@@ -91,25 +91,25 @@ void Optimizer::Impl::run_background_round(BackgroundRound& b) {
   b.done = true;
 }
 
-void Optimizer::Impl::start_background_round(StepReport& rep, const CollaborationView& v) {
+void Optimizer::Impl::start_background_round(StepReport& rep,
+                                             const training::CollaborationView& v) {
   if (Clock::now() < round_retry_after) return;
   auto b = std::make_shared<BackgroundRound>();
   b->epoch = epoch;
   b->samples = local_samples;
   b->acc = acc_flat.clone();
-  b->mine = contribution().contiguous();
-  std::tie(b->buf, b->options) = make_round(b->mine, v);
+  b->round = make_round(contribution().contiguous(), v);
   acc_flat.zero_();
   local_samples = 0;
-  with_tracker([](ProgressTracker& t) { t.begin_background_round(); });
-  b->thread = std::thread([this, raw = b.get()] { run_background_round(*raw); });
+  with_tracker([](training::ProgressTracker& t) { t.begin_background_round(); });
+  b->finished = bg_worker->submit([this, raw = b.get()] { run_background_round(*raw); });
   bg = std::move(b);
   rep.round_in_background = true;
 }
 
 bool Optimizer::Impl::finish_background_round(StepReport& rep, bool block) {
   if (!bg || (!block && !bg->done)) return false;
-  bg->thread.join();
+  bg->finished.wait();
   auto b = std::move(bg);
   bg.reset();
   rep.averaging_time += b->averaging_time;
@@ -117,7 +117,7 @@ bool Optimizer::Impl::finish_background_round(StepReport& rep, bool block) {
     // Like a failed synchronous round: the gradients and samples go back to this epoch.
     acc_flat.add_(b->acc);
     local_samples += b->samples;
-    with_tracker([](ProgressTracker& t) { t.end_background_round(false); });
+    with_tracker([](training::ProgressTracker& t) { t.end_background_round(false); });
     round_failed(rep, b->outcome.error());
     return true;
   }
@@ -126,7 +126,7 @@ bool Optimizer::Impl::finish_background_round(StepReport& rep, bool block) {
   rep.stepped = true;
   digest = compute_digest();
   const auto members = member_ids(b->outcome.value());
-  with_tracker([&](ProgressTracker& t) {
+  with_tracker([&](training::ProgressTracker& t) {
     t.end_background_round(true);
     t.set_digest(digest);
     t.round_succeeded(members, Clock::now());

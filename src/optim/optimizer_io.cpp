@@ -29,15 +29,15 @@ constexpr Duration kSnapshotWait = 30s;
 
 }  // namespace
 
-awaitable<result<Collaboration::State>> OptimizerIo::provide_state_of(
+awaitable<result<training::Collaboration::State>> OptimizerIo::provide_state_of(
     std::weak_ptr<OptimizerIo> weak) {
   auto self = weak.lock();
   if (!self) co_return make_error(errc::unavailable, "optimizer is gone");
   co_return co_await self->provide_state();
 }
 
-std::shared_ptr<OptimizerIo> OptimizerIo::start(std::shared_ptr<Collaboration> collab,
-                                                ProgressTracker tracker,
+std::shared_ptr<OptimizerIo> OptimizerIo::start(std::shared_ptr<training::Collaboration> collab,
+                                                training::ProgressTracker tracker,
                                                 const OptimizerOptions& options) {
   auto io = std::make_shared<OptimizerIo>(std::move(collab), std::move(tracker), options);
   std::weak_ptr<OptimizerIo> weak = io;
@@ -52,8 +52,8 @@ std::shared_ptr<OptimizerIo> OptimizerIo::start(std::shared_ptr<Collaboration> c
   return io;
 }
 
-OptimizerIo::OptimizerIo(std::shared_ptr<Collaboration> collab, ProgressTracker tracker,
-                         const OptimizerOptions& options)
+OptimizerIo::OptimizerIo(std::shared_ptr<training::Collaboration> collab,
+                         training::ProgressTracker tracker, const OptimizerOptions& options)
     : collab_(std::move(collab)),
       executor_(collab_->executor()),
       tracker_(std::move(tracker)),
@@ -125,29 +125,24 @@ result<T> OptimizerIo::wait_for_io(std::function<awaitable<result<T>>()> make, D
   }
 }
 
-result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, RoundOptions options,
-                                         Duration wait_bound, std::function<void()> while_waiting) {
+result<training::RoundResult> OptimizerIo::average(training::RoundData data,
+                                                   training::RoundOptions options,
+                                                   Duration wait_bound,
+                                                   std::function<void()> while_waiting) {
   auto self = shared_from_this();
-  return wait_for_io<RoundResult>(
-      [self, buf, options]() -> awaitable<result<RoundResult>> {
-        std::vector<NamedSpan> spans;
-        std::size_t off = 0;
-        for (std::size_t i = 0; i < buf->names.size(); ++i) {
-          auto n = static_cast<std::size_t>(buf->sizes[i]);
-          spans.push_back({buf->names[i], std::span<float>(buf->data + off, n)});
-          off += n;
-        }
+  return wait_for_io<training::RoundResult>(
+      [self, data = std::move(data), options]() -> awaitable<result<training::RoundResult>> {
         const Duration budget = std::max<Duration>(options.deadline - Clock::now(), 1ms);
         std::string what = "averaging round " + options.key;
         const auto now = Clock::now();
-        self->running_ =
-            Running{options.key, self->run([](ProgressTracker& t) { return t.local_epoch(); }),
-                    options.expected_members, now, now};
+        self->running_ = Running{
+            options.key, self->run([](training::ProgressTracker& t) { return t.local_epoch(); }),
+            options.expected_members, now, now};
         if (const auto& p = self->prepared_; p && p->key == options.key) {
           self->running_->expected = std::max(p->expected, options.expected_members);
           self->running_->counted_at = p->at;
         }
-        auto op = self->collab_->average(spans, options);
+        auto op = self->collab_->average(data, options);
         auto r = co_await with_timeout(std::move(op), budget + 1s, std::move(what));
         if (self->running_ && self->running_->key == options.key) self->running_.reset();
         co_return r;
@@ -155,20 +150,21 @@ result<RoundResult> OptimizerIo::average(std::shared_ptr<RoundBuffer> buf, Round
       wait_bound, "averaging round", true, while_waiting);
 }
 
-result<Collaboration::State> OptimizerIo::download_state(Duration timeout, Duration wait_bound,
-                                                         std::uint64_t want_digest) {
+result<training::Collaboration::State> OptimizerIo::download_state(Duration timeout,
+                                                                   Duration wait_bound,
+                                                                   std::uint64_t want_digest) {
   auto self = shared_from_this();
-  return wait_for_io<Collaboration::State>(
-      [self, timeout, want_digest]() -> awaitable<result<Collaboration::State>> {
+  return wait_for_io<training::Collaboration::State>(
+      [self, timeout, want_digest]() -> awaitable<result<training::Collaboration::State>> {
         auto op = self->collab_->download_state(Clock::now() + timeout, want_digest);
         co_return co_await with_timeout(std::move(op), timeout + 1s, "state download");
       },
       wait_bound, "state download", true);
 }
 
-void OptimizerIo::prepare_round(RoundPlan plan) {
+void OptimizerIo::prepare_round(training::RoundPlan plan) {
   auto self = shared_from_this();
-  auto p = std::make_shared<RoundPlan>(std::move(plan));
+  auto p = std::make_shared<training::RoundPlan>(std::move(plan));
   asio::post(executor_, [self, p] {
     if (self->scope_.closed()) return;
     self->prepared_ = Prepared{p->options.key, p->options.expected_members, Clock::now()};
@@ -184,7 +180,8 @@ void OptimizerIo::state_changed(std::uint64_t epoch) {
     self->prepared_.reset();
     if (self->snapshot_ && self->snapshot_->epoch != epoch) self->snapshot_.reset();
     // Look at the others again soon: decisions at the new epoch need their new records.
-    const auto refresh = self->run([](ProgressTracker& t) { return t.config().min_refresh; });
+    const auto refresh =
+        self->run([](training::ProgressTracker& t) { return t.config().min_refresh; });
     self->next_fetch_ = std::min(self->next_fetch_, Clock::now() + refresh);
     self->wake_.set();
   });
@@ -194,14 +191,14 @@ void OptimizerIo::offer_state(std::uint64_t epoch, std::uint64_t digest, Bytes s
   auto self = shared_from_this();
   auto bytes = std::make_shared<Bytes>(std::move(state));
   asio::post(executor_, [self, epoch, digest, bytes] {
-    self->snapshot_ = Collaboration::State{epoch, std::move(*bytes), digest};
+    self->snapshot_ = training::Collaboration::State{epoch, std::move(*bytes), digest};
     self->state_requested_ = false;
     self->snapshot_ready_.set();
   });
 }
 
-awaitable<result<Collaboration::State>> OptimizerIo::provide_state() {
-  const auto epoch = run([](ProgressTracker& t) { return t.local_epoch(); });
+awaitable<result<training::Collaboration::State>> OptimizerIo::provide_state() {
+  const auto epoch = run([](training::ProgressTracker& t) { return t.local_epoch(); });
   if (!snapshot_ || snapshot_->epoch != epoch) {
     // The training thread serialises its state at its next step() call.
     snapshot_.reset();
@@ -217,17 +214,18 @@ awaitable<result<Collaboration::State>> OptimizerIo::provide_state() {
 
 awaitable<void> OptimizerIo::publish_once(bool leaving) {
   const Duration ttl = leaving ? kLeavingTtl : options_.progress_ttl;
-  auto rec = run([&](ProgressTracker& t) { return t.make_record(Clock::now(), ttl); });
+  auto rec = run([&](training::ProgressTracker& t) { return t.make_record(Clock::now(), ttl); });
   rec.leaving = leaving;
   auto r =
-      co_await with_timeout(collab_->publish_progress(encode_progress(rec), ttl),
+      co_await with_timeout(collab_->publish_progress(training::encode_progress(rec), ttl),
                             leaving ? kLeavingPublishTimeout : kPublishTimeout, "publish progress");
   if (!r) log()->info("publishing progress failed: {}", r.error().message());
 }
 
 awaitable<void> OptimizerIo::fetch_once() {
   const TimePoint began = Clock::now();
-  const std::uint64_t generation = run([](ProgressTracker& t) { return t.epoch_generation(); });
+  const std::uint64_t generation =
+      run([](training::ProgressTracker& t) { return t.epoch_generation(); });
   auto r = co_await with_timeout(collab_->fetch_progress(), kFetchTimeout, "fetch progress");
   const TimePoint now = Clock::now();
   std::lock_guard lk(tracker_mu_);  // maybe_abandon_round reads the tracker too
@@ -237,13 +235,14 @@ awaitable<void> OptimizerIo::fetch_once() {
   } else {
     for (const auto& e : r.value()) {
       if (e.peer == tracker_.self()) continue;
-      auto rec = decode_progress(e.value, limits_);
+      auto rec = training::decode_progress(e.value, limits_);
       if (!rec) {
         log()->warn("ignoring progress record of {}: {}", e.peer.short_string(),
                     rec.error().message());
         continue;
       }
-      tracker_.observe(e.peer, rec.value(), record_age(rec.value(), e.remaining_ttl), now);
+      tracker_.observe(e.peer, rec.value(), training::record_age(rec.value(), e.remaining_ttl),
+                       now);
     }
   }
   tracker_.expire(now);
@@ -281,7 +280,7 @@ void OptimizerIo::maybe_abandon_round(TimePoint fetch_began, TimePoint now) {
 
 awaitable<void> OptimizerIo::progress_loop() {
   for (;;) {
-    if (run([](ProgressTracker& t) { return t.should_publish(Clock::now()); }))
+    if (run([](training::ProgressTracker& t) { return t.should_publish(Clock::now()); }))
       co_await publish_once();
     if (Clock::now() >= next_fetch_) co_await fetch_once();
     const Duration wait =

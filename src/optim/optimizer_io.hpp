@@ -20,37 +20,25 @@
 
 #include <asio/post.hpp>
 
-#include "starling/optim/collaboration.hpp"
 #include "starling/optim/optimizer_options.hpp"
-#include "starling/optim/progress.hpp"
+#include "starling/training/collaboration.hpp"
+#include "starling/training/progress.hpp"
 
 namespace starling::optim {
 
-// A flat float buffer handed to an averaging round, with the parameter layout. `owner` keeps
-// the memory alive even if the training thread gave up waiting for the round.
-struct RoundBuffer {
-  std::shared_ptr<void> owner;
-  float* data = nullptr;
-  std::size_t size = 0;
-  std::vector<std::string> names;
-  std::vector<std::int64_t> sizes;  // elements per name, summing to size
-};
-
 class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
  public:
-  static std::shared_ptr<OptimizerIo> start(std::shared_ptr<Collaboration> collab,
-                                            ProgressTracker tracker,
+  static std::shared_ptr<OptimizerIo> start(std::shared_ptr<training::Collaboration> collab,
+                                            training::ProgressTracker tracker,
                                             const OptimizerOptions& options);
-  OptimizerIo(std::shared_ptr<Collaboration> collab, ProgressTracker tracker,
+  OptimizerIo(std::shared_ptr<training::Collaboration> collab, training::ProgressTracker tracker,
               const OptimizerOptions& options);
 
-  // Any thread: runs f(tracker) under the tracker's lock, on the calling thread. Until session
-  // 13 the training thread posted f to the io thread and waited for it at every step() call:
-  // with more busy threads than cores each hop waited ~10 ms for the io thread to be scheduled
-  // (40-50% of a trainer's wall time with delayed updates, 4 trainers + 4 alone on 2 cores).
-  // The lock is held only for f: never across a co_await, never while waiting for a thread.
+  // Any thread: runs f(tracker) under the tracker's lock, on the calling thread (a hop to the
+  // io thread per step() would wait ~10 ms for it to be scheduled when threads outnumber
+  // cores). The lock is held only for f: never across a co_await, never while waiting.
   template <class F>
-  auto run(F&& f) -> std::invoke_result_t<F&, ProgressTracker&> {
+  auto run(F&& f) -> std::invoke_result_t<F&, training::ProgressTracker&> {
     std::lock_guard lk(tracker_mu_);
     return f(tracker_);
   }
@@ -58,13 +46,14 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   // Training thread: one averaging round over `buf` (averaged in place). `while_waiting`, if
   // set, runs on the calling thread every kServePoll while the round is in flight (the
   // optimizer serves its state to peers that fall behind meanwhile).
-  result<RoundResult> average(std::shared_ptr<RoundBuffer> buf, RoundOptions options,
-                              Duration wait_bound, std::function<void()> while_waiting = {});
+  result<training::RoundResult> average(training::RoundData data, training::RoundOptions options,
+                                        Duration wait_bound,
+                                        std::function<void()> while_waiting = {});
   // Training thread: downloads state from a peer (one holding `want_digest` if not 0).
-  result<Collaboration::State> download_state(Duration timeout, Duration wait_bound,
-                                              std::uint64_t want_digest);
+  result<training::Collaboration::State> download_state(Duration timeout, Duration wait_bound,
+                                                        std::uint64_t want_digest);
   // Training thread: the collaboration may begin matchmaking for the coming round now.
-  void prepare_round(RoundPlan plan);
+  void prepare_round(training::RoundPlan plan);
   // Training thread: the local epoch changed; the served state is outdated, the record is
   // published at once and a round prepared for the old epoch is dropped.
   void state_changed(std::uint64_t epoch);
@@ -78,8 +67,9 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   awaitable<void> progress_loop();
   awaitable<void> publish_once(bool leaving = false);
   awaitable<void> fetch_once();
-  awaitable<result<Collaboration::State>> provide_state();
-  static awaitable<result<Collaboration::State>> provide_state_of(std::weak_ptr<OptimizerIo> weak);
+  awaitable<result<training::Collaboration::State>> provide_state();
+  static awaitable<result<training::Collaboration::State>> provide_state_of(
+      std::weak_ptr<OptimizerIo> weak);
   template <class T>
   // Runs make() on the io thread and waits at most `bound` for its result. `scoped`: inside
   // scope_, so that stop() cancels it (rounds and downloads; stop() itself is not).
@@ -88,15 +78,15 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
                         const std::function<void()>& while_waiting = {});
   static constexpr Duration kServePoll = 20ms;
 
-  std::shared_ptr<Collaboration> collab_;
+  std::shared_ptr<training::Collaboration> collab_;
   asio::any_io_executor executor_;
   std::mutex tracker_mu_;
-  ProgressTracker tracker_;  // guarded by tracker_mu_: use run()
+  training::ProgressTracker tracker_;  // guarded by tracker_mu_: use run()
   OptimizerOptions options_;
   TaskScope scope_;
   AsyncEvent wake_;
   AsyncEvent snapshot_ready_;
-  std::optional<Collaboration::State> snapshot_;
+  std::optional<training::Collaboration::State> snapshot_;
   std::atomic<bool> state_requested_{false};
   TimePoint next_fetch_{};
   // The round average() runs now (io thread): abandoned when a fetch begun after it started
@@ -118,7 +108,7 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   };
   std::optional<Prepared> prepared_;
   void maybe_abandon_round(TimePoint fetch_began, TimePoint now);  // tracker_mu_ held
-  ProgressLimits limits_;
+  training::ProgressLimits limits_;
 };
 
 }  // namespace starling::optim

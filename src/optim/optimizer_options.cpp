@@ -1,29 +1,7 @@
-// Optimizer options validation and compression names (no torch).
-#include <fmt/format.h>
-
+// Optimizer options validation (no torch).
 #include "starling/optim/optimizer_options.hpp"
 
 namespace starling::optim {
-
-const char* to_string(Compression c) {
-  switch (c) {
-    case Compression::none:
-      return "none";
-    case Compression::float16:
-      return "float16";
-    case Compression::uint8:
-      return "uint8";
-  }
-  return "?";
-}
-
-result<Compression> parse_compression(const std::string& s) {
-  if (s == "none") return Compression::none;
-  if (s == "float16" || s == "fp16") return Compression::float16;
-  if (s == "uint8" || s == "8bit") return Compression::uint8;
-  return make_error(errc::invalid_argument,
-                    fmt::format("unknown compression '{}' (none|float16|uint8)", s));
-}
 
 result<void> validate(const OptimizerOptions& o) {
   auto bad = [](std::string why) {
@@ -37,6 +15,9 @@ result<void> validate(const OptimizerOptions& o) {
   if (o.averaging_timeout <= Duration::zero() || o.load_state_timeout <= Duration::zero())
     return bad("timeouts must be positive");
   if (o.matchmaking_time < Duration::zero()) return bad("matchmaking_time is negative");
+  if (o.retry_backoff < Duration::zero() || o.io_grace <= Duration::zero())
+    return bad("retry_backoff must be >= 0 and io_grace > 0");
+  if (o.max_failed_rounds == 0) return bad("max_failed_rounds must be at least 1");
   // Zero would republish the progress record on every tick of the progress loop.
   if (o.progress.max_publish_interval <= Duration::zero())
     return bad("progress.max_publish_interval must be positive");

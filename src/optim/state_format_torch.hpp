@@ -8,11 +8,11 @@
 
 #include <torch/optim/optimizer.h>
 
-#include "starling/optim/state_format.hpp"
+#include "starling/training/state_format.hpp"
 
 namespace starling::optim::state_torch {
 
-namespace sf = state_format;
+namespace sf = training::state_format;
 
 // errc::unsupported for a dtype outside the format's set, or a non-CPU / sparse tensor.
 result<sf::Dtype> wire_dtype(const torch::Tensor& t);

@@ -16,7 +16,7 @@
 #include "state_format_torch.hpp"
 
 namespace starling::optim {
-namespace sf = state_format;
+namespace sf = training::state_format;
 namespace st = state_torch;
 namespace {
 
@@ -278,22 +278,22 @@ result<void> load_training_state(BytesView state, torch::nn::Module& model,
   return success();
 }
 
-result<std::filesystem::path> save_checkpoint(CheckpointDir& dir, CheckpointMeta meta,
+result<std::filesystem::path> save_checkpoint(training::CheckpointDir& dir,
+                                              training::CheckpointMeta meta,
                                               const torch::nn::Module& model,
                                               const torch::optim::Optimizer* optimizer,
                                               const NamedTensors& extra,
-                                              const AtomicWriteOptions& options) {
+                                              const training::AtomicWriteOptions& options) {
   meta.parameter_names = parameter_names(model);
   ST_TRY(auto payload, save_training_state(model, optimizer, extra));
   return dir.save(meta, payload, options);
 }
 
-result<std::optional<CheckpointMeta>> load_latest_checkpoint(const CheckpointDir& dir,
-                                                             torch::nn::Module& model,
-                                                             torch::optim::Optimizer* optimizer,
-                                                             NamedTensors* extra) {
+result<std::optional<training::CheckpointMeta>> load_latest_checkpoint(
+    const training::CheckpointDir& dir, torch::nn::Module& model,
+    torch::optim::Optimizer* optimizer, NamedTensors* extra) {
   ST_TRY(auto loaded, dir.load_latest());
-  if (!loaded) return std::optional<CheckpointMeta>();
+  if (!loaded) return std::optional<training::CheckpointMeta>();
   if (loaded->meta.parameter_names != parameter_names(model))
     return make_error(errc::invalid_argument,
                       fmt::format("checkpoint {} is for a different model (parameter names differ)",
@@ -301,7 +301,7 @@ result<std::optional<CheckpointMeta>> load_latest_checkpoint(const CheckpointDir
   auto r = load_training_state(loaded->payload, model, optimizer, extra);
   if (!r) return r.error().with_context("checkpoint " + loaded->path.string());
   logger("optim")->info("resumed from {} (epoch {})", loaded->path.string(), loaded->meta.epoch);
-  return std::optional<CheckpointMeta>(std::move(loaded->meta));
+  return std::optional<training::CheckpointMeta>(std::move(loaded->meta));
 }
 
 }  // namespace starling::optim

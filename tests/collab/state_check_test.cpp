@@ -8,12 +8,12 @@
 #include <atomic>
 
 #include "collab/state_check.hpp"
-#include "starling/optim/progress.hpp"
-#include "starling/optim/state_format.hpp"
+#include "starling/training/progress.hpp"
+#include "starling/training/state_format.hpp"
 #include "support/crashable_node.hpp"
 
 using namespace starling;
-namespace sf = starling::optim::state_format;
+namespace sf = starling::training::state_format;
 
 namespace {
 
@@ -46,7 +46,7 @@ Bytes encode(const Params& p, bool anchors = false) {
 
 // The optimizer's digest: StateDigest over each parameter's float32 bytes.
 std::uint64_t digest(const Params& p) {
-  optim::StateDigest d;
+  training::StateDigest d;
   d.update(p.w.data(), p.w.size() * sizeof(float));
   d.update(p.b.data(), p.b.size() * sizeof(float));
   return d.value();
@@ -81,9 +81,9 @@ struct FixedState {
   std::uint64_t epoch, digest;
   std::shared_ptr<const Bytes> bytes;
   std::shared_ptr<std::atomic<int>> asked;
-  awaitable<result<optim::Collaboration::State>> operator()() const {
+  awaitable<result<training::Collaboration::State>> operator()() const {
     ++*asked;
-    optim::Collaboration::State s;
+    training::Collaboration::State s;
     s.epoch = epoch;
     s.bytes = *bytes;
     s.digest = digest;
@@ -129,7 +129,7 @@ TEST(StateCheck, JoinerRefusesAPoisonedDonorAndLoadsTheHonestState) {
   // Until the liar's announcement is visible to the joiner (its manifest was asked for).
   auto joiner = nodes[3]->collaboration();
   const TimePoint until = Clock::now() + 90s;
-  result<optim::Collaboration::State> got = make_error(errc::timeout, "not tried");
+  result<training::Collaboration::State> got = make_error(errc::timeout, "not tried");
   while (*poison_asked == 0 && Clock::now() < until) {
     got = block_on(
         joiner->executor(), [joiner]() { return joiner->download_state(Clock::now() + 30s, 0); },

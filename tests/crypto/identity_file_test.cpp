@@ -155,12 +155,16 @@ TEST_F(IdentityFileTest, UnreadableIsIo) {
   }
 }
 
-TEST_F(IdentityFileTest, SaveIntoMissingDirectoryFailsWithPath) {
+TEST_F(IdentityFileTest, SaveIntoMissingDirectoryCreatesIt) {
   auto path = dir_ / "missing-dir" / "id.key";
-  auto r = save_identity(path, KeyPair::generate());
-  ASSERT_FALSE(r);
-  EXPECT_EQ(r.error(), errc::io);
-  EXPECT_NE(r.error().context().find("missing-dir"), std::string::npos);
+  auto kp = KeyPair::generate();
+  auto r = save_identity(path, kp);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(mode_of(dir_ / "missing-dir"), 0700u);
+  EXPECT_EQ(mode_of(path), 0600u);
+  auto back = load_identity(path);
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back.value().public_key(), kp.public_key());
 }
 
 TEST_F(IdentityFileTest, LoadOrCreate) {

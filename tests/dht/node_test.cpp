@@ -300,6 +300,39 @@ TEST(DhtNode, BootstrapFailsClearlyWhenNoPeerAnswers) {
       kTestDeadline);
 }
 
+// Two processes started with one identity file: the second's only initial peer has its own
+// peer id. That fails at once with a message that says so (retrying cannot help).
+TEST(DhtNode, AnInitialPeerWithOurOwnIdIsAClearErrorWithoutRetries) {
+  asio::io_context io;
+  starling::test::run_with_deadline(
+      io,
+      [&]() -> awaitable<void> {
+        auto ex = co_await asio::this_coro::executor;
+        const auto key = crypto::KeyPair::generate();
+        auto first = net::Host::create(ex, key);
+        CO_ASSERT_OK(co_await first->start());
+        const auto addr = first->listen_addresses().at(0).with_peer_id(first->local_peer());
+        auto host = net::Host::create(ex, key);
+        CO_ASSERT_OK(co_await host->start());
+        auto cfg = quick_config();
+        cfg.bootstrap_attempts = 4;
+        cfg.bootstrap_backoff = 5s;  // a retry would push this test past its deadline check
+        auto node = DhtNode::create(host, cfg);
+        const auto t0 = Clock::now();
+        std::vector<net::Multiaddr> seeds{addr};
+        auto r = co_await node->start(seeds);
+        CO_ASSERT_FALSE(r);
+        EXPECT_EQ(r.error(), errc::invalid_argument);
+        EXPECT_NE(r.error().message().find("own peer id"), std::string::npos)
+            << r.error().message();
+        EXPECT_LT(Clock::now() - t0, 4s);
+        co_await node->stop();
+        co_await host->stop();
+        co_await first->stop();
+      },
+      kTestDeadline);
+}
+
 TEST(DhtNode, BadRequestClosesTheStreamWithAReason) {
   run_cluster_test([](NodeCluster& c) -> awaitable<void> {
     CO_ASSERT_OK(co_await c.add_many(2));

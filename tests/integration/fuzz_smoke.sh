@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds every libFuzzer target with clang 16 (ASan + UBSan) and runs each for a bounded time.
+# Builds every libFuzzer target with clang 16 (ASan + UBSan, -O1 with line tables and assertions
+# on, as libFuzzer recommends) and runs each for a bounded time.
 # Usage: fuzz_smoke.sh SOURCE_DIR FUZZ_BUILD_DIR SECONDS_PER_TARGET
 set -euo pipefail
 src=$1 build=$2 secs=$3
 if ! command -v clang++-16 > /dev/null; then echo "SKIP: clang++-16 not installed"; exit 77; fi
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16 \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTARLING_FUZZ=ON -DSTARLING_BUILD_TESTS=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" \
+  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" -DSTARLING_FUZZ=ON -DSTARLING_BUILD_TESTS=OFF \
   -DSTARLING_BUILD_BENCH=OFF -DSTARLING_WITH_TORCH=OFF > "$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" > "$build.build.log" 2>&1 || { tail -50 "$build.build.log"; exit 1; }

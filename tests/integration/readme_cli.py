@@ -165,7 +165,7 @@ class Tour:
             "train": r"accuracy",
         }.get(sub, "")
         if sub == "dht" and args[2] == "put":
-            expect = r"stored \S+ on [1-9]"
+            expect = r"stored .+ on [1-9]"
         if sub == "dht" and args[2] == "get":
             expect = r"subkey \"w1\" = \"busy\"" if args[3] == "workers" else r"value"
         if expect and not re.search(expect, out, re.M):

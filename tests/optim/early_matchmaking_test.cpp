@@ -9,9 +9,11 @@
 
 #include "optim/hub_peer.hpp"
 #include "support/crashable_node.hpp"
+#include "support/round_data.hpp"
 
 using namespace starling;
 using namespace starling::optim;
+using namespace starling::training;
 
 namespace {
 
@@ -87,10 +89,10 @@ struct Outcome {
 
 // One round on node c with every value = `value` and weight = `weight`.
 awaitable<result<RoundResult>> average_on(Collab c, std::shared_ptr<Outcome> out, RoundOptions o) {
-  std::vector<NamedSpan> spans;
-  spans.push_back({"w", std::span<float>(out->w)});
-  spans.push_back({"b", std::span<float>(out->b)});
-  co_return co_await c->average(spans, o);
+  auto d = test::round_data({{"w", out->w}, {"b", out->b}});
+  auto r = co_await c->average(d, o);
+  if (r) test::split(d, {out->w, out->b});
+  co_return r;
 }
 
 // Every node of the trio averages `key` at once (node i: values i + 1, weight 10 (i + 1)).

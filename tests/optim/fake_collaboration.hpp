@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "starling/crypto/keys.hpp"
-#include "starling/optim/collaboration.hpp"
-#include "starling/optim/progress.hpp"
+#include "starling/training/collaboration.hpp"
+#include "starling/training/progress.hpp"
 
 namespace starling::test {
 
@@ -29,11 +29,11 @@ class Hub {
 
   struct Participant {
     net::PeerId peer;
-    std::vector<optim::NamedSpan> spans;
+    training::RoundData data;
     double weight;
     asio::any_io_executor ex;
     std::shared_ptr<AsyncEvent> done;
-    std::shared_ptr<result<optim::RoundResult>> out;
+    std::shared_ptr<result<training::RoundResult>> out;
   };
   struct Round {
     std::vector<Participant> members;
@@ -42,7 +42,7 @@ class Hub {
   };
   struct Provider {
     asio::any_io_executor ex;
-    using Fn = std::function<awaitable<result<optim::Collaboration::State>>()>;
+    using Fn = std::function<awaitable<result<training::Collaboration::State>>()>;
     Fn fn;
   };
 
@@ -76,22 +76,18 @@ class Hub {
     double total = 0;
     for (auto& m : r.members) total += m.weight;
     const std::size_t k = r.members.size();
-    optim::RoundResult res;
+    training::RoundResult res;
     for (auto& m : r.members) res.members.push_back({m.peer, m.weight});
     res.total_weight = total;
-    auto& first = r.members.front();
-    std::uint64_t floats = 0;
-    for (std::size_t s = 0; s < first.spans.size(); ++s) {
-      const std::size_t n = first.spans[s].data.size();
-      floats += n;
-      std::vector<double> sum(n, 0.0);
-      for (auto& m : r.members) {
-        const double w = total > 0 ? m.weight / total : 1.0 / static_cast<double>(k);
-        for (std::size_t i = 0; i < n; ++i) sum[i] += w * m.spans[s].data[i];
-      }
-      for (auto& m : r.members)
-        for (std::size_t i = 0; i < n; ++i) m.spans[s].data[i] = static_cast<float>(sum[i]);
+    const std::size_t n = r.members.front().data.input.size();
+    const std::uint64_t floats = n;
+    std::vector<double> sum(n, 0.0);
+    for (auto& m : r.members) {
+      const double w = total > 0 ? m.weight / total : 1.0 / static_cast<double>(k);
+      for (std::size_t i = 0; i < n; ++i) sum[i] += w * m.data.input[i];
     }
+    for (auto& m : r.members)
+      for (std::size_t i = 0; i < n; ++i) m.data.output[i] = static_cast<float>(sum[i]);
     // What a butterfly all-reduce would move: each peer sends (k-1)/k of its data out and
     // receives the same back, twice (reduce-scatter + all-gather).
     res.bytes_sent = res.bytes_received = k > 1 ? 2 * floats * 4 * (k - 1) / k : 0;
@@ -108,7 +104,7 @@ class Hub {
   }
 };
 
-class FakeCollaboration : public optim::Collaboration {
+class FakeCollaboration : public training::Collaboration {
  public:
   FakeCollaboration(std::shared_ptr<Hub> hub, asio::any_io_executor ex)
       : hub_(std::move(hub)),
@@ -137,8 +133,8 @@ class FakeCollaboration : public optim::Collaboration {
     hub_->records[self_] = {std::move(value), {Clock::now(), ttl}};
     co_return success();
   }
-  awaitable<result<std::vector<optim::ProgressEntry>>> fetch_progress() override {
-    std::vector<optim::ProgressEntry> out;
+  awaitable<result<std::vector<training::ProgressEntry>>> fetch_progress() override {
+    std::vector<training::ProgressEntry> out;
     std::lock_guard lk(hub_->mu);
     const auto now = Clock::now();
     for (auto& [peer, v] : hub_->records) {
@@ -152,7 +148,7 @@ class FakeCollaboration : public optim::Collaboration {
   // Early matchmaking, as NetCollaboration counts it: the Hub forms groups when the data
   // comes, so a prepared round only records its plan; average() with its key uses it, any
   // other key (or cancel) drops it.
-  void prepare_round(const optim::RoundPlan& plan) override {
+  void prepare_round(const training::RoundPlan& plan) override {
     if (dead_) return;
     std::lock_guard lk(early_mu_);
     if (prepared_ && prepared_->options.key == plan.options.key) return;
@@ -173,14 +169,15 @@ class FakeCollaboration : public optim::Collaboration {
     std::lock_guard lk(early_mu_);
     return early_;
   }
-  std::vector<optim::RoundPlan> plans() const {
+  std::vector<training::RoundPlan> plans() const {
     std::lock_guard lk(early_mu_);
     return plans_;
   }
 
-  awaitable<result<optim::RoundResult>> average(std::span<optim::NamedSpan> tensors,
-                                                optim::RoundOptions options) override {
+  awaitable<result<training::RoundResult>> average(training::RoundData data,
+                                                   training::RoundOptions options) override {
     if (dead_) co_return make_error(errc::closed, "dead");
+    ST_CO_TRY(training::check_round_data(data));
     bool early = false;
     {
       std::lock_guard lk(early_mu_);
@@ -191,7 +188,7 @@ class FakeCollaboration : public optim::Collaboration {
         ++early_.cancelled;
       prepared_.reset();
     }
-    auto r = co_await average_now(tensors, std::move(options));
+    auto r = co_await average_now(std::move(data), std::move(options));
     if (r) r.value().early = early;
     co_return r;
   }
@@ -214,10 +211,10 @@ class FakeCollaboration : public optim::Collaboration {
     ~Departure() { now(); }
   };
 
-  awaitable<result<optim::RoundResult>> average_now(std::span<optim::NamedSpan> tensors,
-                                                    optim::RoundOptions options) {
+  awaitable<result<training::RoundResult>> average_now(training::RoundData data,
+                                                       training::RoundOptions options) {
     auto done = std::make_shared<AsyncEvent>(ex_);
-    auto out = std::make_shared<result<optim::RoundResult>>(make_error(errc::internal));
+    auto out = std::make_shared<result<training::RoundResult>>(make_error(errc::internal));
     bool first = false;
     {
       std::lock_guard lk(hub_->mu);
@@ -225,8 +222,9 @@ class FakeCollaboration : public optim::Collaboration {
       if (r.closed) co_return make_error(errc::unavailable, "round " + options.key + " is over");
       first = r.members.empty();
       if (first) r.first_join = Clock::now();
-      r.members.push_back(
-          {self_, {tensors.begin(), tensors.end()}, options.weight, ex_, done, out});
+      if (!r.members.empty() && r.members.front().data.input.size() != data.input.size())
+        co_return make_error(errc::invalid_argument, "round " + options.key + ": other sizes");
+      r.members.push_back({self_, std::move(data), options.weight, ex_, done, out});
       std::size_t live_members = 0;
       for (auto& m : r.members) live_members += hub_->live.count(m.peer);
       if (live_members >= hub_->live.size()) hub_->close_round(options.key);
@@ -270,7 +268,7 @@ class FakeCollaboration : public optim::Collaboration {
         if (peer == self_) continue;
         auto it = hub_->records.find(peer);
         if (it == hub_->records.end()) continue;
-        auto rec = optim::decode_progress(it->second.first);
+        auto rec = training::decode_progress(it->second.first);
         if (!rec) continue;
         const std::pair<bool, std::uint64_t> rank{
             want_digest != 0 && rec.value().digest == want_digest, rec.value().epoch};
@@ -315,8 +313,8 @@ class FakeCollaboration : public optim::Collaboration {
   net::PeerId self_;
   std::uint64_t downloads_bytes_ = 0;
   mutable std::mutex early_mu_;  // the training thread reads the counters
-  std::optional<optim::RoundPlan> prepared_;
-  std::vector<optim::RoundPlan> plans_;
+  std::optional<training::RoundPlan> prepared_;
+  std::vector<training::RoundPlan> plans_;
   EarlyStats early_;
   std::atomic<bool> dead_{false};
 };

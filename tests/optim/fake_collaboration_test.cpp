@@ -10,9 +10,10 @@
 #include "optim/fake_collaboration.hpp"
 #include "optim/linear_task.hpp"
 #include "starling/core/blocking.hpp"
+#include "support/round_data.hpp"
 
 using namespace starling;
-using namespace starling::optim;
+using namespace starling::training;
 
 namespace {
 
@@ -33,8 +34,9 @@ TEST(FakeCollaboration, CancelledRoundLeavesTheHub) {
   auto b = std::make_shared<test::FakeCollaboration>(hub, io_b.executor());
   // A third live peer that never joins: the round stays open until its window ends.
   auto c = std::make_shared<test::FakeCollaboration>(hub, io_c.executor());
-  auto da = std::make_shared<std::vector<float>>(4, 1.0f);
-  auto db = std::make_shared<std::vector<float>>(4, 3.0f);
+  const std::vector<float> ones(4, 1.0f), threes(4, 3.0f);
+  const auto da = test::round_data({{"w", ones}});
+  const auto db = test::round_data({{"w", threes}});
 
   // a joins first and waits for the window.
   auto a_done = std::make_shared<std::promise<result<RoundResult>>>();
@@ -42,8 +44,7 @@ TEST(FakeCollaboration, CancelledRoundLeavesTheHub) {
   asio::co_spawn(
       io_a.executor(),
       [a, da, a_done]() -> awaitable<void> {
-        std::vector<NamedSpan> spans{{"w", *da}};
-        a_done->set_value(co_await a->average(spans, round_options("k", 30s)));
+        a_done->set_value(co_await a->average(da, round_options("k", 30s)));
       },
       asio::detached);
   ASSERT_TRUE(test::wait_until([&] { return hub->members_of("k") == 1; }, 10s));
@@ -52,8 +53,7 @@ TEST(FakeCollaboration, CancelledRoundLeavesTheHub) {
   auto r = block_on(
       io_b.executor(),
       [b, db]() -> awaitable<result<RoundResult>> {
-        std::vector<NamedSpan> spans{{"w", *db}};
-        co_return co_await b->average(spans, round_options("k", 30s));
+        co_return co_await b->average(db, round_options("k", 30s));
       },
       300ms);
   ASSERT_FALSE(r);
@@ -68,6 +68,6 @@ TEST(FakeCollaboration, CancelledRoundLeavesTheHub) {
   auto ra = a_fut.get();
   ASSERT_TRUE(ra);
   EXPECT_EQ(ra.value().members.size(), 1u);
-  EXPECT_EQ((*da)[0], 1.0f);
-  EXPECT_EQ((*db)[0], 3.0f);
+  EXPECT_EQ(da.output[0], 1.0f);
+  EXPECT_TRUE(test::untouched(db)) << "the hub wrote into the output of a peer that left";
 }

@@ -24,8 +24,8 @@
 namespace starling::test {
 
 struct FashionSetup {
-  optim::ImageDataset train;
-  optim::ImageDataset test;
+  training::ImageDataset train;
+  training::ImageDataset test;
   optim::FashionModel model = optim::FashionModel::mlp;
   double lr = 2e-3;
   std::size_t batch = 32;
@@ -35,8 +35,10 @@ struct FashionSetup {
 // torch computes on one thread per peer.
 inline const FashionSetup* fashion_setup() {
   static const FashionSetup* s = []() -> const FashionSetup* {
-    auto train = optim::load_fashion_mnist(optim::kFashionMnistDefaultDir, optim::Split::train);
-    auto test = optim::load_fashion_mnist(optim::kFashionMnistDefaultDir, optim::Split::test);
+    auto train =
+        training::load_fashion_mnist(training::kFashionMnistDefaultDir, training::Split::train);
+    auto test =
+        training::load_fashion_mnist(training::kFashionMnistDefaultDir, training::Split::test);
     if (!train || !test) return nullptr;
     auto* out = new FashionSetup;
     out->train = std::move(train).value();
@@ -161,7 +163,7 @@ class FashionPeer {
     create_optimizer(s, std::move(o), fake_);
   }
   // Over any collaboration (a NetCollaboration: its node runs its own io thread).
-  FashionPeer(const FashionSetup& s, std::shared_ptr<optim::Collaboration> collab,
+  FashionPeer(const FashionSetup& s, std::shared_ptr<training::Collaboration> collab,
               optim::OptimizerOptions o, std::uint64_t model_seed, std::uint64_t data_seed)
       : task_(s.train, s.model, model_seed, data_seed), batch_(s.batch), id_(data_seed) {
     create_optimizer(s, std::move(o), std::move(collab));
@@ -176,7 +178,7 @@ class FashionPeer {
   void start(std::uint64_t epochs, ParameterLog* log = nullptr) {
     thread_ = std::thread([this, epochs, log] {
       while (!stop_ && opt_->local_epoch() < epochs) {
-        if (stop_at_matchmaking_ && last_action_ == optim::Action::begin_matchmaking) break;
+        if (stop_at_matchmaking_ && last_action_ == training::Action::begin_matchmaking) break;
         task_.forward_backward(batch_);
         const auto before = opt_->local_epoch();
         auto rep = opt_->step(batch_);
@@ -185,7 +187,7 @@ class FashionPeer {
           break;
         }
         // A state download that loaded another epoch (not one skipped in a retry backoff).
-        const bool loaded = rep.value().action == optim::Action::download_state &&
+        const bool loaded = rep.value().action == training::Action::download_state &&
                             !rep.value().round_error && rep.value().epoch != before;
         epoch = opt_->local_epoch();  // before the counters a test waits on
         if (loaded) ++downloads;
@@ -254,7 +256,7 @@ class FashionPeer {
 
  private:
   void create_optimizer(const FashionSetup& s, optim::OptimizerOptions o,
-                        std::shared_ptr<optim::Collaboration> collab) {
+                        std::shared_ptr<training::Collaboration> collab) {
     auto adam = std::make_unique<torch::optim::Adam>(task_.model()->parameters(),
                                                      torch::optim::AdamOptions(s.lr));
     opt_ =
@@ -273,7 +275,7 @@ class FashionPeer {
   std::atomic<bool> stop_at_matchmaking_{false};
   bool linger_ = false;
   Duration pace_{0};
-  std::atomic<optim::Action> last_action_{optim::Action::accumulate};
+  std::atomic<training::Action> last_action_{training::Action::accumulate};
 };
 
 // The alone anchor's options for "same total samples and batch size" as a collaboration whose

@@ -70,10 +70,10 @@ struct HubPeer {
           ++failures;
           break;
         }
-        if (rep.value().action == optim::Action::download_state && !rep.value().round_error)
+        if (rep.value().action == training::Action::download_state && !rep.value().round_error)
           ++downloads;
         if (rep.value().stepped && rep.value().group_size < 2) ++solo_steps;
-        if (rep.value().stepped || rep.value().action == optim::Action::download_state) {
+        if (rep.value().stepped || rep.value().action == training::Action::download_state) {
           std::lock_guard lk(mu);
           record[opt->local_epoch()].push_back(flat_params(*model));
         }

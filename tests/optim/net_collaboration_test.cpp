@@ -18,6 +18,7 @@
 
 using namespace starling;
 using namespace starling::optim;
+using namespace starling::training;
 
 namespace {
 

@@ -19,6 +19,7 @@
 
 using namespace starling;
 using namespace starling::optim;
+using namespace starling::training;
 
 namespace {
 

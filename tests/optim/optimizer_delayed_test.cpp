@@ -16,6 +16,7 @@
 
 using namespace starling;
 using namespace starling::optim;
+using namespace starling::training;
 
 namespace {
 
@@ -38,7 +39,7 @@ class GatedCollaboration : public test::FakeCollaboration {
   std::atomic<int> started{0}, finished{0}, failures_to_inject{0};
   std::atomic<double> last_weight{0};  // of the last round started
 
-  awaitable<result<RoundResult>> average(std::span<NamedSpan>, RoundOptions options) override {
+  awaitable<result<RoundResult>> average(RoundData, RoundOptions options) override {
     last_weight = options.weight;
     ++started;
     auto waited = co_await with_timeout(

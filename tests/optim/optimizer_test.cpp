@@ -21,6 +21,7 @@
 
 using namespace starling;
 using namespace starling::optim;
+using namespace starling::training;
 namespace fs = std::filesystem;
 
 namespace {

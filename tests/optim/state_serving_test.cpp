@@ -9,6 +9,7 @@
 
 using namespace starling;
 using namespace starling::optim;
+using namespace starling::training;
 
 TEST(StateServing, ADonorInASynchronousRoundServesItsStateMeanwhile) {
   // A round closes when every live peer joined it or 4 s after its first joiner.

@@ -13,6 +13,7 @@
 
 using namespace starling;
 using namespace starling::optim;
+using namespace starling::training;
 
 using torch_helpers::same_parameters;
 

@@ -14,16 +14,17 @@
 #include <torch/utils.h>
 
 #include "starling/optim/fashion_task.hpp"
-#include "starling/optim/state_format.hpp"
 #include "starling/optim/training_state.hpp"
+#include "starling/training/state_format.hpp"
 #include "support/temp_dir.hpp"
 #include "torch_helpers.hpp"
 
 using namespace starling;
 using namespace starling::optim;
+using namespace starling::training;
 using torch_helpers::same_parameters;
 using torch_helpers::train_step;
-namespace sf = starling::optim::state_format;
+namespace sf = starling::training::state_format;
 namespace to = torch::optim;
 
 namespace {

@@ -9,6 +9,7 @@
 
 using namespace starling;
 using namespace starling::optim;
+using namespace starling::training;
 using starling::test::FashionPeer;
 using starling::test::FashionSetup;
 using starling::test::fast_options;

@@ -11,6 +11,7 @@
 
 using namespace starling;
 using namespace starling::optim;
+using namespace starling::training;
 using starling::test::NetFashionPeer;
 
 namespace {

@@ -19,9 +19,9 @@
 #include "cli.hpp"
 #include "starling/core/log.hpp"
 #include "starling/crypto/keys.hpp"
-#include "starling/optim/checkpoint.hpp"
 #include "starling/optim/fashion_task.hpp"
 #include "starling/optim/optimizer.hpp"
+#include "starling/training/checkpoint.hpp"
 #include "train_options.hpp"
 
 namespace starling::cli {
@@ -106,9 +106,9 @@ int train_main(const TrainOptions& o) {
     std::cerr << "error: " << (!oo ? oo.error() : kind.error()).message() << "\n";
     return 2;
   }
-  const std::string dir = o.data_dir.empty() ? optim::kFashionMnistDefaultDir : o.data_dir;
-  auto train = optim::load_fashion_mnist(dir, optim::Split::train);
-  auto test = optim::load_fashion_mnist(dir, optim::Split::test);
+  const std::string dir = o.data_dir.empty() ? training::kFashionMnistDefaultDir : o.data_dir;
+  auto train = training::load_fashion_mnist(dir, training::Split::train);
+  auto test = training::load_fashion_mnist(dir, training::Split::test);
   if (!train || !test) {
     std::cerr << "error: dataset: " << (!train ? train.error() : test.error()).message() << "\n";
     return 2;
@@ -123,7 +123,7 @@ int train_main(const TrainOptions& o) {
   }
   const std::string peer = net.value()->peer_id();
   const std::uint64_t data_seed =
-      o.data_seed != 0 ? o.data_seed : optim::seed_from_bytes(as_bytes(peer));
+      o.data_seed != 0 ? o.data_seed : training::seed_from_bytes(as_bytes(peer));
   optim::FashionTask task(train.value(), kind.value(), o.model_seed, data_seed);
   optim::FashionData test_data(test.value());
   auto adam = std::make_unique<torch::optim::Adam>(task.model()->parameters(),
@@ -258,7 +258,7 @@ int train_main(const TrainOptions& o) {
                         {"step_seconds", step_secs},
                         {"param_hash", hash}};
     const std::string text = j.dump() + "\n";
-    auto w = optim::write_file_atomic(o.report, as_bytes(text));
+    auto w = training::write_file_atomic(o.report, as_bytes(text));
     if (!w) std::cerr << "error: report: " << w.error().message() << "\n";
   }
   return stop_reason == "error" ? 1 : 0;

@@ -17,7 +17,7 @@ namespace {
 class AloneNetwork final : public TrainNetwork {
  public:
   explicit AloneNetwork(std::string peer) : peer_(std::move(peer)) {}
-  std::shared_ptr<optim::Collaboration> collaboration() override { return nullptr; }
+  std::shared_ptr<training::Collaboration> collaboration() override { return nullptr; }
   std::string peer_id() const override { return peer_; }
   void stop() override {}
 
@@ -28,7 +28,9 @@ class AloneNetwork final : public TrainNetwork {
 class DhtNetwork final : public TrainNetwork {
  public:
   explicit DhtNetwork(std::unique_ptr<collab::TrainingNode> node) : node_(std::move(node)) {}
-  std::shared_ptr<optim::Collaboration> collaboration() override { return node_->collaboration(); }
+  std::shared_ptr<training::Collaboration> collaboration() override {
+    return node_->collaboration();
+  }
   std::string peer_id() const override { return node_->peer().to_string(); }
   void stop() override {
     if (auto r = node_->stop(15s); !r)

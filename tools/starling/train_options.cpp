@@ -139,7 +139,7 @@ result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o) {
   oo.checkpoint_dir = o.checkpoint_dir;
   oo.diloco_steps = o.diloco_steps;
   oo.delay_optimizer_step = o.delay_step;
-  ST_TRY(oo.grad_compression, optim::parse_compression(o.compression));
+  ST_TRY(oo.grad_compression, training::parse_compression(o.compression));
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));  // enforced by the node (train_net.cpp)
   (void)bw;
   oo.client_mode = o.client;

@@ -10,8 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "starling/optim/collaboration.hpp"
 #include "starling/optim/optimizer_options.hpp"
+#include "starling/training/collaboration.hpp"
 
 namespace starling::cli {
 
@@ -66,7 +66,7 @@ result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o);
 class TrainNetwork {
  public:
   virtual ~TrainNetwork() = default;
-  virtual std::shared_ptr<optim::Collaboration> collaboration() = 0;
+  virtual std::shared_ptr<training::Collaboration> collaboration() = 0;
   virtual std::string peer_id() const = 0;
   // Stops the node (bounded).
   virtual void stop() = 0;

@@ -6,7 +6,8 @@
 // Threading rule: an Averager lives on its host's executor (one I/O thread); call its
 // coroutines from there (blocking wrappers: blocking_step()). Reductions run on a small worker
 // pool, never on the I/O thread. The tensors passed at construction must stay alive; step()
-// reads them when it starts and writes them only when it succeeds.
+// reads them when it starts and writes them only when it succeeds. An averager created without
+// tensors takes each step's data as one flat buffer instead (StepData): no copies at all.
 #pragma once
 
 #include <functional>
@@ -110,6 +111,18 @@ struct BlobState {
   Bytes data;
 };
 
+// A step's data as one flat buffer in the schema's order, instead of the averager's own
+// tensors: `input` (this member's values) is read when the data is supplied, and the group's
+// average is written into `output` by the round as it arrives (its content is unspecified if
+// the step fails). The round reads and writes these buffers directly (compressed schemas
+// encode and decode on the worker pool): nothing is copied. `owner` keeps both alive until the
+// step is over, even if the caller stopped waiting for it.
+struct StepData {
+  std::span<const float> input;
+  std::span<float> output;
+  std::shared_ptr<const void> owner;
+};
+
 class Averager;
 
 // A step whose matchmaking started before its data was ready (Averager::begin()). The group
@@ -131,6 +144,8 @@ class PendingStep {
   // that error is returned at once.
   awaitable<result<StepResult>> run(double weight);
   result<StepResult> run_blocking(double weight);
+  // The same with the data in `data` (sizes: the schema's numel) instead of the tensors.
+  awaitable<result<StepResult>> run(double weight, StepData data);
   // This member will not supply data, and cancel() returns at once: still matchmaking, it
   // stops (a follower sends its leader Leave, a leader sends its followers Disband); grouped,
   // it leaves the round; the step then ends within moments. A later run() returns
@@ -159,6 +174,8 @@ class Averager : public std::enable_shared_from_this<Averager> {
   using AddressSink =
       std::function<void(const net::PeerId&, const std::vector<std::string>& addrs)>;
 
+  // `tensors`: views matching the schema, or none (every step brings a StepData; the state
+  // transfer of tensors, share_state() / load_state(), then refuses with invalid_argument).
   static result<std::shared_ptr<Averager>> create(std::shared_ptr<net::StreamHost> host,
                                                   std::shared_ptr<Directory> directory,
                                                   Schema schema, std::vector<TensorView> tensors,
@@ -175,6 +192,7 @@ class Averager : public std::enable_shared_from_this<Averager> {
   // round did not finish), errc::unavailable (the group lost this peer), invalid_argument.
   // On error the tensors are unchanged.
   awaitable<result<StepResult>> step(StepOptions opts);
+  awaitable<result<StepResult>> step(StepOptions opts, StepData data);
   // Early matchmaking: starts matchmaking for `opts` now, in the background, without the
   // data; PendingStep::run(weight) supplies it later (see PendingStep). opts.weight is only
   // sent in the join request (others report it for this member if they never learn the real
@@ -232,7 +250,9 @@ class Averager : public std::enable_shared_from_this<Averager> {
   friend class PendingStep;
   awaitable<void> run_step(std::shared_ptr<PendingStep::State> st);
   awaitable<result<StepResult>> step_body(std::shared_ptr<PendingStep::State> st);
-  awaitable<result<void>> supply(std::shared_ptr<PendingStep::State> st, double weight);
+  awaitable<result<void>> supply(std::shared_ptr<PendingStep::State> st, double weight,
+                                 StepData data);
+  std::span<const float> step_input(const PendingStep::State& st) const;
   Averager(std::shared_ptr<net::StreamHost> host, std::shared_ptr<Directory> directory,
            Schema schema, std::vector<TensorView> tensors, AveragerConfig cfg, AddressSink sink);
   awaitable<void> serve_state(net::ByteStreamPtr s, net::PeerId remote);

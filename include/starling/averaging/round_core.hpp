@@ -183,6 +183,10 @@ class RoundCore {
   // RoundMember. Its parts go out at once. Errors: not waiting for data, wrong size, bad weight.
   result<void> provide_local(std::span<const float> local, double weight, TimePoint now);
   bool local_pending() const noexcept { return local_pending_; }
+  // Moves the output to `output` (N floats) if nothing has been written into the old one or
+  // handed out for writing yet (true), so that late data can bring its own destination;
+  // otherwise (false) the output stays where it is.
+  bool retarget_output(std::span<float> output);
   // Gives up (e.g. the data did not come in time): the core fails with `e`; the driver then
   // closes its streams, so the others drop this member like a lost peer.
   void abandon(Error e);
@@ -285,6 +289,8 @@ class RoundCore {
   // Weight each sender's parts carried (NaN: no part from it yet); reductions use these.
   std::vector<double> sent_weight_;
   bool local_pending_ = false;
+  mutable bool output_touched_ =
+      false;  // a result was written into output_ or a span of it handed out
   std::vector<Capacity> caps_;
   std::uint32_t self_;
   std::uint32_t n_;

@@ -1,4 +1,4 @@
-// NetCollaboration: the networked optim::Collaboration (collaboration.hpp) on one libp2p Host,
+// NetCollaboration: the networked training::Collaboration (collaboration.hpp) on one libp2p Host,
 // a Kademlia DhtNode and two Averagers (gradients and state). No torch.
 //
 // - Progress records: a DHT dictionary under BLAKE2b("starling/collab/progress/" + run_id);
@@ -7,7 +7,8 @@
 //   value with the remaining TTL the DHT reports.
 // - average(): Averager::step on the gradient averager ("<run_id>.grads"), with the round key
 //   (e.g. "grads/12") as the step's round, so peers at different epochs never average
-//   together; spans are copied into the averager's own buffers and back on success.
+//   together; the averager reads the caller's input buffer and writes the result into its
+//   output buffer directly (training::RoundData): nothing is copied on the io thread.
 // - prepare_round() (early matchmaking): Averager::begin() on the gradient averager for the
 //   plan's round key, so the group forms while the gradients are still being computed;
 //   average() with that key hands the tensors to the pending step (PendingStep::run) instead
@@ -29,7 +30,7 @@
 #include "starling/averaging/averager.hpp"
 #include "starling/dht/node.hpp"
 #include "starling/net/host.hpp"
-#include "starling/optim/collaboration.hpp"
+#include "starling/training/collaboration.hpp"
 
 namespace starling::collab {
 
@@ -61,7 +62,7 @@ struct EarlyStats {
   std::uint64_t cancelled = 0;  // prepared rounds dropped (stale key, cancel, stop)
 };
 
-class NetCollaboration final : public optim::Collaboration,
+class NetCollaboration final : public training::Collaboration,
                                public std::enable_shared_from_this<NetCollaboration> {
  public:
   // The host must be started and the DHT node started (bootstrapped or alone).
@@ -76,12 +77,12 @@ class NetCollaboration final : public optim::Collaboration,
   asio::any_io_executor executor() override;
   const net::PeerId& self() const override;
   awaitable<result<void>> publish_progress(Bytes value, Duration ttl) override;
-  awaitable<result<std::vector<optim::ProgressEntry>>> fetch_progress() override;
-  void prepare_round(const optim::RoundPlan& plan) override;
+  awaitable<result<std::vector<training::ProgressEntry>>> fetch_progress() override;
+  void prepare_round(const training::RoundPlan& plan) override;
   void cancel_prepared_round() override;
   void abandon_round(const std::string& key) override;
-  awaitable<result<optim::RoundResult>> average(std::span<optim::NamedSpan> tensors,
-                                                optim::RoundOptions options) override;
+  awaitable<result<training::RoundResult>> average(training::RoundData data,
+                                                   training::RoundOptions options) override;
   awaitable<result<State>> download_state(TimePoint deadline, std::uint64_t want_digest) override;
   void serve_state(std::function<awaitable<result<State>>()> provider) override;
   std::uint64_t bytes_sent() const override;
@@ -101,8 +102,8 @@ class NetCollaboration final : public optim::Collaboration,
   NetCollaboration(std::shared_ptr<net::Host> host, std::shared_ptr<dht::DhtNode> node,
                    NetCollaborationConfig cfg);
   result<void> ensure_grads(const std::vector<std::pair<std::string, std::size_t>>& layout,
-                            optim::Compression c);
-  averaging::StepOptions step_options(const optim::RoundOptions& o) const;
+                            training::Compression c);
+  averaging::StepOptions step_options(const training::RoundOptions& o) const;
   // Waits (bounded by `until`) for a cancelled prepared step to end; false if it did not.
   awaitable<bool> wait_cancelled(TimePoint until);
   static awaitable<void> announce_loop(std::weak_ptr<NetCollaboration> weak);

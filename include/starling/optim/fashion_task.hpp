@@ -15,7 +15,7 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
 
-#include "starling/optim/fashion_mnist.hpp"
+#include "starling/training/fashion_mnist.hpp"
 
 namespace starling::optim {
 
@@ -41,7 +41,7 @@ struct Evaluation {
 // A dataset held as tensors: images [N, 1, rows, cols] uint8, labels [N] int64.
 class FashionData {
  public:
-  explicit FashionData(const ImageDataset& d);
+  explicit FashionData(const training::ImageDataset& d);
   std::size_t size() const noexcept { return size_; }
   // The normalised float batch [B, 1, rows, cols] and int64 labels [B] for `indices`.
   std::pair<torch::Tensor, torch::Tensor> batch(const std::vector<std::uint32_t>& indices) const;
@@ -63,17 +63,17 @@ Evaluation evaluate(torch::nn::Sequential& model, const FashionData& data,
 // parameters' .grad (it does not zero them), which is what accumulation needs.
 class FashionTask {
  public:
-  FashionTask(const ImageDataset& train, FashionModel kind, std::uint64_t model_seed,
+  FashionTask(const training::ImageDataset& train, FashionModel kind, std::uint64_t model_seed,
               std::uint64_t stream_seed);
   torch::nn::Sequential& model() noexcept { return model_; }
-  SampleStream& stream() noexcept { return stream_; }
+  training::SampleStream& stream() noexcept { return stream_; }
   // Loss of the batch (mean over it); gradients of the mean loss are added to .grad.
   double forward_backward(std::size_t batch_size);
 
  private:
   FashionData data_;
   torch::nn::Sequential model_;
-  SampleStream stream_;
+  training::SampleStream stream_;
   std::vector<std::uint32_t> indices_;
 };
 

@@ -36,8 +36,8 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
-#include "starling/optim/checkpoint.hpp"
 #include "starling/optim/optimizer_options.hpp"
+#include "starling/training/checkpoint.hpp"
 
 namespace starling::optim {
 
@@ -49,7 +49,7 @@ class Optimizer {
   // options.checkpoint_dir if it holds a checkpoint for this model.
   static result<std::unique_ptr<Optimizer>> create(
       torch::nn::Module& model, std::unique_ptr<torch::optim::Optimizer> inner,
-      OptimizerOptions options, std::shared_ptr<Collaboration> collaboration = nullptr);
+      OptimizerOptions options, std::shared_ptr<training::Collaboration> collaboration = nullptr);
   ~Optimizer();  // shutdown() if not done yet
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -91,7 +91,7 @@ class Optimizer {
   result<std::filesystem::path> save_checkpoint(std::uint64_t stream_pass = 0,
                                                 std::uint64_t stream_position = 0);
   // The metadata create() resumed from, if any.
-  const std::optional<CheckpointMeta>& resumed_from() const;
+  const std::optional<training::CheckpointMeta>& resumed_from() const;
 
   // Leaves the collaboration: finishes or cancels the round in flight, stops publishing,
   // writes a final checkpoint. Bounded by `timeout`. Idempotent.

@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "starling/optim/collaboration.hpp"
-#include "starling/optim/progress.hpp"
+#include "starling/training/collaboration.hpp"
+#include "starling/training/progress.hpp"
 
 namespace starling::optim {
 
@@ -37,11 +37,19 @@ struct OptimizerOptions {
   Duration averaging_timeout = 30s;
   // Downloading state from peers gives up after this.
   Duration load_state_timeout = 120s;
+  // After a failed round or state download, the peer waits this long before trying again.
+  Duration retry_backoff = 2s;
+  // Consecutive failed rounds after which a peer that is confirmed alone steps with its own
+  // gradients (with live peers at its epoch it keeps trying: stepping alone would fork).
+  std::uint32_t max_failed_rounds = 3;
+  // How long the training thread waits for the node's io thread beyond an operation's own
+  // deadline before giving up on it (the io thread is stopped or wedged).
+  Duration io_grace = 30s;
 
   // Wire compression of gradients (or DiLoCo pseudo-gradients) and of parameters/optimizer
   // state (state averaging and state download).
-  Compression grad_compression = Compression::none;
-  Compression state_compression = Compression::none;
+  training::Compression grad_compression = training::Compression::none;
+  training::Compression state_compression = training::Compression::none;
 
   // Delayed parameter updates: the averaging round and the optimizer step run in the
   // background while the next gradients are computed (on parameters one step old); the step
@@ -78,7 +86,7 @@ struct OptimizerOptions {
   // Progress record lifetime in the DHT and the estimator's tuning (see ProgressConfig; its
   // target, matchmaking time, auxiliary/client flags are filled from the fields above).
   Duration progress_ttl = 60s;
-  ProgressConfig progress;
+  training::ProgressConfig progress;
 };
 
 // Validates options: run_id set, target > 0, timeouts > 0, stale_after > publish interval...
@@ -86,7 +94,7 @@ result<void> validate(const OptimizerOptions& options);
 
 // What one step() call did.
 struct StepReport {
-  Action action = Action::accumulate;
+  training::Action action = training::Action::accumulate;
   bool stepped = false;          // an optimizer step (or outer step) was applied
   std::uint64_t epoch = 0;       // local epoch after the call
   std::size_t group_size = 0;    // peers in the averaging round (1 when alone)
@@ -106,7 +114,7 @@ struct OptimizerStatus {
   std::uint64_t local_samples = 0;  // toward the current epoch
   std::uint64_t samples_total = 0;  // this peer's contribution over the run
   double local_samples_per_second = 0;
-  CollaborationView collaboration;
+  training::CollaborationView collaboration;
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
   std::uint64_t rounds_ok = 0;

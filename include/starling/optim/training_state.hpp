@@ -22,7 +22,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
-#include "starling/optim/checkpoint.hpp"
+#include "starling/training/checkpoint.hpp"
 
 namespace starling::optim {
 
@@ -51,16 +51,16 @@ result<void> load_training_state(BytesView state, torch::nn::Module& model,
                                  torch::optim::Optimizer* optimizer, NamedTensors* extra = nullptr);
 
 // save_training_state + CheckpointDir::save (meta.parameter_names is filled in).
-result<std::filesystem::path> save_checkpoint(CheckpointDir& dir, CheckpointMeta meta,
+result<std::filesystem::path> save_checkpoint(training::CheckpointDir& dir,
+                                              training::CheckpointMeta meta,
                                               const torch::nn::Module& model,
                                               const torch::optim::Optimizer* optimizer,
                                               const NamedTensors& extra = {},
-                                              const AtomicWriteOptions& options = {});
+                                              const training::AtomicWriteOptions& options = {});
 // Loads the newest valid checkpoint whose parameter names match the model's. nullopt if the
 // directory holds none.
-result<std::optional<CheckpointMeta>> load_latest_checkpoint(const CheckpointDir& dir,
-                                                             torch::nn::Module& model,
-                                                             torch::optim::Optimizer* optimizer,
-                                                             NamedTensors* extra = nullptr);
+result<std::optional<training::CheckpointMeta>> load_latest_checkpoint(
+    const training::CheckpointDir& dir, torch::nn::Module& model,
+    torch::optim::Optimizer* optimizer, NamedTensors* extra = nullptr);
 
 }  // namespace starling::optim

@@ -20,7 +20,7 @@
 #include "starling/core/bytes.hpp"
 #include "starling/net/peer_id.hpp"
 
-namespace starling::optim {
+namespace starling::training {
 
 // One peer's progress record (the decoded pb::training::Progress).
 struct PeerProgress {
@@ -289,4 +289,4 @@ class ProgressTracker {
   std::optional<std::pair<TimePoint, std::uint64_t>> confirming_fetch_;  // began, generation
 };
 
-}  // namespace starling::optim
+}  // namespace starling::training

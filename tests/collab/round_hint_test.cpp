@@ -8,9 +8,10 @@
 #include <thread>
 
 #include "support/crashable_node.hpp"
+#include "support/round_data.hpp"
 
 using namespace starling;
-using namespace starling::optim;
+using namespace starling::training;
 
 namespace {
 
@@ -37,9 +38,10 @@ struct Outcome {
 };
 
 awaitable<result<RoundResult>> average_on(Collab c, std::shared_ptr<Outcome> out, RoundOptions o) {
-  std::vector<NamedSpan> spans;
-  spans.push_back({"w", std::span<float>(out->w)});
-  co_return co_await c->average(spans, o);
+  auto d = test::round_data({{"w", out->w}});
+  auto r = co_await c->average(d, o);
+  if (r) test::split(d, {out->w});
+  co_return r;
 }
 
 // Every node averages `key` at once (node i: values i + 1, weight 1), with `expected_group`.

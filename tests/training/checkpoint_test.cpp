@@ -7,11 +7,11 @@
 #include <csignal>
 #include <random>
 
-#include "starling/optim/checkpoint.hpp"
+#include "starling/training/checkpoint.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace starling;
-using namespace starling::optim;
+using namespace starling::training;
 namespace fs = std::filesystem;
 
 namespace {

@@ -5,9 +5,9 @@
 #include <cstdint>
 
 #include "starling/crypto/keys.hpp"
-#include "starling/optim/progress.hpp"
+#include "starling/training/progress.hpp"
 
-namespace starling::optim::progress_support {
+namespace starling::training::progress_support {
 
 inline net::PeerId make_peer() {
   return net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
@@ -37,4 +37,4 @@ inline ProgressConfig config(std::uint64_t target) {
   return c;
 }
 
-}  // namespace starling::optim::progress_support
+}  // namespace starling::training::progress_support

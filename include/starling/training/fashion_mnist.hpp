@@ -15,7 +15,7 @@
 
 #include "starling/core/bytes.hpp"
 
-namespace starling::optim {
+namespace starling::training {
 
 // Where Debian's dataset-fashion-mnist package puts the files.
 inline constexpr const char* kFashionMnistDefaultDir = "/usr/share/datasets/fashion-mnist";
@@ -92,4 +92,4 @@ class SampleStream {
 // A seed for SampleStream from a peer's identity bytes (so each peer's stream differs).
 std::uint64_t seed_from_bytes(BytesView b);
 
-}  // namespace starling::optim
+}  // namespace starling::training

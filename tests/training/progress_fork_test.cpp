@@ -9,7 +9,7 @@
 #include "progress_support.hpp"
 
 using namespace starling;
-using namespace starling::optim;
+using namespace starling::training;
 using progress_support::config;
 using progress_support::make_peer;
 using progress_support::t0;

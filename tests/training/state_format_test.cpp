@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "starling/optim/state_format.hpp"
+#include "starling/training/state_format.hpp"
 
 using namespace starling;
-namespace sf = starling::optim::state_format;
+namespace sf = starling::training::state_format;
 
 namespace {
 

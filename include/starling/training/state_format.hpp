@@ -33,7 +33,7 @@
 
 #include "starling/core/bytes.hpp"
 
-namespace starling::optim::state_format {
+namespace starling::training::state_format {
 
 inline constexpr std::uint32_t kVersion = 1;
 
@@ -122,4 +122,4 @@ result<Bytes> encode(const TrainingState& state, const Limits& limits = {});
 // unknown version (or a torch archive, the format of older Starling versions).
 result<TrainingState> decode(BytesView in, const Limits& limits = {});
 
-}  // namespace starling::optim::state_format
+}  // namespace starling::training::state_format

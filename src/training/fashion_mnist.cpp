@@ -1,5 +1,5 @@
 // Fashion-MNIST loading: gzip, IDX, validation, normalisation, shuffled sample streams.
-#include "starling/optim/fashion_mnist.hpp"
+#include "starling/training/fashion_mnist.hpp"
 
 #include <zlib.h>
 
@@ -13,7 +13,7 @@
 
 #include "starling/core/log.hpp"
 
-namespace starling::optim {
+namespace starling::training {
 namespace {
 
 constexpr std::uint8_t kGzipMagic0 = 0x1f;
@@ -272,4 +272,4 @@ std::uint64_t seed_from_bytes(BytesView b) {
   return splitmix64(h);
 }
 
-}  // namespace starling::optim
+}  // namespace starling::training

@@ -1,5 +1,5 @@
 // The DeDLOC progress core: record codec, collaboration estimate, step scheduling.
-#include "starling/optim/progress.hpp"
+#include "starling/training/progress.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -11,7 +11,7 @@
 #include "starling/core/log.hpp"
 #include "starling/pb/training.pb.h"
 
-namespace starling::optim {
+namespace starling::training {
 namespace {
 
 using Millis = std::chrono::milliseconds;
@@ -514,4 +514,4 @@ bool ProgressTracker::should_publish(TimePoint now) const {
   return now - *last_publish_ >= config_.max_publish_interval;
 }
 
-}  // namespace starling::optim
+}  // namespace starling::training

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -21,7 +22,7 @@
 #include "starling/core/bytes.hpp"
 #include "starling/net/peer_id.hpp"
 
-namespace starling::optim {
+namespace starling::training {
 
 // A progress record as the DHT returns it: the publisher (the signed sub-key), the value, and
 // the remaining time-to-live the DHT reported (for the record's age, see record_age()).
@@ -40,11 +41,22 @@ enum class Compression {
 const char* to_string(Compression c);
 result<Compression> parse_compression(const std::string& s);
 
-// One float tensor taking part in a round, by name (names must match across peers).
-struct NamedSpan {
-  std::string name;
-  std::span<float> data;
+// The tensors of a round by name and size (elements), in order; names and sizes must match
+// across peers.
+using Layout = std::vector<std::pair<std::string, std::size_t>>;
+
+// A round's data: this peer's values and where the group's average goes, each one flat buffer
+// in `layout` order. The implementation reads `input` and writes `output` in place (no copies
+// of its own), so both must stay alive until the round is over: `owner` holds them, also when
+// the caller stopped waiting. `output` is meaningful only if the round succeeded.
+struct RoundData {
+  Layout layout;
+  std::span<const float> input;
+  std::span<float> output;
+  std::shared_ptr<const void> owner;
 };
+// The layout's total size, if input and output both have it (else errc::invalid_argument).
+result<std::size_t> check_round_data(const RoundData& d);
 
 struct RoundOptions {
   // Peers that use the same key average together ("grads/<epoch>", "state/<epoch>").
@@ -75,7 +87,7 @@ struct RoundPlan {
   // When average() is expected (the collaboration's estimate of reaching the target).
   TimePoint expected_start;
   // Names and sizes (elements) of the tensors average() will get, in order.
-  std::vector<std::pair<std::string, std::size_t>> layout;
+  Layout layout;
 };
 
 struct RoundMember {
@@ -121,11 +133,11 @@ class Collaboration {
   // with errc::unavailable instead of at its deadline. A round whose group formed goes on:
   // its members count on this one.
   virtual void abandon_round(const std::string& key) {}
-  // Replaces every span with the weighted average (sum w_i x_i / sum w_i) over the group that
-  // formed for options.key. If the total weight is 0 the spans are the plain average.
-  // Errors: timeout (no group before the deadline), unavailable (no other peer), cancelled.
-  virtual awaitable<result<RoundResult>> average(std::span<NamedSpan> tensors,
-                                                 RoundOptions options) = 0;
+  // Writes into data.output the weighted average (sum w_i x_i / sum w_i) of the inputs of the
+  // group that formed for options.key. If the total weight is 0, the plain average.
+  // Errors: timeout (no group before the deadline), unavailable (no other peer), cancelled,
+  // invalid_argument (sizes that do not match the layout).
+  virtual awaitable<result<RoundResult>> average(RoundData data, RoundOptions options) = 0;
 
   // Downloads the newest training state (save_training_state() bytes, the epoch they are at
   // and the StateDigest of their parameters) from a peer at the collaboration's epoch. With
@@ -147,4 +159,4 @@ class Collaboration {
   virtual std::uint64_t bytes_received() const { return 0; }
 };
 
-}  // namespace starling::optim
+}  // namespace starling::training

@@ -4,10 +4,10 @@
 
 #include <fmt/format.h>
 
-#include "starling/optim/state_format.hpp"
+#include "starling/training/state_format.hpp"
 #include "state_format_layout.hpp"
 
-namespace starling::optim::state_format {
+namespace starling::training::state_format {
 namespace {
 
 using namespace layout;
@@ -123,4 +123,4 @@ result<Bytes> encode(const TrainingState& state, const Limits& limits) {
   return out;
 }
 
-}  // namespace starling::optim::state_format
+}  // namespace starling::training::state_format

@@ -1,5 +1,5 @@
 // The training-state format's torch-free codec (see state_format.hpp for the layout).
-#include "starling/optim/state_format.hpp"
+#include "starling/training/state_format.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "state_format_layout.hpp"
 
-namespace starling::optim::state_format {
+namespace starling::training::state_format {
 namespace {
 
 using namespace layout;
@@ -403,4 +403,4 @@ result<TrainingState> decode(BytesView in, const Limits& limits) {
   return st;
 }
 
-}  // namespace starling::optim::state_format
+}  // namespace starling::training::state_format

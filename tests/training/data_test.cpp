@@ -6,11 +6,11 @@
 #include <fstream>
 #include <set>
 
-#include "starling/optim/fashion_mnist.hpp"
+#include "starling/training/fashion_mnist.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace starling;
-using namespace starling::optim;
+using namespace starling::training;
 namespace fs = std::filesystem;
 
 namespace {

@@ -1,5 +1,5 @@
 // Atomic files, the checkpoint container and the checkpoint directory.
-#include "starling/optim/checkpoint.hpp"
+#include "starling/training/checkpoint.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 #include "starling/core/log.hpp"
 #include "starling/pb/training.pb.h"
 
-namespace starling::optim {
+namespace starling::training {
 namespace fs = std::filesystem;
 namespace {
 
@@ -279,4 +279,4 @@ result<std::optional<CheckpointDir::Loaded>> CheckpointDir::load_latest(
   return std::optional<Loaded>();
 }
 
-}  // namespace starling::optim
+}  // namespace starling::training

@@ -7,9 +7,9 @@
 #include "progress_support.hpp"
 
 using namespace starling;
-using namespace starling::optim;
+using namespace starling::training;
 
-using namespace starling::optim::progress_support;
+using namespace starling::training::progress_support;
 
 TEST(ProgressRecord, RoundTrip) {
   PeerProgress p = rec(7, 1234, 56.5, 9);

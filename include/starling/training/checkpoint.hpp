@@ -17,7 +17,7 @@
 
 #include "starling/core/bytes.hpp"
 
-namespace starling::optim {
+namespace starling::training {
 
 struct AtomicWriteOptions {
   // fsync the file before the rename and the directory after it (off only in tests that do
@@ -93,4 +93,4 @@ class CheckpointDir {
   std::size_t keep_;
 };
 
-}  // namespace starling::optim
+}  // namespace starling::training

@@ -1,0 +1,142 @@
+// Steps over the caller's flat buffers (StepData): the round reads `input` and writes the
+// group's average into `output` directly, with the data supplied at once (step) or after the
+// group formed (begin + run: the round moves its output to the caller's buffer). The averager's
+// own tensors are never read or written; sizes that do not match are refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "net_harness.hpp"
+
+using namespace starling;
+using namespace starling::averaging;
+using starling::averaging::test::base_config;
+using starling::averaging::test::Cluster;
+
+namespace {
+
+struct Flat {
+  std::vector<float> in, out;
+};
+
+// Node i's input: its tensors' values scaled and shifted (so they differ from the tensors).
+std::shared_ptr<Flat> flat_for(Cluster& c, std::size_t i) {
+  auto f = std::make_shared<Flat>();
+  f->in = c.flat(i);
+  for (auto& x : f->in) x = x * 0.25f + static_cast<float>(i);
+  f->out.assign(f->in.size(), std::nanf(""));
+  return f;
+}
+
+StepData data_of(const std::shared_ptr<Flat>& f) {
+  return StepData{f->in, f->out, f};
+}
+
+void expect_mean(const std::vector<std::shared_ptr<Flat>>& flats, const std::vector<double>& w) {
+  double wsum = 0;
+  for (double x : w) wsum += x;
+  const auto& ref = flats[0]->out;
+  for (const auto& f : flats)
+    ASSERT_EQ(std::memcmp(f->out.data(), ref.data(), ref.size() * sizeof(float)), 0);
+  for (std::size_t e = 0; e < ref.size(); ++e) {
+    double want = 0;
+    for (std::size_t j = 0; j < flats.size(); ++j) want += w[j] / wsum * flats[j]->in[e];
+    ASSERT_NEAR(ref[e], want, 2e-5 * (1 + std::abs(want))) << "element " << e;
+  }
+}
+
+StepOptions options(double weight) {
+  StepOptions so;
+  so.weight = weight;
+  so.timeout = 90s;
+  so.matchmaking_timeout = 20s;
+  so.data_timeout = 60s;
+  return so;
+}
+
+}  // namespace
+
+TEST(StepData, FlatBuffersAreAveragedInPlaceAndTheTensorsStayUntouched) {
+  const std::size_t n = 3;
+  Cluster c(n, test::test_schema(3000), base_config(), {}, 31);
+  const std::vector<double> w{1, 2, 5};
+  std::vector<std::shared_ptr<Flat>> flats;
+  std::vector<std::vector<float>> before;
+  std::vector<std::future<result<StepResult>>> f;
+  for (std::size_t i = 0; i < n; ++i) {
+    flats.push_back(flat_for(c, i));
+    before.push_back(c.flat(i));
+    f.push_back(test::spawn_future(
+        c.node(i).io, [a = c.node(i).avg, so = options(w[i]), d = data_of(flats[i])]() mutable {
+          return a->step(so, std::move(d));
+        }));
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(f[i].wait_for(120s), std::future_status::ready);
+    auto r = f[i].get();
+    ASSERT_TRUE(r) << "node " << i << ": " << r.error().message();
+    EXPECT_EQ(r.value().group.members.size(), n);
+  }
+  expect_mean(flats, w);
+  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(c.flat(i), before[i]) << "node " << i;
+}
+
+TEST(StepData, DataThatComesAfterTheGroupFormedIsAveragedIntoTheCallersOutput) {
+  const std::size_t n = 3;
+  Cluster c(n, test::test_schema(3000), base_config(), {}, 32);
+  std::mutex m;
+  std::condition_variable cv;
+  std::set<std::size_t> in_round;
+  c.on_phase = [&](std::size_t i, const std::string& ph) {
+    if (ph.rfind("matchmaking", 0) == 0) return;
+    std::lock_guard lock(m);
+    in_round.insert(i);
+    cv.notify_all();
+  };
+  const std::vector<double> w{3, 1, 1};
+  std::vector<std::shared_ptr<PendingStep>> p;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto r =
+        c.node(i).run([a = c.node(i).avg,
+                       so = options(1.0)]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
+          co_return a->begin(so);
+        });
+    ASSERT_TRUE(r) << r.error().message();
+    p.push_back(r.value());
+  }
+  {
+    // Every member is in its round before any data exists.
+    std::unique_lock lock(m);
+    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return in_round.size() >= n; }));
+  }
+  std::vector<std::shared_ptr<Flat>> flats;
+  std::vector<std::future<result<StepResult>>> f;
+  for (std::size_t i = 0; i < n; ++i) {
+    flats.push_back(flat_for(c, i));
+    f.push_back(test::spawn_future(
+        c.node(i).io, [q = p[i], wi = w[i], d = data_of(flats[i])]() { return q->run(wi, d); }));
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(f[i].wait_for(120s), std::future_status::ready);
+    auto r = f[i].get();
+    ASSERT_TRUE(r) << "node " << i << ": " << r.error().message();
+  }
+  expect_mean(flats, w);
+}
+
+TEST(StepData, BuffersOfTheWrongSizeAreRefused) {
+  Cluster c(2, test::test_schema(100), base_config(), {}, 33);
+  auto small = std::make_shared<Flat>();
+  small->in.assign(c.schema().numel() - 1, 1.0f);
+  small->out.assign(c.schema().numel(), 0.0f);
+  StepOptions so = options(1.0);
+  so.timeout = 5s;
+  auto r = c.node(0).run(
+      [a = c.node(0).avg, so, d = data_of(small)]() mutable { return a->step(so, std::move(d)); });
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error(), errc::invalid_argument) << r.error().message();
+}
