@@ -165,7 +165,6 @@ class Cluster {
   std::atomic<bool> phases_on_{true};
 
  public:
-
   Node& node(std::size_t i) { return *nodes_[i]; }
   std::size_t size() const { return nodes_.size(); }
   const Schema& schema() const { return schema_; }
