@@ -343,7 +343,7 @@ void MatchmakingCore::maybe_begin(WallTime now) {
 bool MatchmakingCore::merge_into_planned(WallTime now) {
   const auto g = group_of(eligible(now), key_, cfg_, self_.peer);
   if (g.empty() || g.front() == self_.peer) return false;
-  const PeerKey other = g.front();
+  const PeerKey& other = g.front();
   logger("averaging")
       ->debug("leader of {} (minimum {}) merges into the group of {}", followers_.size() + 1,
               cfg_.min_group_size, other.short_hex());

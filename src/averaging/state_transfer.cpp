@@ -269,7 +269,7 @@ awaitable<result<StateInfo>> Averager::load_state(LoadStateOptions opts) {
 
 awaitable<result<BlobState>> Averager::load_blob(LoadStateOptions opts) {
   auto self = shared_from_this();
-  const Bytes kind = blob_kind();
+  const Bytes& kind = blob_kind();  // a function-local static: valid across co_await
   const std::uint64_t any_size = 0;
   co_return co_await load_kind(kind, any_size, opts);
 }
