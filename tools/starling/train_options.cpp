@@ -64,6 +64,15 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option("--report", o.report, "write a JSON summary to this file at the end");
   cmd.add_option("--averaging-timeout", o.averaging_timeout, "seconds")->capture_default_str();
   cmd.add_option("--matchmaking-time", o.matchmaking_time, "seconds")->capture_default_str();
+  cmd.add_flag("--metrics,!--no-metrics", o.metrics,
+               "networked: publish this trainer's metrics record in the DHT for monitors "
+               "(starling monitor); on by default")
+      ->capture_default_str();
+  cmd.add_option("--metrics-interval", o.metrics_interval,
+                 "seconds between metrics records (each lives 6 intervals, at least 60 s)")
+      ->capture_default_str();
+  cmd.add_option("--name", o.name,
+                 "display name on the run's dashboard (at most 32 bytes; default: none)");
 }
 
 result<void> apply_train_config(CLI::App& cmd, const std::string& path) {

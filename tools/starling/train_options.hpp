@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "starling/monitor/metrics_record.hpp"
 #include "starling/optim/optimizer_options.hpp"
 #include "starling/training/collaboration.hpp"
 
@@ -48,6 +49,10 @@ struct TrainOptions {
   std::string report;            // write a JSON summary here at the end
   double averaging_timeout = 30;
   double matchmaking_time = 2;
+  // Run metrics (networked only): a signed record in the DHT every interval.
+  bool metrics = true;
+  double metrics_interval = 10;
+  std::string name;  // display name in the record (sanitized, at most 32 bytes)
 };
 
 // Registers the flags on `cmd` (defaults from `o`).
@@ -75,6 +80,9 @@ class TrainNetwork {
   virtual std::pair<std::uint64_t, std::uint64_t> traffic() { return {0, 0}; }
   // Listen addresses (with /p2p/<id>) others can bootstrap through.
   virtual std::vector<std::string> addresses() const { return {}; }
+  // Networked with --metrics: hands the newest metrics record to the publisher (it publishes
+  // at most every --metrics-interval, without blocking the caller). Else ignored.
+  virtual void publish_metrics(monitor::MetricsRecord) {}
 };
 result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o);
 
