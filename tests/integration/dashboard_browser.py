@@ -15,6 +15,7 @@ Exit 77 (skip) without chromium or the Fashion-MNIST dataset.
 import base64
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 BIN, OUT = sys.argv[1], sys.argv[2]
 DATA = os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
@@ -145,6 +147,36 @@ PROBE = """JSON.stringify({
 })"""
 
 
+METRIC_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+SAMPLE = re.compile(rf"^({METRIC_NAME})(?:\{{(?:{LABEL}(?:,{LABEL})*)?\}})? "
+                    r"([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|NaN|[-+]?Inf))$")
+COMMENT = re.compile(rf"^# (HELP|TYPE) ({METRIC_NAME})(?: (.*))?$")
+
+
+def parse_prometheus(text):
+    """The Prometheus text exposition format (0.0.4): every line a HELP/TYPE comment or a
+    sample; every sample's family typed before it. Returns {name: [value, ...]}."""
+    types, samples = {}, {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line:
+            continue
+        m = COMMENT.match(line)
+        if m:
+            if m.group(1) == "TYPE":
+                if m.group(3) not in ("counter", "gauge", "histogram", "summary", "untyped"):
+                    fail(f"/metrics line {n}: bad type {m.group(3)!r}")
+                types[m.group(2)] = m.group(3)
+            continue
+        m = SAMPLE.match(line)
+        if not m:
+            fail(f"/metrics line {n} is not Prometheus text: {line!r}")
+        if m.group(1) not in types:
+            fail(f"/metrics line {n}: sample of an untyped family {m.group(1)}")
+        samples.setdefault(m.group(1), []).append(float(m.group(2)))
+    return samples
+
+
 def main():
     addr_file = os.path.join(work, "boot.addr")
     start("boot", [f"{BIN}/starling", "dht", "--listen", "/ip4/127.0.0.1/tcp/0",
@@ -210,6 +242,10 @@ def main():
     wait_for("ten more updates", lambda: (lambda t: t if t and t["updates"] >= later["updates"] + 10
                                           else None)(probe()), 60)
     final = probe()
+    with urllib.request.urlopen(url + "metrics", timeout=10) as r:
+        prom = parse_prometheus(r.read().decode())
+    if prom.get("starling_run_peers") != [2.0] or len(prom.get("starling_peer_epoch", [])) != 2:
+        fail(f"/metrics: {prom}")
     shot = cdp.call("Page.captureScreenshot", {"format": "png"}, cdp.session)
     png = os.path.join(OUT, "dashboard.png")
     with open(png, "wb") as f:

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 
 #include "starling/dht/signing.hpp"
 #include "starling/dht/validator.hpp"
@@ -63,6 +64,8 @@ TEST(MetricsRecord, RoundTripsAndStaysSmall) {
   auto big_bytes = encode_metrics(big);
   ASSERT_TRUE(big_bytes) << big_bytes.error().message();
   EXPECT_LE(big_bytes.value().size(), 512u);
+  std::cout << "metrics record: " << bytes.value().size() << " bytes typical, "
+            << big_bytes.value().size() << " bytes at every limit\n";
   // No loss (an auxiliary peer) round-trips as no loss.
   MetricsRecord no_loss = r;
   no_loss.loss.reset();
