@@ -36,7 +36,7 @@ MetricsEntry entry(const net::PeerId& p, std::uint64_t epoch, double sps, double
 
 }  // namespace
 
-TEST(RunAggregator, TotalsContributorsAndExpiry) {
+TEST(MonitorAggregator, TotalsContributorsAndExpiry) {
   const auto t0 = Clock::now();
   RunAggregator a(t0);
   const auto p1 = peer(), p2 = peer();
@@ -63,7 +63,7 @@ TEST(RunAggregator, TotalsContributorsAndExpiry) {
   EXPECT_EQ(a.history()[1].epoch, 5u);
 }
 
-TEST(RunAggregator, SkipsBadRecordsAndBoundsHistory) {
+TEST(MonitorAggregator, SkipsBadRecordsAndBoundsHistory) {
   const auto t0 = Clock::now();
   AggregatorConfig cfg;
   cfg.max_points = 5;
@@ -79,7 +79,7 @@ TEST(RunAggregator, SkipsBadRecordsAndBoundsHistory) {
   EXPECT_EQ(a.updates(), 20u);
 }
 
-TEST(RunAggregator, JsonAndPrometheus) {
+TEST(MonitorAggregator, JsonAndPrometheus) {
   const auto t0 = Clock::now();
   RunAggregator a(t0);
   const auto p = peer();

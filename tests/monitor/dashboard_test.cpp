@@ -36,7 +36,7 @@ std::unique_ptr<Dashboard> start(DashboardConfig c = {}) {
 
 }  // namespace
 
-TEST(Dashboard, ServesPageScriptChartJsonAndMetrics) {
+TEST(MonitorDashboard, ServesPageScriptChartJsonAndMetrics) {
   auto d = start();
   ASSERT_TRUE(d);
   ASSERT_GT(d->port(), 0);
@@ -75,7 +75,7 @@ TEST(Dashboard, ServesPageScriptChartJsonAndMetrics) {
   d->stop();  // idempotent
 }
 
-TEST(Dashboard, EventStreamDeliversUpdates) {
+TEST(MonitorDashboard, EventStreamDeliversUpdates) {
   auto d = start();
   ASSERT_TRUE(d);
   const int port = d->port();
@@ -99,7 +99,7 @@ TEST(Dashboard, EventStreamDeliversUpdates) {
   EXPECT_NE(received.find("\"epoch\":9"), std::string::npos);
 }
 
-TEST(Dashboard, LimitsEventStreamsAndStopsThemPromptly) {
+TEST(MonitorDashboard, LimitsEventStreamsAndStopsThemPromptly) {
   DashboardConfig c;
   c.max_event_streams = 1;
   auto d = start(c);
@@ -129,7 +129,7 @@ TEST(Dashboard, LimitsEventStreamsAndStopsThemPromptly) {
   EXPECT_EQ(d->stats().refused_streams, 1u);
 }
 
-TEST(Dashboard, ABusyPortIsAClearError) {
+TEST(MonitorDashboard, ABusyPortIsAClearError) {
   auto d = start();
   ASSERT_TRUE(d);
   DashboardConfig c;

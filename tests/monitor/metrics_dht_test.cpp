@@ -48,7 +48,7 @@ void run_cluster_test(std::function<awaitable<void>(NodeCluster&)> body) {
 
 }  // namespace
 
-TEST(MetricsDht, PublishedRecordsAreReadForgeriesRefusedAndRecordsExpire) {
+TEST(MonitorDht, PublishedRecordsAreReadForgeriesRefusedAndRecordsExpire) {
   run_cluster_test([](NodeCluster& c) -> awaitable<void> {
     CO_ASSERT_OK(co_await c.add_many(5));
     PublisherConfig pc;
@@ -107,7 +107,7 @@ TEST(MetricsDht, PublishedRecordsAreReadForgeriesRefusedAndRecordsExpire) {
   });
 }
 
-TEST(MetricsDht, PollerFeedsEveryRead) {
+TEST(MonitorDht, PollerFeedsEveryRead) {
   run_cluster_test([](NodeCluster& c) -> awaitable<void> {
     CO_ASSERT_OK(co_await c.add_many(3));
     PublisherConfig pc;

@@ -46,7 +46,7 @@ struct Owner {
 
 }  // namespace
 
-TEST(MetricsRecord, RoundTripsAndStaysSmall) {
+TEST(MonitorRecord, RoundTripsAndStaysSmall) {
   const auto r = sample();
   auto bytes = encode_metrics(r);
   ASSERT_TRUE(bytes) << bytes.error().message();
@@ -72,7 +72,7 @@ TEST(MetricsRecord, RoundTripsAndStaysSmall) {
   EXPECT_EQ(decode_metrics(encode_metrics(no_loss).value()).value(), no_loss);
 }
 
-TEST(MetricsRecord, ValidatesEveryField) {
+TEST(MonitorRecord, ValidatesEveryField) {
   auto bad = [](auto change) {
     MetricsRecord r = sample();
     change(r);
@@ -106,7 +106,7 @@ TEST(MetricsRecord, ValidatesEveryField) {
   EXPECT_FALSE(bad([](auto& r) { r.name = "Zoë 🚀"; }));
 }
 
-TEST(MetricsRecord, DecoderRejectsHostileBytes) {
+TEST(MonitorRecord, DecoderRejectsHostileBytes) {
   EXPECT_EQ(decode_metrics(Bytes(513, 0)).error(), errc::too_large);
   EXPECT_FALSE(decode_metrics(to_bytes("\xff\xff\xff")));
   // Wrong format number, unknown reachability, a loss without has_loss, a NaN.
@@ -132,7 +132,7 @@ TEST(MetricsRecord, DecoderRejectsHostileBytes) {
   EXPECT_EQ(decode_metrics(padded).error(), errc::too_large);
 }
 
-TEST(MetricsRecord, SanitizesNames) {
+TEST(MonitorRecord, SanitizesNames) {
   EXPECT_EQ(sanitize_name("alice\n\t"), "alice");
   EXPECT_EQ(sanitize_name(std::string(50, 'a')), std::string(32, 'a'));
   EXPECT_EQ(sanitize_name("a\xff"
@@ -149,7 +149,7 @@ TEST(MetricsRecord, SanitizesNames) {
   }()));
 }
 
-TEST(MetricsRecord, KeysAndOwnedSubKeys) {
+TEST(MonitorRecord, KeysAndOwnedSubKeys) {
   Owner a, b;
   EXPECT_EQ(metrics_key("run").raw(), metrics_key("run").raw());
   EXPECT_NE(metrics_key("run").raw(), metrics_key("run2").raw());
@@ -162,7 +162,7 @@ TEST(MetricsRecord, KeysAndOwnedSubKeys) {
       dht::SubKey::from_string("metrics" + dht::owner_marker(a.peer) + dht::owner_marker(b.peer))));
 }
 
-TEST(MetricsRecord, TheDhtRefusesForgedRecords) {
+TEST(MonitorRecord, TheDhtRefusesForgedRecords) {
   Owner a, b;
   const auto key = metrics_key("run");
   const auto wall = dht::WallTime(std::chrono::seconds(1'700'000'000));
