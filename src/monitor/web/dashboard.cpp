@@ -178,7 +178,16 @@ result<std::unique_ptr<Dashboard>> Dashboard::start(DashboardConfig config) {
                       fmt::format("dashboard: cannot listen on {}:{}", c.host, c.port));
   auto* raw = impl.get();
   impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
-  return std::unique_ptr<Dashboard>(new Dashboard(std::move(impl)));
+  // httplib's stop() does nothing before the accept loop runs: wait for it (bounded), so a
+  // stop() right after start() cannot be lost.
+  const auto deadline = Clock::now() + 10s;
+  while (!impl->server.is_running() && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  auto dashboard = std::unique_ptr<Dashboard>(new Dashboard(std::move(impl)));
+  if (!dashboard->impl_->server.is_running())
+    return make_error(errc::timeout, fmt::format("dashboard: the HTTP server on {}:{} did not "
+                                                 "start within 10 s",
+                                                 c.host, c.port));
+  return dashboard;
 }
 
 Dashboard::Dashboard(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
