@@ -204,11 +204,11 @@ def main():
                 if line.startswith("dashboard http://"):
                     url = line.split()[1]
 
-    for name, display in (("alice", "alice"), ("evil", EVIL)):
+    for name, display, metrics in (("alice", "alice", "127.0.0.1:0"), ("evil", EVIL, "on")):
         start(name, [f"{BIN}/starling", "train", "--initial-peers", boot, "--run-id", RUN,
                      "--listen", "/ip4/127.0.0.1/tcp/0", "--target-batch-size", "512",
                      "--threads", "1", "--metrics-interval", "0.5", "--name", display,
-                     "--max-seconds", "150", "--linger", "0",
+                     "--metrics", metrics, "--max-seconds", "150", "--linger", "0",
                      "--identity", os.path.join(work, name + ".key")])
 
     cdp = Cdp(url)
@@ -242,6 +242,24 @@ def main():
     wait_for("ten more updates", lambda: (lambda t: t if t and t["updates"] >= later["updates"] + 10
                                           else None)(probe()), 60)
     final = probe()
+
+    # The trainer's own Prometheus endpoint (--metrics 127.0.0.1:0 prints its address).
+    def trainer_endpoint():
+        for line in open(os.path.join(OUT, "alice.log"), errors="replace"):
+            if line.startswith("metrics http://"):
+                return line.split()[1]
+        return None
+    endpoint = wait_for("alice's metrics endpoint", trainer_endpoint, 30)
+    with urllib.request.urlopen(endpoint, timeout=10) as r:
+        tprom = parse_prometheus(r.read().decode())
+    for family in ("starling_trainer_epoch", "starling_trainer_step_seconds_total",
+                   "starling_trainer_round_seconds_total", "starling_trainer_matchmaking_seconds_total",
+                   "starling_trainer_bytes_sent_total", "starling_trainer_peers",
+                   "starling_trainer_round_failures_total"):
+        if family not in tprom:
+            fail(f"trainer /metrics lacks {family}: {sorted(tprom)}")
+    if tprom["starling_trainer_rounds_total"][0] < 1 or tprom["starling_trainer_peers"][0] != 2:
+        fail(f"trainer /metrics: {tprom}")
     with urllib.request.urlopen(url + "metrics", timeout=10) as r:
         prom = parse_prometheus(r.read().decode())
     if prom.get("starling_run_peers") != [2.0] or len(prom.get("starling_peer_epoch", [])) != 2:

@@ -4,9 +4,11 @@
 
 #include <httplib.h>
 
+#include <cmath>
 #include <thread>
 
 #include "starling/monitor/dashboard.hpp"
+#include "starling/monitor/prometheus.hpp"
 
 using namespace starling;
 using namespace starling::monitor;
@@ -137,4 +139,32 @@ TEST(MonitorDashboard, ABusyPortIsAClearError) {
   auto again = Dashboard::start(c);
   ASSERT_FALSE(again);
   EXPECT_NE(again.error().message().find(std::to_string(d->port())), std::string::npos);
+}
+
+TEST(MonitorPrometheus, EndpointServesTheCallbacksText) {
+  int scrapes = 0;
+  auto e = PrometheusEndpoint::start("127.0.0.1", 0, [&] {
+    PrometheusText t;
+    t.add("starling_test_scrapes_total", "counter", "Scrapes.", ++scrapes,
+          {{"run", "a \"quoted\"\nrun\\"}});
+    t.add("starling_test_nan", "gauge", "Not a number.", std::nan(""));
+    return t.str();
+  });
+  ASSERT_TRUE(e) << e.error().message();
+  EXPECT_EQ(e.value()->url(), "http://127.0.0.1:" + std::to_string(e.value()->port()) + "/metrics");
+  httplib::Client cli("127.0.0.1", e.value()->port());
+  cli.set_read_timeout(5);
+  auto r = cli.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body,
+            "# HELP starling_test_scrapes_total Scrapes.\n"
+            "# TYPE starling_test_scrapes_total counter\n"
+            "starling_test_scrapes_total{run=\"a \\\"quoted\\\"\\nrun\\\\\"} 1\n"
+            "# HELP starling_test_nan Not a number.\n"
+            "# TYPE starling_test_nan gauge\n"
+            "starling_test_nan NaN\n");
+  EXPECT_EQ(cli.Get("/")->status, 404);
+  e.value()->stop();
+  e.value()->stop();
 }

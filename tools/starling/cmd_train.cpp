@@ -22,6 +22,7 @@
 #include "starling/optim/fashion_task.hpp"
 #include "starling/optim/optimizer.hpp"
 #include "starling/training/checkpoint.hpp"
+#include "train_metrics.hpp"
 #include "train_options.hpp"
 
 namespace starling::cli {
@@ -99,52 +100,6 @@ struct Progress {
   }
 };
 
-// One metrics record per window (--metrics-interval): mean loss and throughput over the
-// window, the run's counters at its end. Handed to the network's publisher (non-blocking).
-struct MetricsWindow {
-  TimePoint started = Clock::now();
-  TimePoint window_start = started;
-  double loss_sum = 0;
-  std::size_t loss_n = 0;
-  std::uint64_t samples_at_start = 0;
-  double averaging_s = 0;
-
-  void add(double loss) {
-    if (!std::isfinite(loss)) return;
-    loss_sum += loss;
-    ++loss_n;
-  }
-  void maybe_publish(TrainNetwork& net, const optim::OptimizerStatus& s, const TrainOptions& o) {
-    const auto now = Clock::now();
-    const double window = std::chrono::duration<double>(now - window_start).count();
-    if (!o.metrics || window < std::max(0.1, o.metrics_interval)) return;
-    monitor::MetricsRecord r;
-    r.name = monitor::sanitize_name(o.name);
-    r.version = monitor::software_version();
-    r.epoch = s.local_epoch;
-    if (loss_n > 0) r.loss = loss_sum / static_cast<double>(loss_n);
-    r.samples_per_second = static_cast<double>(s.samples_total - samples_at_start) / window;
-    r.samples_total = s.samples_total;
-    r.uptime_s = std::chrono::duration<double>(now - started).count();
-    auto [tx, rx] = net.traffic();
-    r.bytes_sent = std::max(tx, s.bytes_sent);
-    r.bytes_received = std::max(rx, s.bytes_received);
-    r.reachability = o.client ? monitor::Reachability::client : monitor::Reachability::reachable;
-    r.rounds_ok = s.rounds_ok;
-    r.rounds_failed = s.rounds_failed;
-    r.state_downloads = s.state_downloads;
-    r.averaging_s = averaging_s;
-    r.target_batch_size = s.collaboration.target;
-    r.samples_accumulated = s.collaboration.samples_accumulated;
-    r.window_s = window;
-    net.publish_metrics(std::move(r));
-    window_start = now;
-    loss_sum = 0;
-    loss_n = 0;
-    samples_at_start = s.samples_total;
-  }
-};
-
 int train_main(const TrainOptions& o) {
   auto oo = optimizer_options(o);
   auto kind = optim::parse_fashion_model(o.model);
@@ -190,9 +145,16 @@ int train_main(const TrainOptions& o) {
             << (net.value()->collaboration() ? "" : " (training alone)") << std::endl;
   for (const auto& a : net.value()->addresses()) std::cout << "listening on " << a << std::endl;
 
+  auto metrics_started = TrainerMetrics::start(o, *net.value());
+  if (!metrics_started) {
+    std::cerr << "error: " << metrics_started.error().message() << "\n";
+    (void)opt.shutdown(10s);
+    net.value()->stop();
+    return 2;
+  }
+  auto& metrics = *metrics_started.value();
+  if (auto url = metrics.endpoint_url(); !url.empty()) std::cout << "metrics " << url << std::endl;
   Progress progress;
-  MetricsWindow metrics;
-  metrics.samples_at_start = opt.status().samples_total;
   progress.every = std::chrono::duration_cast<Duration>(
       std::chrono::duration<double>(std::max(0.1, o.progress_every)));
   const auto t0 = Clock::now();
@@ -206,7 +168,7 @@ int train_main(const TrainOptions& o) {
       if (o.auxiliary) return opt.assist();
       const double loss = task.forward_backward(o.batch_size);
       progress.loss(loss);
-      metrics.add(loss);
+      metrics.loss(loss);
       return opt.step(o.batch_size);
     }();
     if (o.auxiliary && rep && !rep.value().stepped) std::this_thread::sleep_for(20ms);
@@ -228,10 +190,10 @@ int train_main(const TrainOptions& o) {
       }
       logged_epoch = opt.local_epoch();
     }
-    metrics.averaging_s += std::chrono::duration<double>(rep.value().averaging_time).count();
+    metrics.step(rep.value());
     auto st = opt.status();
     progress.print(st, o, false);
-    metrics.maybe_publish(*net.value(), st, o);
+    metrics.status(st);
     if (rep.value().stepped && o.eval_every > 0 &&
         rep.value().epoch >= last_eval_epoch + o.eval_every) {
       last_eval_epoch = rep.value().epoch;
@@ -273,6 +235,7 @@ int train_main(const TrainOptions& o) {
   }
   std::cerr << "leaving (" << stop_reason << ")..." << std::endl;
   auto final_status = opt.status();
+  metrics.stop();
   auto down = opt.shutdown(10s);
   if (!down) std::cerr << "warning: shutdown: " << down.error().message() << "\n";
   net.value()->stop();

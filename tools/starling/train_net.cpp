@@ -41,7 +41,7 @@ class DhtNetwork final : public TrainNetwork {
  public:
   DhtNetwork(std::unique_ptr<collab::TrainingNode> node, const TrainOptions& o)
       : node_(std::move(node)) {
-    if (!o.metrics) return;
+    if (!metrics_enabled(o)) return;
     monitor::PublisherConfig pc;
     pc.run_id = o.run_id;
     const double every = std::max(0.1, o.metrics_interval);

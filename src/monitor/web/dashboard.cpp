@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include "http_server.hpp"
 #include "page.hpp"
 #include "starling/core/log.hpp"
 
@@ -156,37 +157,13 @@ result<std::unique_ptr<Dashboard>> Dashboard::start(DashboardConfig config) {
   }
   impl->refresh_json();
   const std::size_t threads = std::max<std::size_t>(c.threads, c.max_event_streams + 2);
-  impl->server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second monitor
-  // share (and split) the port instead of failing clearly.
-  impl->server.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  impl->server.set_payload_max_length(64 * 1024);
-  impl->server.set_read_timeout(5, 0);
-  impl->server.set_write_timeout(5, 0);
+  detail::configure_server(impl->server, threads);
   impl->routes();
-  if (c.port == 0) {
-    impl->port = impl->server.bind_to_any_port(c.host);
-    if (impl->port <= 0) impl->port = 0;
-  } else if (impl->server.bind_to_port(c.host, c.port)) {
-    impl->port = c.port;
-  }
-  if (impl->port == 0)
-    return make_error(errc::unavailable,
-                      fmt::format("dashboard: cannot listen on {}:{}", c.host, c.port));
-  auto* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
-  // httplib's stop() does nothing before the accept loop runs: wait for it (bounded), so a
-  // stop() right after start() cannot be lost.
-  const auto deadline = Clock::now() + 10s;
-  while (!impl->server.is_running() && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  auto bound = detail::bind_and_run(impl->server, c.host, c.port, impl->thread);
+  // On an error the server is not running: the Dashboard's stop() joins at once.
   auto dashboard = std::unique_ptr<Dashboard>(new Dashboard(std::move(impl)));
-  if (!dashboard->impl_->server.is_running())
-    return make_error(errc::timeout, fmt::format("dashboard: the HTTP server on {}:{} did not "
-                                                 "start within 10 s",
-                                                 c.host, c.port));
+  if (!bound) return bound.error().with_context("dashboard");
+  dashboard->impl_->port = bound.value();
   return dashboard;
 }
 
@@ -201,9 +178,7 @@ int Dashboard::port() const noexcept {
 }
 
 std::string Dashboard::url() const {
-  const bool v6 = impl_->config.host.find(':') != std::string::npos;
-  return fmt::format("http://{}{}{}:{}/", v6 ? "[" : "", impl_->config.host, v6 ? "]" : "",
-                     impl_->port);
+  return detail::http_url(impl_->config.host, impl_->port);
 }
 
 void Dashboard::update(const std::vector<MetricsEntry>& entries) {

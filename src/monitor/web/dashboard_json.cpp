@@ -5,26 +5,13 @@
 #include <nlohmann/json.hpp>
 
 #include "starling/monitor/dashboard.hpp"
+#include "starling/monitor/prometheus.hpp"
 
 namespace starling::monitor {
 namespace {
 
 nlohmann::json optional_number(const std::optional<double>& v) {
   return v && std::isfinite(*v) ? nlohmann::json(*v) : nlohmann::json(nullptr);
-}
-
-// Prometheus label values: backslash, double quote and newline escaped.
-std::string label(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
 }
 
 }  // namespace
@@ -84,7 +71,7 @@ std::string to_json(const RunAggregator& a, const std::string& run_id,
 
 std::string to_prometheus(const RunAggregator& a, const std::string& run_id) {
   const auto& t = a.totals();
-  const auto run = label(run_id);
+  const auto run = prometheus_label(run_id);
   std::string out;
   auto gauge = [&](const char* name, const char* help, double v) {
     out += fmt::format("# HELP {0} {1}\n# TYPE {0} gauge\n{0}{{run=\"{2}\"}} {3}\n", name, help,
@@ -109,12 +96,12 @@ std::string to_prometheus(const RunAggregator& a, const std::string& run_id) {
   out += "# TYPE starling_peer_samples_per_second gauge\n";
   for (const auto& [id, c] : a.contributors())
     out += fmt::format("starling_peer_samples_per_second{{run=\"{}\",peer=\"{}\"}} {}\n", run,
-                       label(id), c.record.samples_per_second);
+                       prometheus_label(id), c.record.samples_per_second);
   out += "# HELP starling_peer_epoch A contributor's epoch.\n";
   out += "# TYPE starling_peer_epoch gauge\n";
   for (const auto& [id, c] : a.contributors())
-    out += fmt::format("starling_peer_epoch{{run=\"{}\",peer=\"{}\"}} {}\n", run, label(id),
-                       c.record.epoch);
+    out += fmt::format("starling_peer_epoch{{run=\"{}\",peer=\"{}\"}} {}\n", run,
+                       prometheus_label(id), c.record.epoch);
   return out;
 }
 
