@@ -6,7 +6,9 @@ and two `starling train` peers on loopback; headless Chromium (driven over the D
 protocol on a pipe: --remote-debugging-pipe, no extra packages) loads the monitor's page and
 the test reads the rendered DOM: both contributors listed (one named with HTML/script, which
 must show as text), Chart.js loaded and the charts holding data points, the epoch advancing
-between two reads, no script injected. Keeps a screenshot in the output directory and prints
+between two reads, no script injected. Also: the bootstrap node's own dashboard (`starling dht
+--dashboard`) lists both, and the monitor's and a trainer's `/metrics` (`--metrics
+127.0.0.1:0`) parse as Prometheus text. Keeps a screenshot in the output directory and prints
 the update-to-DOM latency median and the monitor's RSS. Every wait has a deadline.
 
 Usage: dashboard_browser.py BIN_DIR OUT_DIR
@@ -179,8 +181,10 @@ def parse_prometheus(text):
 
 def main():
     addr_file = os.path.join(work, "boot.addr")
+    # The bootstrap node serves the same dashboard (starling dht --dashboard).
     start("boot", [f"{BIN}/starling", "dht", "--listen", "/ip4/127.0.0.1/tcp/0",
-                   "--addr-file", addr_file, "--identity", os.path.join(work, "boot.key")])
+                   "--addr-file", addr_file, "--identity", os.path.join(work, "boot.key"),
+                   "--dashboard", "127.0.0.1:0", "--run-id", RUN])
     wait_for("bootstrap address", lambda: os.path.exists(addr_file) and os.path.getsize(addr_file),
              30)
     boot = open(addr_file).read().split()[0]
@@ -242,6 +246,20 @@ def main():
     wait_for("ten more updates", lambda: (lambda t: t if t and t["updates"] >= later["updates"] + 10
                                           else None)(probe()), 60)
     final = probe()
+
+    # The bootstrap node's embedded dashboard shows the same contributors.
+    def boot_dashboard():
+        for line in open(os.path.join(OUT, "boot.log"), errors="replace"):
+            if line.startswith("dashboard http://"):
+                return line.split()[1]
+        return None
+
+    def boot_state():
+        with urllib.request.urlopen(wait_for("the dht node's dashboard", boot_dashboard, 30) +
+                                    "api/state", timeout=10) as r:
+            st = json.loads(r.read())
+        return st if len(st["contributors"]) == 2 else None
+    wait_for("both contributors on starling dht --dashboard", boot_state, 30)
 
     # The trainer's own Prometheus endpoint (--metrics 127.0.0.1:0 prints its address).
     def trainer_endpoint():
