@@ -54,6 +54,7 @@ void RunAggregator::update(TimePoint now, const std::vector<MetricsEntry>& entri
   p.peers = totals_.peers;
   p.samples_per_second = totals_.samples_per_second;
   p.loss = totals_.loss;
+  if (totals_.eval) p.eval_accuracy = totals_.eval->accuracy;
   p.bytes = totals_.bytes_sent + totals_.bytes_received;
   history_.push_back(p);
   while (history_.size() > config_.max_points) history_.pop_front();
@@ -72,6 +73,7 @@ void RunAggregator::compute_totals() {
     t.bytes_sent += r.bytes_sent;
     t.bytes_received += r.bytes_received;
     t.target_batch_size = std::max(t.target_batch_size, r.target_batch_size);
+    if (r.eval && (!t.eval || r.eval->epoch > t.eval->epoch)) t.eval = r.eval;
     if (r.loss) {
       loss_weighted += *r.loss * r.samples_per_second;
       loss_weight += r.samples_per_second;

@@ -95,6 +95,11 @@ result<void> validate_metrics(const MetricsRecord& r, const MetricsLimits& l) {
   ST_TRY(check_number(r.uptime_s, l.max_seconds, "uptime_s"));
   ST_TRY(check_number(r.averaging_s, l.max_seconds, "averaging_s"));
   ST_TRY(check_number(r.window_s, l.max_seconds, "window_s"));
+  if (r.eval) {
+    ST_TRY(check_number(r.eval->accuracy, 1.0, "eval_accuracy"));
+    ST_TRY(check_number(r.eval->loss, l.max_abs_loss, "eval_loss"));
+    if (r.eval->epoch > l.max_count) return bad("eval_epoch out of range");
+  }
   for (auto [v, field] : {std::pair{r.samples_total, "samples_total"},
                           {r.bytes_sent, "bytes_sent"},
                           {r.bytes_received, "bytes_received"},
@@ -135,6 +140,12 @@ result<Bytes> encode_metrics(const MetricsRecord& r, const MetricsLimits& l) {
   m.set_seq(r.seq);
   m.set_ttl_ms(r.ttl_ms);
   m.set_window_s(r.window_s);
+  if (r.eval) {
+    m.set_has_eval(true);
+    m.set_eval_accuracy(r.eval->accuracy);
+    m.set_eval_loss(r.eval->loss);
+    m.set_eval_epoch(r.eval->epoch);
+  }
   Bytes out(m.ByteSizeLong());
   m.SerializeToArray(out.data(), static_cast<int>(out.size()));
   if (out.size() > l.max_record_bytes)
@@ -173,6 +184,11 @@ result<MetricsRecord> decode_metrics(BytesView in, const MetricsLimits& l) {
   r.seq = m.seq();
   r.ttl_ms = m.ttl_ms();
   r.window_s = m.window_s();
+  if (m.has_eval()) {
+    r.eval = MetricsRecord::Eval{m.eval_accuracy(), m.eval_loss(), m.eval_epoch()};
+  } else if (m.eval_accuracy() != 0 || m.eval_loss() != 0 || m.eval_epoch() != 0) {
+    return bad("an evaluation without has_eval");
+  }
   ST_TRY(validate_metrics(r, l));
   return r;
 }

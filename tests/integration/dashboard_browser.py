@@ -145,6 +145,8 @@ PROBE = """JSON.stringify({
   chart: typeof Chart,
   loss_points: Number(document.getElementById('loss-chart').dataset.points),
   sps_points: Number(document.getElementById('sps-chart').dataset.points),
+  acc_points: Number(document.getElementById('acc-chart').dataset.points),
+  accuracy: document.getElementById('accuracy').textContent,
   latencies: window.starlingLatencies || [],
 })"""
 
@@ -212,7 +214,8 @@ def main():
         start(name, [f"{BIN}/starling", "train", "--initial-peers", boot, "--run-id", RUN,
                      "--listen", "/ip4/127.0.0.1/tcp/0", "--target-batch-size", "512",
                      "--threads", "1", "--metrics-interval", "0.5", "--name", display,
-                     "--metrics", metrics, "--max-seconds", "150", "--linger", "0",
+                     "--metrics", metrics, "--eval-every", "20", "--max-seconds", "150",
+                     "--linger", "0",
                      "--identity", os.path.join(work, name + ".key")])
 
     cdp = Cdp(url)
@@ -245,7 +248,8 @@ def main():
     # The page updates live: collect latencies over a few more updates.
     wait_for("ten more updates", lambda: (lambda t: t if t and t["updates"] >= later["updates"] + 10
                                           else None)(probe()), 60)
-    final = probe()
+    final = wait_for("held-out accuracy on the page",
+                     lambda: (lambda t: t if t and t["acc_points"] >= 1 else None)(probe()), 60)
 
     # The bootstrap node's embedded dashboard shows the same contributors.
     def boot_dashboard():

@@ -52,15 +52,28 @@ TEST(MonitorAggregator, TotalsContributorsAndExpiry) {
   ASSERT_TRUE(t.eta_s);
   EXPECT_DOUBLE_EQ(*t.eta_s, 600.0 / 400);
   EXPECT_DOUBLE_EQ(a.contributors().at(p2.to_string()).age_s, 20);
+  EXPECT_FALSE(t.eval);
+  // The newest evaluation (highest eval epoch) is the run's.
+  auto with_eval = [](MetricsEntry e, double acc, std::uint64_t epoch) {
+    auto r = decode_metrics(e.value).value();
+    r.eval = MetricsRecord::Eval{acc, 0.4, epoch};
+    e.value = encode_metrics(r).value();
+    return e;
+  };
+  a.update(t0 + 2s, {with_eval(entry(p1, 3, 100, 2.0, 0), 0.7, 2),
+                     with_eval(entry(p2, 4, 300, 1.0, 0, 40s), 0.8, 4)});
+  ASSERT_TRUE(a.totals().eval);
+  EXPECT_DOUBLE_EQ(a.totals().eval->accuracy, 0.8);
+  EXPECT_EQ(a.history().back().eval_accuracy, 0.8);
   // p1 is gone (its record expired): it leaves the table; p2 advanced.
   a.update(t0 + 3s, {entry(p2, 5, 300, 0.9, 1)});
   EXPECT_EQ(a.contributors().size(), 1u);
   EXPECT_EQ(a.totals().epoch, 5u);
   EXPECT_DOUBLE_EQ(a.contributors().at(p2.to_string()).first_seen_s, 1);
   EXPECT_DOUBLE_EQ(a.contributors().at(p2.to_string()).last_seen_s, 3);
-  ASSERT_EQ(a.history().size(), 2u);
+  ASSERT_EQ(a.history().size(), 3u);
   EXPECT_EQ(a.history()[0].epoch, 4u);
-  EXPECT_EQ(a.history()[1].epoch, 5u);
+  EXPECT_EQ(a.history()[2].epoch, 5u);
 }
 
 TEST(MonitorAggregator, SkipsBadRecordsAndBoundsHistory) {

@@ -36,6 +36,7 @@ MetricsRecord sample() {
   r.seq = 17;
   r.ttl_ms = 60'000;
   r.window_s = 10;
+  r.eval = MetricsRecord::Eval{0.8612, 0.3901, 40};
   return r;
 }
 
@@ -69,6 +70,7 @@ TEST(MonitorRecord, RoundTripsAndStaysSmall) {
   // No loss (an auxiliary peer) round-trips as no loss.
   MetricsRecord no_loss = r;
   no_loss.loss.reset();
+  no_loss.eval.reset();
   EXPECT_EQ(decode_metrics(encode_metrics(no_loss).value()).value(), no_loss);
 }
 
@@ -101,6 +103,8 @@ TEST(MonitorRecord, ValidatesEveryField) {
   EXPECT_TRUE(bad([](auto& r) { r.bytes_sent = ~std::uint64_t{0}; }));
   EXPECT_TRUE(bad([](auto& r) { r.ttl_ms = 48ull * 3600 * 1000; }));
   EXPECT_TRUE(bad([](auto& r) { r.reachability = static_cast<Reachability>(7); }));
+  EXPECT_TRUE(bad([](auto& r) { r.eval->accuracy = 1.5; }));
+  EXPECT_TRUE(bad([](auto& r) { r.eval->loss = std::nan(""); }));
   // Markup is allowed in a name (it is text): the page shows it as text.
   EXPECT_FALSE(bad([](auto& r) { r.name = "<script>alert(1)</script>"; }));
   EXPECT_FALSE(bad([](auto& r) { r.name = "Zoë 🚀"; }));
@@ -122,6 +126,7 @@ TEST(MonitorRecord, DecoderRejectsHostileBytes) {
   EXPECT_FALSE(decode_metrics(with([](auto& m) { m.set_format(2); })));
   EXPECT_FALSE(decode_metrics(with([](auto& m) { m.set_reachability(9); })));
   EXPECT_FALSE(decode_metrics(with([](auto& m) { m.set_loss(1.5); })));
+  EXPECT_FALSE(decode_metrics(with([](auto& m) { m.set_eval_accuracy(0.5); })));
   EXPECT_FALSE(decode_metrics(with([](auto& m) { m.set_samples_per_second(std::nan("")); })));
   EXPECT_FALSE(decode_metrics(with([](auto& m) { m.set_name(std::string(100, 'a')); })));
   EXPECT_FALSE(decode_metrics(with([](auto& m) { m.set_name("bell\a"); })));

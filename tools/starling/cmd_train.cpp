@@ -201,6 +201,7 @@ int train_main(const TrainOptions& o) {
       std::cerr << (progress.tty ? "\n" : "")
                 << fmt::format("epoch {}: test accuracy {:.4f} loss {:.4f}\n", rep.value().epoch,
                                ev.accuracy, ev.loss);
+      metrics.evaluated(ev.accuracy, ev.loss, rep.value().epoch);
     }
     if (o.max_epochs > 0 && opt.local_epoch() >= o.max_epochs) {
       stop_reason = "max-epochs";

@@ -1,6 +1,7 @@
 // TrainerMetrics (train_metrics.hpp).
 #include "train_metrics.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "monitor_cli.hpp"
@@ -61,6 +62,11 @@ void TrainerMetrics::step(const optim::StepReport& r) {
   if (r.round_error) ++snap_.round_errors;
 }
 
+void TrainerMetrics::evaluated(double accuracy, double loss, std::uint64_t epoch) {
+  if (!std::isfinite(accuracy) || !std::isfinite(loss)) return;
+  eval_ = monitor::MetricsRecord::Eval{std::clamp(accuracy, 0.0, 1.0), std::max(0.0, loss), epoch};
+}
+
 void TrainerMetrics::status(const optim::OptimizerStatus& s) {
   const auto now = Clock::now();
   if (first_status_) {
@@ -100,6 +106,7 @@ void TrainerMetrics::publish(const optim::OptimizerStatus& s, TimePoint now) {
   r.target_batch_size = s.collaboration.target;
   r.samples_accumulated = s.collaboration.samples_accumulated;
   r.window_s = window;
+  r.eval = eval_;
   net_.publish_metrics(std::move(r));
   window_start_ = now;
   loss_sum_ = 0;

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "starling/monitor/prometheus.hpp"
@@ -24,6 +25,8 @@ class TrainerMetrics {
 
   void loss(double value);
   void step(const optim::StepReport& r);
+  // A held-out evaluation at `epoch` (carried by every later record).
+  void evaluated(double accuracy, double loss, std::uint64_t epoch);
   // After each step: refreshes the endpoint's snapshot; publishes the window's record when due.
   void status(const optim::OptimizerStatus& s);
   // http://HOST:PORT/metrics, or "" without an endpoint.
@@ -52,6 +55,7 @@ class TrainerMetrics {
   std::size_t loss_n_ = 0;
   std::uint64_t samples_at_start_ = 0;
   bool first_status_ = true;
+  std::optional<monitor::MetricsRecord::Eval> eval_;
   // Scrapes read this.
   mutable std::mutex mutex_;
   Snapshot snap_;

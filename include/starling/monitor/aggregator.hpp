@@ -42,6 +42,8 @@ struct RunTotals {
   std::uint64_t samples_accumulated = 0;  // toward the next step (largest estimate)
   std::optional<double> loss;             // throughput-weighted mean of the contributors'
   std::optional<double> eta_s;            // to the next collaborative step
+  // The newest held-out evaluation any contributor reports (highest eval epoch).
+  std::optional<MetricsRecord::Eval> eval;
 };
 
 struct RunPoint {
@@ -50,7 +52,8 @@ struct RunPoint {
   std::size_t peers = 0;
   double samples_per_second = 0;
   std::optional<double> loss;
-  std::uint64_t bytes = 0;  // sent + received, all contributors
+  std::optional<double> eval_accuracy;  // RunTotals::eval at this point
+  std::uint64_t bytes = 0;              // sent + received, all contributors
 };
 
 struct AggregatorConfig {

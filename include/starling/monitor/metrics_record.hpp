@@ -42,6 +42,13 @@ struct MetricsRecord {
   std::uint64_t seq = 0;
   std::uint64_t ttl_ms = 0;
   double window_s = 0;
+  struct Eval {
+    double accuracy = 0;  // [0, 1]
+    double loss = 0;
+    std::uint64_t epoch = 0;
+    friend bool operator==(const Eval&, const Eval&) = default;
+  };
+  std::optional<Eval> eval;  // the last held-out evaluation
 
   friend bool operator==(const MetricsRecord&, const MetricsRecord&) = default;
 };

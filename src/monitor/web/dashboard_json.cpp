@@ -33,7 +33,10 @@ std::string to_json(const RunAggregator& a, const std::string& run_id,
                  {"target_batch_size", t.target_batch_size},
                  {"samples_accumulated", t.samples_accumulated},
                  {"loss", optional_number(t.loss)},
-                 {"eta_s", optional_number(t.eta_s)}};
+                 {"eta_s", optional_number(t.eta_s)},
+                 {"eval_accuracy", t.eval ? nlohmann::json(t.eval->accuracy) : nullptr},
+                 {"eval_loss", t.eval ? nlohmann::json(t.eval->loss) : nullptr},
+                 {"eval_epoch", t.eval ? nlohmann::json(t.eval->epoch) : nullptr}};
   auto& rows = j["contributors"] = nlohmann::json::array();
   for (const auto& [id, c] : a.contributors()) {
     const auto& r = c.record;
@@ -52,6 +55,7 @@ std::string to_json(const RunAggregator& a, const std::string& run_id,
                     {"rounds_failed", r.rounds_failed},
                     {"state_downloads", r.state_downloads},
                     {"averaging_s", r.averaging_s},
+                    {"eval_accuracy", r.eval ? nlohmann::json(r.eval->accuracy) : nullptr},
                     {"age_s", c.age_s},
                     {"first_seen_s", c.first_seen_s},
                     {"last_seen_s", c.last_seen_s}});
@@ -63,6 +67,7 @@ std::string to_json(const RunAggregator& a, const std::string& run_id,
                     {"peers", p.peers},
                     {"samples_per_second", p.samples_per_second},
                     {"loss", optional_number(p.loss)},
+                    {"eval_accuracy", optional_number(p.eval_accuracy)},
                     {"bytes", p.bytes}});
   // Peer-supplied strings may hold any valid UTF-8; the dump escapes nothing unsafe for JSON
   // itself, and the page inserts every string as text.
@@ -90,6 +95,9 @@ std::string to_prometheus(const RunAggregator& a, const std::string& run_id) {
   gauge("starling_run_bytes_received", "Bytes received by the live contributors.",
         static_cast<double>(t.bytes_received));
   if (t.loss) gauge("starling_run_loss", "Throughput-weighted mean training loss.", *t.loss);
+  if (t.eval)
+    gauge("starling_run_eval_accuracy", "Newest held-out accuracy a contributor reports.",
+          t.eval->accuracy);
   gauge("starling_monitor_rejected_records", "Metrics records that failed validation.",
         static_cast<double>(a.rejected()));
   out += "# HELP starling_peer_samples_per_second A contributor's samples per second.\n";

@@ -37,6 +37,7 @@ td.peer { font-family: monospace; }
   <div class="card"><div class="k">next step</div><div class="v" id="progress">-</div></div>
   <div class="card"><div class="k">ETA next step</div><div class="v" id="eta">-</div></div>
   <div class="card"><div class="k">loss</div><div class="v" id="loss">-</div></div>
+  <div class="card"><div class="k">held-out accuracy</div><div class="v" id="accuracy">-</div></div>
   <div class="card"><div class="k">samples (live peers)</div><div class="v" id="samples">-</div></div>
   <div class="card"><div class="k">bytes up / down</div><div class="v" id="bytes">-</div></div>
 </div>
@@ -44,11 +45,12 @@ td.peer { font-family: monospace; }
 <div class="charts">
   <div class="chart"><h2>loss</h2><canvas id="loss-chart" data-points="0"></canvas></div>
   <div class="chart"><h2>samples/s (collaboration)</h2><canvas id="sps-chart" data-points="0"></canvas></div>
+  <div class="chart"><h2>held-out accuracy</h2><canvas id="acc-chart" data-points="0"></canvas></div>
   <div class="chart"><h2>bytes per epoch</h2><canvas id="bytes-chart" data-points="0"></canvas></div>
 </div>
 <table id="contributors">
 <thead><tr><th>peer</th><th>name</th><th>epoch</th><th>samples</th><th>samples/s</th><th>loss</th>
-<th>reachability</th><th>up / down</th><th>rounds ok / failed</th><th>uptime</th><th>last seen</th></tr></thead>
+<th>accuracy</th><th>reachability</th><th>up / down</th><th>rounds ok / failed</th><th>uptime</th><th>last seen</th></tr></thead>
 <tbody></tbody>
 </table>
 <script src="/chart.js"></script>
@@ -100,6 +102,7 @@ if (typeof Chart !== 'undefined') {
   charts = {
     loss: makeChart('loss-chart', 'loss', '#c0392b'),
     sps: makeChart('sps-chart', 'samples/s', '#2471a3'),
+    acc: makeChart('acc-chart', 'accuracy', '#1e8449'),
     bytes: makeChart('bytes-chart', 'bytes', '#7d3c98', 'bar'),
   };
 } else {
@@ -142,6 +145,7 @@ function render(s) {
   $('progress').textContent = t.target_batch_size ? num(t.samples_accumulated, 0) + ' / ' + num(t.target_batch_size, 0) : '-';
   $('eta').textContent = duration(t.eta_s);
   $('loss').textContent = num(t.loss, 4);
+  $('accuracy').textContent = t.eval_accuracy === null ? '-' : num(t.eval_accuracy, 4) + ' (epoch ' + t.eval_epoch + ')';
   $('samples').textContent = num(t.samples_total, 0);
   $('bytes').textContent = bytes(t.bytes_sent) + ' / ' + bytes(t.bytes_received);
   const rows = [];
@@ -154,6 +158,7 @@ function render(s) {
     cell(tr, num(c.samples_total, 0));
     cell(tr, num(c.samples_per_second, 1));
     cell(tr, num(c.loss, 4));
+    cell(tr, num(c.eval_accuracy, 4));
     cell(tr, c.reachability);
     cell(tr, bytes(c.bytes_sent) + ' / ' + bytes(c.bytes_received));
     cell(tr, c.rounds_ok + ' / ' + c.rounds_failed);
@@ -165,6 +170,7 @@ function render(s) {
   if (charts) {
     setChart(charts.loss, 'loss-chart', s.history.filter((p) => p.loss !== null).map((p) => ({x: p.t, y: p.loss})));
     setChart(charts.sps, 'sps-chart', s.history.map((p) => ({x: p.t, y: p.samples_per_second})));
+    setChart(charts.acc, 'acc-chart', s.history.filter((p) => p.eval_accuracy !== null).map((p) => ({x: p.t, y: p.eval_accuracy})));
     setChart(charts.bytes, 'bytes-chart', bytesPerEpoch(s.history));
   }
   updates++;
