@@ -17,6 +17,8 @@ PACKAGES=(
   libopenblas0-openmp
   # anchors measured beside Starling in benchmarks
   iperf3 jq libgloo-dev libopendht-dev
+  # the run dashboard: HTTP server, charts served locally, and the browser its test drives
+  libcpp-httplib-dev libjs-chart.js chromium
   # data for the training demo
   dataset-fashion-mnist
   # emulated internet (netlab) and interop test

@@ -108,6 +108,8 @@ void Optimizer::Impl::note_round(StepReport& rep, const training::RoundResult& r
   rep.group_samples = r.total_weight;
   rep.bytes_sent = r.bytes_sent;
   rep.bytes_received = r.bytes_received;
+  rep.matchmaking_time = r.matchmaking_time;
+  rep.allreduce_time = r.allreduce_time;
 }
 
 void Optimizer::Impl::round_failed(StepReport& rep, const Error& e) {

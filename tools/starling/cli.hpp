@@ -19,6 +19,7 @@ void add_node_command(CLI::App& app, Runner& run);
 void add_ping_command(CLI::App& app, Runner& run);
 void add_echo_command(CLI::App& app, Runner& run);
 void add_dht_command(CLI::App& app, Runner& run);
+void add_monitor_command(CLI::App& app, Runner& run);
 // In starling-train only (built with libtorch).
 void add_train_command(CLI::App& app, Runner& run);
 

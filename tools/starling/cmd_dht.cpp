@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli.hpp"
+#include "monitor_cli.hpp"
 #include "starling/core/log.hpp"
 #include "starling/dht/node.hpp"
 #include "starling/net/host.hpp"
@@ -26,6 +27,7 @@ struct DhtOptions {
   double ttl_s = 3600;
   bool latest = false;
   bool sign = false;
+  DashboardOptions dashboard;  // serve: --dashboard HOST:PORT --run-id R
 };
 
 Duration seconds(double s) {
@@ -98,10 +100,18 @@ awaitable<int> serve_main(std::shared_ptr<DhtOptions> o) {
   }
   std::cout << "routing table " << node->core().routing().size() << " nodes" << std::endl;
   if (!o->addr_file.empty()) write_addr_file(o->addr_file, all);
-  // Serve until cancelled (Ctrl-C).
-  (void)co_await sleep_for(std::chrono::hours(24 * 365));
+  // Serve until cancelled (Ctrl-C), with the run's dashboard if asked.
+  result<void> served = success();
+  if (!o->dashboard.http.empty())
+    served = co_await serve_dashboard(node, o->dashboard);
+  else
+    (void)co_await sleep_for(std::chrono::hours(24 * 365));
   co_await asio::this_coro::reset_cancellation_state();  // Ctrl-C: now clean up, bounded
   co_await shutdown(node);
+  if (!served) {
+    std::cerr << "error: " << served.error().message() << "\n";
+    co_return 2;
+  }
   std::cout << "stopped" << std::endl;
   co_return 0;
 }
@@ -202,6 +212,9 @@ void add_dht_command(CLI::App& app, Runner& run) {
                   "multiaddr of a DHT node to join through (repeatable)");
   cmd->add_flag("--client", o->client, "client mode: no listening, never in routing tables");
   cmd->add_option("--addr-file", o->addr_file, "write the DHT multiaddrs to this file");
+  cmd->add_option("--dashboard", o->dashboard.http,
+                  "also serve the live dashboard of --run-id on HOST:PORT (as starling monitor)");
+  cmd->add_option("--run-id", o->dashboard.run_id, "the run --dashboard shows");
 
   auto* put = cmd->add_subcommand("put", "store a value (or a dictionary sub-key) and exit");
   put->add_option("key", o->key, "key")->required();

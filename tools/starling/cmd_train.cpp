@@ -22,6 +22,7 @@
 #include "starling/optim/fashion_task.hpp"
 #include "starling/optim/optimizer.hpp"
 #include "starling/training/checkpoint.hpp"
+#include "train_metrics.hpp"
 #include "train_options.hpp"
 
 namespace starling::cli {
@@ -144,6 +145,15 @@ int train_main(const TrainOptions& o) {
             << (net.value()->collaboration() ? "" : " (training alone)") << std::endl;
   for (const auto& a : net.value()->addresses()) std::cout << "listening on " << a << std::endl;
 
+  auto metrics_started = TrainerMetrics::start(o, *net.value());
+  if (!metrics_started) {
+    std::cerr << "error: " << metrics_started.error().message() << "\n";
+    (void)opt.shutdown(10s);
+    net.value()->stop();
+    return 2;
+  }
+  auto& metrics = *metrics_started.value();
+  if (auto url = metrics.endpoint_url(); !url.empty()) std::cout << "metrics " << url << std::endl;
   Progress progress;
   progress.every = std::chrono::duration_cast<Duration>(
       std::chrono::duration<double>(std::max(0.1, o.progress_every)));
@@ -156,7 +166,9 @@ int train_main(const TrainOptions& o) {
     // An auxiliary peer computes nothing: it follows the collaboration and joins its rounds.
     auto rep = [&] {
       if (o.auxiliary) return opt.assist();
-      progress.loss(task.forward_backward(o.batch_size));
+      const double loss = task.forward_backward(o.batch_size);
+      progress.loss(loss);
+      metrics.loss(loss);
       return opt.step(o.batch_size);
     }();
     if (o.auxiliary && rep && !rep.value().stepped) std::this_thread::sleep_for(20ms);
@@ -178,8 +190,10 @@ int train_main(const TrainOptions& o) {
       }
       logged_epoch = opt.local_epoch();
     }
+    metrics.step(rep.value());
     auto st = opt.status();
     progress.print(st, o, false);
+    metrics.status(st);
     if (rep.value().stepped && o.eval_every > 0 &&
         rep.value().epoch >= last_eval_epoch + o.eval_every) {
       last_eval_epoch = rep.value().epoch;
@@ -187,6 +201,7 @@ int train_main(const TrainOptions& o) {
       std::cerr << (progress.tty ? "\n" : "")
                 << fmt::format("epoch {}: test accuracy {:.4f} loss {:.4f}\n", rep.value().epoch,
                                ev.accuracy, ev.loss);
+      metrics.evaluated(ev.accuracy, ev.loss, rep.value().epoch);
     }
     if (o.max_epochs > 0 && opt.local_epoch() >= o.max_epochs) {
       stop_reason = "max-epochs";
@@ -221,6 +236,7 @@ int train_main(const TrainOptions& o) {
   }
   std::cerr << "leaving (" << stop_reason << ")..." << std::endl;
   auto final_status = opt.status();
+  metrics.stop();
   auto down = opt.shutdown(10s);
   if (!down) std::cerr << "warning: shutdown: " << down.error().message() << "\n";
   net.value()->stop();

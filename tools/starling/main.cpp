@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
     add_ping_command(app, run);
     add_echo_command(app, run);
     add_dht_command(app, run);
+    add_monitor_command(app, run);
     add_train_forwarder(app, run);
   });
 }

@@ -5,7 +5,9 @@
 #include "cli.hpp"
 #include "starling/averaging/averager.hpp"
 #include "starling/collab/training_node.hpp"
+#include "starling/core/blocking.hpp"
 #include "starling/crypto/keys.hpp"
+#include "starling/monitor/metrics_dht.hpp"
 #include "starling/net/multiaddr.hpp"
 #include "starling/net/peer_id.hpp"
 #include "train_options.hpp"
@@ -25,14 +27,42 @@ class AloneNetwork final : public TrainNetwork {
   std::string peer_;
 };
 
+// Stops a metrics publisher on its node's executor (a function object: GCC 12 and lambdas in
+// coroutines).
+struct StopPublisher {
+  std::shared_ptr<monitor::MetricsPublisher> publisher;
+  awaitable<result<void>> operator()() const {
+    co_await publisher->stop(3s);
+    co_return success();
+  }
+};
+
 class DhtNetwork final : public TrainNetwork {
  public:
-  explicit DhtNetwork(std::unique_ptr<collab::TrainingNode> node) : node_(std::move(node)) {}
+  DhtNetwork(std::unique_ptr<collab::TrainingNode> node, const TrainOptions& o)
+      : node_(std::move(node)) {
+    if (!metrics_enabled(o)) return;
+    monitor::PublisherConfig pc;
+    pc.run_id = o.run_id;
+    const double every = std::max(0.1, o.metrics_interval);
+    pc.interval = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(every));
+    pc.ttl = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(std::max(60.0, 6 * every)));
+    publisher_ = monitor::MetricsPublisher::create(node_->dht(), pc);
+  }
   std::shared_ptr<training::Collaboration> collaboration() override {
     return node_->collaboration();
   }
   std::string peer_id() const override { return node_->peer().to_string(); }
+  void publish_metrics(monitor::MetricsRecord r) override {
+    if (publisher_) publisher_->submit(std::move(r));
+  }
   void stop() override {
+    if (publisher_) {
+      auto stopped = block_on(node_->executor(), StopPublisher{publisher_}, 5s);
+      if (!stopped) std::cerr << "warning: metrics: " << stopped.error().message() << "\n";
+      publisher_.reset();
+    }
     if (auto r = node_->stop(15s); !r)
       std::cerr << "warning: leaving the network: " << r.error().message() << "\n";
   }
@@ -45,6 +75,7 @@ class DhtNetwork final : public TrainNetwork {
 
  private:
   std::unique_ptr<collab::TrainingNode> node_;
+  std::shared_ptr<monitor::MetricsPublisher> publisher_;
 };
 
 }  // namespace
@@ -76,7 +107,7 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
   // Listening on 0.0.0.0: announce the loopback address too, so peers on this machine can dial.
   auto node = collab::TrainingNode::start(std::move(key), cfg);
   if (!node) return node.error().with_context("starting the node");
-  return std::unique_ptr<TrainNetwork>(std::make_unique<DhtNetwork>(std::move(node).value()));
+  return std::unique_ptr<TrainNetwork>(std::make_unique<DhtNetwork>(std::move(node).value(), o));
 }
 
 }  // namespace starling::cli

@@ -1,5 +1,6 @@
 // `starling train` flags, --config FILE, and their translation into optimizer options.
 #include "train_options.hpp"
+#include <algorithm>
 
 #include <cmath>
 #include <fstream>
@@ -64,6 +65,18 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option("--report", o.report, "write a JSON summary to this file at the end");
   cmd.add_option("--averaging-timeout", o.averaging_timeout, "seconds")->capture_default_str();
   cmd.add_option("--matchmaking-time", o.matchmaking_time, "seconds")->capture_default_str();
+  cmd.add_option("--metrics", o.metrics,
+                 "publish this trainer's metrics record in the DHT for monitors (default: on "
+                 "when networked); --metrics HOST:PORT also serves Prometheus text at "
+                 "http://HOST:PORT/metrics")
+      ->expected(0, 1)
+      ->default_str("on");
+  cmd.add_flag("--no-metrics", o.no_metrics, "publish no metrics record");
+  cmd.add_option("--metrics-interval", o.metrics_interval,
+                 "seconds between metrics records (each lives 6 intervals, at least 60 s)")
+      ->capture_default_str();
+  cmd.add_option("--name", o.name,
+                 "display name on the run's dashboard (at most 32 bytes; default: none)");
 }
 
 result<void> apply_train_config(CLI::App& cmd, const std::string& path) {
@@ -129,6 +142,24 @@ result<std::uint64_t> parse_bandwidth(const std::string& s) {
   if (!std::isfinite(v) || v < 0 || v * mult > 1e15)
     return make_error(errc::invalid_argument, fmt::format("bandwidth '{}': out of range", s));
   return static_cast<std::uint64_t>(v * mult);
+}
+
+namespace {
+bool is_switch(const std::string& v, bool on) {
+  static constexpr std::string_view kOn[] = {"on", "true", "1", ""};
+  static constexpr std::string_view kOff[] = {"off", "false", "0"};
+  if (on) return std::find(std::begin(kOn), std::end(kOn), v) != std::end(kOn);
+  return std::find(std::begin(kOff), std::end(kOff), v) != std::end(kOff);
+}
+}  // namespace
+
+bool metrics_enabled(const TrainOptions& o) {
+  return !o.no_metrics && !is_switch(o.metrics, false);
+}
+
+std::string metrics_http_address(const TrainOptions& o) {
+  if (!metrics_enabled(o) || is_switch(o.metrics, true)) return "";
+  return o.metrics;
 }
 
 result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o) {

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "starling/monitor/metrics_record.hpp"
 #include "starling/optim/optimizer_options.hpp"
 #include "starling/training/collaboration.hpp"
 
@@ -48,6 +49,12 @@ struct TrainOptions {
   std::string report;            // write a JSON summary here at the end
   double averaging_timeout = 30;
   double matchmaking_time = 2;
+  // Run metrics: a signed record in the DHT every interval (networked only), unless
+  // --no-metrics; `--metrics HOST:PORT` also serves Prometheus text on http://HOST:PORT/metrics.
+  std::string metrics = "on";
+  bool no_metrics = false;
+  double metrics_interval = 10;
+  std::string name;  // display name in the record (sanitized, at most 32 bytes)
 };
 
 // Registers the flags on `cmd` (defaults from `o`).
@@ -58,6 +65,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o);
 result<void> apply_train_config(CLI::App& cmd, const std::string& path);
 // "0", "12500000", "10M", "1.5k" (bytes/s; k = 1e3) -> bytes/s.
 result<std::uint64_t> parse_bandwidth(const std::string& s);
+// Whether the trainer publishes metrics records, and the Prometheus address ("" if none).
+bool metrics_enabled(const TrainOptions& o);
+std::string metrics_http_address(const TrainOptions& o);
 // The optimizer options the flags describe (validated).
 result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o);
 
@@ -75,6 +85,9 @@ class TrainNetwork {
   virtual std::pair<std::uint64_t, std::uint64_t> traffic() { return {0, 0}; }
   // Listen addresses (with /p2p/<id>) others can bootstrap through.
   virtual std::vector<std::string> addresses() const { return {}; }
+  // Networked with --metrics: hands the newest metrics record to the publisher (it publishes
+  // at most every --metrics-interval, without blocking the caller). Else ignored.
+  virtual void publish_metrics(monitor::MetricsRecord) {}
 };
 result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o);
 

@@ -36,6 +36,8 @@ class TrainingNode {
   ~TrainingNode();  // stop()
 
   std::shared_ptr<NetCollaboration> collaboration() const { return collab_; }
+  // The node's DHT (for other records, e.g. run metrics; used on executor()).
+  std::shared_ptr<dht::DhtNode> dht() const { return node_; }
   const net::PeerId& peer() const { return host_->local_peer(); }
   std::vector<net::Multiaddr> listen_addresses() const;  // with /p2p/<id>
   asio::any_io_executor executor() { return io_->executor(); }

@@ -99,6 +99,9 @@ struct StepReport {
   std::uint64_t bytes_sent = 0;  // by this call's round
   std::uint64_t bytes_received = 0;
   Duration averaging_time{0};
+  // Of a completed round (zero otherwise): forming the group, and the all-reduce itself.
+  Duration matchmaking_time{0};
+  Duration allreduce_time{0};
   // Delayed updates: a round (and its step) runs in the background after this call; the step
   // is applied by a later call (stepped = true then).
   bool round_in_background = false;

@@ -1,0 +1,112 @@
+// RunAggregator: contributors, totals, expiry, bad records and bounded history.
+#include <gtest/gtest.h>
+
+#include "starling/monitor/aggregator.hpp"
+#include "starling/monitor/dashboard.hpp"
+
+using namespace starling;
+using namespace starling::monitor;
+
+namespace {
+
+net::PeerId peer() {
+  return net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
+}
+
+MetricsEntry entry(const net::PeerId& p, std::uint64_t epoch, double sps, double loss,
+                   std::uint64_t seq, Duration remaining = 50s) {
+  MetricsRecord r;
+  r.name = "peer";
+  r.epoch = epoch;
+  r.samples_per_second = sps;
+  r.loss = loss;
+  r.samples_total = 1000 * (seq + 1);
+  r.bytes_sent = 100;
+  r.bytes_received = 50;
+  r.target_batch_size = 1000;
+  r.samples_accumulated = 400;
+  r.seq = seq;
+  r.ttl_ms = 60'000;
+  MetricsEntry e;
+  e.peer = p;
+  e.value = encode_metrics(r).value();
+  e.remaining_ttl = remaining;
+  return e;
+}
+
+}  // namespace
+
+TEST(MonitorAggregator, TotalsContributorsAndExpiry) {
+  const auto t0 = Clock::now();
+  RunAggregator a(t0);
+  const auto p1 = peer(), p2 = peer();
+  a.update(t0 + 1s, {entry(p1, 3, 100, 2.0, 0), entry(p2, 4, 300, 1.0, 0, 40s)});
+  ASSERT_EQ(a.contributors().size(), 2u);
+  const auto& t = a.totals();
+  EXPECT_EQ(t.epoch, 4u);
+  EXPECT_EQ(t.peers, 2u);
+  EXPECT_DOUBLE_EQ(t.samples_per_second, 400);
+  EXPECT_EQ(t.samples_total, 2000u);
+  EXPECT_EQ(t.bytes_sent, 200u);
+  EXPECT_DOUBLE_EQ(*t.loss, (2.0 * 100 + 1.0 * 300) / 400);  // throughput-weighted
+  ASSERT_TRUE(t.eta_s);
+  EXPECT_DOUBLE_EQ(*t.eta_s, 600.0 / 400);
+  EXPECT_DOUBLE_EQ(a.contributors().at(p2.to_string()).age_s, 20);
+  EXPECT_FALSE(t.eval);
+  // The newest evaluation (highest eval epoch) is the run's.
+  auto with_eval = [](MetricsEntry e, double acc, std::uint64_t epoch) {
+    auto r = decode_metrics(e.value).value();
+    r.eval = MetricsRecord::Eval{acc, 0.4, epoch};
+    e.value = encode_metrics(r).value();
+    return e;
+  };
+  a.update(t0 + 2s, {with_eval(entry(p1, 3, 100, 2.0, 0), 0.7, 2),
+                     with_eval(entry(p2, 4, 300, 1.0, 0, 40s), 0.8, 4)});
+  ASSERT_TRUE(a.totals().eval);
+  EXPECT_DOUBLE_EQ(a.totals().eval->accuracy, 0.8);
+  EXPECT_EQ(a.history().back().eval_accuracy, 0.8);
+  // p1 is gone (its record expired): it leaves the table; p2 advanced.
+  a.update(t0 + 3s, {entry(p2, 5, 300, 0.9, 1)});
+  EXPECT_EQ(a.contributors().size(), 1u);
+  EXPECT_EQ(a.totals().epoch, 5u);
+  EXPECT_DOUBLE_EQ(a.contributors().at(p2.to_string()).first_seen_s, 1);
+  EXPECT_DOUBLE_EQ(a.contributors().at(p2.to_string()).last_seen_s, 3);
+  ASSERT_EQ(a.history().size(), 3u);
+  EXPECT_EQ(a.history()[0].epoch, 4u);
+  EXPECT_EQ(a.history()[2].epoch, 5u);
+}
+
+TEST(MonitorAggregator, SkipsBadRecordsAndBoundsHistory) {
+  const auto t0 = Clock::now();
+  AggregatorConfig cfg;
+  cfg.max_points = 5;
+  RunAggregator a(t0, cfg);
+  MetricsEntry junk;
+  junk.peer = peer();
+  junk.value = to_bytes("not a record");
+  for (int i = 0; i < 20; ++i)
+    a.update(t0 + std::chrono::seconds(i), {junk, entry(peer(), 1, 1, 1, 0)});
+  EXPECT_EQ(a.rejected(), 20u);
+  EXPECT_EQ(a.contributors().size(), 1u);
+  EXPECT_EQ(a.history().size(), 5u);
+  EXPECT_EQ(a.updates(), 20u);
+}
+
+TEST(MonitorAggregator, JsonAndPrometheus) {
+  const auto t0 = Clock::now();
+  RunAggregator a(t0);
+  const auto p = peer();
+  auto e = entry(p, 2, 10, 0.5, 0);
+  auto rec = decode_metrics(e.value).value();
+  rec.name = "<b>\"quoted\"</b>";
+  e.value = encode_metrics(rec).value();
+  a.update(t0 + 1s, {e});
+  const auto json = to_json(a, "run-1", 1234);
+  EXPECT_NE(json.find("\"run_id\":\"run-1\""), std::string::npos);
+  EXPECT_NE(json.find("\"generated_unix_ms\":1234"), std::string::npos);
+  EXPECT_NE(json.find(R"(<b>\"quoted\"</b>)"), std::string::npos);
+  EXPECT_NE(json.find(p.to_string()), std::string::npos);
+  const auto prom = to_prometheus(a, "run-\"1\"");
+  EXPECT_NE(prom.find("starling_run_epoch{run=\"run-\\\"1\\\"\"} 2"), std::string::npos);
+  EXPECT_NE(prom.find("# TYPE starling_run_peers gauge"), std::string::npos);
+}
