@@ -50,7 +50,7 @@ TrainingNode::~TrainingNode() {
 
 std::vector<net::Multiaddr> TrainingNode::listen_addresses() const {
   std::vector<net::Multiaddr> out;
-  for (const auto& a : host_->listen_addresses())
+  for (const auto& a : host_->announce_addresses())
     out.push_back(a.with_peer_id(host_->local_peer()));
   return out;
 }

@@ -63,7 +63,7 @@ DhtNode::~DhtNode() = default;
 std::vector<net::Multiaddr> DhtNode::announced() const {
   if (cfg_.dht.client_mode) return {};
   std::vector<net::Multiaddr> out;
-  for (const auto& a : cfg_.announce.empty() ? host_->listen_addresses() : cfg_.announce)
+  for (const auto& a : cfg_.announce.empty() ? host_->announce_addresses() : cfg_.announce)
     out.push_back(a.without_peer_id());
   return out;
 }

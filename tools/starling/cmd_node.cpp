@@ -35,7 +35,7 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
       [](const net::PeerId& p) { std::cout << "disconnected " << p.to_string() << std::endl; });
   std::cout << "peer id " << host->local_peer().to_string() << "\n";
   std::string all;
-  for (auto& a : host->listen_addresses()) {
+  for (auto& a : host->announce_addresses()) {
     std::cout << "listening on " << a.to_string() << "\n";
     all += a.to_string() + "\n";
   }

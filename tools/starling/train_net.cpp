@@ -73,7 +73,6 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
     cfg.collab.upload_pace = averaging::AveragerConfig{}.upload_pace;  // rounds pace uploads
     cfg.max_upload_bytes_per_second = cfg.max_download_bytes_per_second = bw;  // enforced
   }
-  // Listening on 0.0.0.0: announce the loopback address too, so peers on this machine can dial.
   auto node = collab::TrainingNode::start(std::move(key), cfg);
   if (!node) return node.error().with_context("starting the node");
   return std::unique_ptr<TrainNetwork>(std::make_unique<DhtNetwork>(std::move(node).value()));

@@ -37,7 +37,8 @@ class TrainingNode {
 
   std::shared_ptr<NetCollaboration> collaboration() const { return collab_; }
   const net::PeerId& peer() const { return host_->local_peer(); }
-  std::vector<net::Multiaddr> listen_addresses() const;  // with /p2p/<id>
+  // The host's announce_addresses() (0.0.0.0 expanded), with /p2p/<id>.
+  std::vector<net::Multiaddr> listen_addresses() const;
   asio::any_io_executor executor() { return io_->executor(); }
 
   // Leaves: stops the collaboration, the DHT node and the host, then the io thread. Bounded

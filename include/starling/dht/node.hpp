@@ -52,8 +52,8 @@ result<void> accept_response(DhtCore& core, RequestId id, BytesView response, co
 struct DhtNodeConfig {
   DhtConfig dht;  // dht.client_mode selects client mode
   ValidatorChain validators = ValidatorChain::standard();
-  // Addresses announced to peers (empty: the host's listen addresses). Needed when listening
-  // on 0.0.0.0 or behind a port mapping.
+  // Addresses announced to peers (empty: the host's announce_addresses(): listen addresses with
+  // 0.0.0.0 expanded, relay addresses). Needed behind a port mapping.
   std::vector<net::Multiaddr> announce;
   // Bootstrap: rounds over all initial peers, and the pause before round n (doubling from
   // bootstrap_backoff, at most 10 s).
