@@ -4,9 +4,9 @@
 
 #include <utility>
 
-#include "circuit.pb.h"
 #include "starling/net/byte_stream.hpp"
 #include "starling/net/relay.hpp"
+#include "starling/pb/circuit.pb.h"
 
 namespace starling::net {
 
