@@ -32,6 +32,17 @@ result<std::unique_ptr<TrainingNode>> TrainingNode::start(crypto::KeyPair key,
           t->io_->executor(), [host] { return host->start(); }, cfg.start_timeout);
       !r)
     return r.error().with_context("starting the host");
+  if (cfg.relay_service && !hc.listen.empty()) {
+    auto made = block_on(
+        t->io_->executor(),
+        [host]() -> awaitable<result<std::pair<std::shared_ptr<net::RelayService>,
+                                               std::shared_ptr<net::AutonatServer>>>> {
+          co_return std::make_pair(net::RelayService::start(host), net::AutonatServer::start(host));
+        },
+        5s);
+    if (!made) return made.error().with_context("starting the relay service");
+    std::tie(t->relay_, t->autonat_) = made.value();
+  }
   t->node_ = dht::DhtNode::create(t->host_, cfg.dht);
   auto node = t->node_;
   auto peers = cfg.initial_peers;
@@ -73,12 +84,16 @@ result<void> TrainingNode::stop(Duration bound) {
   auto c = collab_;
   auto node = node_;
   auto host = host_;
+  auto relay = relay_;
+  auto autonat = autonat_;
   auto* traffic = &final_traffic_;
   auto r = block_on(
       io_->executor(),
-      [c, node, host, traffic]() -> awaitable<result<void>> {
+      [c, node, host, relay, autonat, traffic]() -> awaitable<result<void>> {
         if (c) *traffic = {c->bytes_sent(), c->bytes_received()};
         if (c) co_await c->stop();
+        if (autonat) autonat->stop();
+        if (relay) co_await relay->stop();
         if (node) co_await node->stop();
         if (host) co_await host->stop();
         co_return success();

@@ -37,6 +37,7 @@ struct TrainOptions {
   std::string compression = "none";
   bool delay_step = false;
   bool client = false;     // no incoming connections
+  bool relay = false;      // serve circuit relay v2 and AutoNAT to other peers
   bool auxiliary = false;  // averages without computing
   // When to stop (0: never; Ctrl-C always works).
   std::uint64_t max_epochs = 0;   // the collaboration reached this epoch

@@ -13,6 +13,8 @@
 #include "starling/collab/net_collaboration.hpp"
 #include "starling/core/blocking.hpp"
 #include "starling/crypto/keys.hpp"
+#include "starling/net/autonat.hpp"
+#include "starling/net/relay.hpp"
 
 namespace starling::collab {
 
@@ -26,6 +28,9 @@ struct TrainingNodeConfig {
   // bytes (all protocols, handshakes included) share one token bucket per direction.
   std::uint64_t max_upload_bytes_per_second = 0;
   std::uint64_t max_download_bytes_per_second = 0;
+  // Serve circuit relay v2 (hop) and AutoNAT to other peers (off by default for trainers;
+  // `starling train --relay`).
+  bool relay_service = false;
 
   static dht::DhtNodeConfig default_dht();
 };
@@ -53,6 +58,8 @@ class TrainingNode {
   std::shared_ptr<net::Host> host_;
   std::shared_ptr<dht::DhtNode> node_;
   std::shared_ptr<NetCollaboration> collab_;
+  std::shared_ptr<net::RelayService> relay_;
+  std::shared_ptr<net::AutonatServer> autonat_;
   bool stopped_ = false;
   std::pair<std::uint64_t, std::uint64_t> final_traffic_{0, 0};
 };
