@@ -127,13 +127,17 @@ awaitable<void> RelayService::reserve(ByteStreamPtr s, const PeerId& remote,
   }
   auto voucher = seal_voucher(host_->key(), {host_->local_peer(), remote, expire});
   rsv->set_voucher(voucher.data(), voucher.size());
-  auto* lim = m.mutable_limit();
-  lim->set_duration(static_cast<std::uint32_t>(
-      std::chrono::duration_cast<std::chrono::seconds>(cfg_.circuit_duration).count()));
-  lim->set_data(cfg_.circuit_data);
+  set_limit(*m.mutable_limit());
   auto bytes = encode_message(m);
   if (co_await write_length_prefixed(*s, bytes)) (void)co_await s->close_write();
   logger("net")->debug("relay: reservation for {} until {}", remote.short_string(), expire);
+}
+
+void RelayService::set_limit(pb::RelayLimit& lim) const {
+  // Seconds on the wire (the spec's unit); an absent field means no limit.
+  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(cfg_.circuit_duration);
+  if (secs.count() > 0) lim.set_duration(static_cast<std::uint32_t>(secs.count()));
+  if (cfg_.circuit_data > 0) lim.set_data(cfg_.circuit_data);
 }
 
 void RelayService::count_circuit(const PeerId& p, int delta) {
@@ -186,16 +190,13 @@ awaitable<void> RelayService::connect(ByteStreamPtr s, Bytes rest, const PeerId&
       r.count_circuit(b, -1);
     }
   } uncount{*this, remote, target.value()};
-  const auto duration_s = static_cast<std::uint32_t>(
-      std::chrono::duration_cast<std::chrono::seconds>(cfg_.circuit_duration).count());
   auto stop_side = [&]() -> awaitable<result<ByteStreamPtr>> {
     ST_CO_TRY(auto st, co_await host_->open_stream(target.value(), kRelayStopProtocol,
                                                    cfg_.connect_timeout));
     pb::StopMessage m;
     m.set_type(pb::StopMessage::CONNECT);
     m.mutable_peer()->set_id(remote.bytes().data(), remote.bytes().size());
-    m.mutable_limit()->set_duration(duration_s);
-    m.mutable_limit()->set_data(cfg_.circuit_data);
+    set_limit(*m.mutable_limit());
     auto bytes = encode_message(m);
     ST_CO_TRY(co_await write_length_prefixed(*st, bytes));
     auto got = co_await read_relay_message(*st, cfg_.connect_timeout);
@@ -228,8 +229,7 @@ awaitable<void> RelayService::connect(ByteStreamPtr s, Bytes rest, const PeerId&
   pb::HopMessage ok;
   ok.set_type(pb::HopMessage::STATUS);
   ok.set_status(pb::OK);
-  ok.mutable_limit()->set_duration(duration_s);
-  ok.mutable_limit()->set_data(cfg_.circuit_data);
+  set_limit(*ok.mutable_limit());
   auto ok_bytes = encode_message(ok);
   if (!co_await write_length_prefixed(*s, ok_bytes)) {
     b_side.value()->reset();
@@ -243,7 +243,10 @@ awaitable<void> RelayService::connect(ByteStreamPtr s, Bytes rest, const PeerId&
   TaskScope both(host_->get_executor());
   both.spawn(pipe(a_side, b, limited));
   both.spawn(pipe(b, a_side, limited));
-  auto done = co_await both.join(cfg_.circuit_duration);
+  // No duration limit (0): a year stands for "until either side closes".
+  auto done = co_await both.join(cfg_.circuit_duration > Duration::zero()
+                                     ? cfg_.circuit_duration
+                                     : std::chrono::duration_cast<Duration>(8760h));
   if (!done || *limited) {
     ++stats_.circuits_limited;
     logger("net")->debug("relay: circuit {} -> {} reached its limit, reset", remote.short_string(),

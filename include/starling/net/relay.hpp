@@ -19,6 +19,10 @@
 #include "starling/net/multiaddr.hpp"
 #include "starling/net/peer_id.hpp"
 
+namespace starling::pb {
+class RelayLimit;
+}
+
 namespace starling::net {
 
 // Status codes (spec: enum Status).
@@ -55,8 +59,8 @@ struct RelayServiceConfig {
   std::size_t max_reservations_per_ip = 8;
   std::size_t max_circuits_per_peer = 16;  // open circuits with a peer at either end
   std::size_t max_circuits = 1024;         // open circuits in all
-  Duration circuit_duration = 2min;        // a circuit is reset after this long
-  std::uint64_t circuit_data = 1 << 17;    // ... or after this many bytes in one direction
+  Duration circuit_duration = 2min;        // a circuit is reset after this long (0: no limit)
+  std::uint64_t circuit_data = 1 << 17;    // ... or after this many bytes one way (0: no limit)
   Duration connect_timeout = 30s;          // hop CONNECT: the target's stop answer
   Duration message_timeout = 10s;          // reading a request
   std::size_t buffer_size = 16 * 1024;     // relay copy buffer per direction
@@ -93,6 +97,7 @@ class RelayService : public std::enable_shared_from_this<RelayService> {
   awaitable<void> connect(ByteStreamPtr s, Bytes rest, const PeerId& remote, BytesView target);
   awaitable<void> pipe(ByteStreamPtr from, ByteStreamPtr to, std::shared_ptr<bool> limited);
   void count_circuit(const PeerId& p, int delta);
+  void set_limit(pb::RelayLimit& lim) const;
 
   std::shared_ptr<Host> host_;
   RelayServiceConfig cfg_;
