@@ -212,10 +212,17 @@ awaitable<void> Host::handle_inbound(std::shared_ptr<TcpStream> tcp,
   ++stats_.inbound_connections;
 }
 
-awaitable<result<Host::Upgraded>> Host::upgrade_inbound(ByteStreamPtr raw, Duration timeout) {
+awaitable<result<Host::Upgraded>> Host::upgrade_inbound(ByteStreamPtr raw, Duration timeout,
+                                                        std::optional<PeerId> expected) {
   ST_CO_TRY(auto sec, co_await multistream_handle(
                           raw, [](std::string_view p) { return p == kNoiseProtocol; }, timeout));
   ST_CO_TRY(auto chan, co_await noise_secure_inbound(sec.stream, key_, timeout));
+  if (expected && chan.remote_peer != *expected) {
+    chan.stream->reset();
+    co_return make_error(errc::protocol_violation, "the relay named " + expected->short_string() +
+                                                       " but the peer is " +
+                                                       chan.remote_peer.short_string());
+  }
   ST_CO_TRY(auto mux,
             co_await multistream_handle(
                 chan.stream, [](std::string_view p) { return p == kYamuxProtocol; }, timeout));

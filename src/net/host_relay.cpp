@@ -82,7 +82,8 @@ awaitable<result<PeerId>> Host::accept_relayed(ByteStreamPtr stream, Multiaddr r
                                                PeerId expected, Duration timeout) {
   auto self = shared_from_this();
   if (stopping_) co_return make_error(errc::cancelled, "host is stopping");
-  auto up = co_await with_timeout(upgrade_inbound(stream, timeout), timeout, "relayed upgrade");
+  auto up =
+      co_await with_timeout(upgrade_inbound(stream, timeout, expected), timeout, "relayed upgrade");
   if (!up) {
     stream->reset();
     co_return up.error();

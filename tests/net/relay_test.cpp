@@ -4,9 +4,14 @@
 
 #include <sodium.h>
 
+#include <ctime>
+
 #include "net/relay_internal.hpp"
+#include "starling/net/autonat.hpp"
 #include "starling/net/echo.hpp"
 #include "starling/net/host.hpp"
+#include "starling/net/multistream.hpp"
+#include "starling/net/noise.hpp"
 #include "starling/net/relay.hpp"
 #include "support/tcp_pair.hpp"
 
@@ -257,6 +262,85 @@ TEST(Relay, StopWithoutReservationIsRefused) {
     CO_ASSERT_OK(ans);
     EXPECT_EQ(ans.value().status(), pb::PERMISSION_DENIED);
     EXPECT_EQ(t.client->refused_stops(), 1u);
+    co_await t.teardown();
+  });
+}
+
+// A relay that lies: it grants B a reservation, then opens /stop claiming the dialer is C
+// while it runs the Noise handshake itself. B's Noise check catches it: no connection.
+TEST(Relay, LyingRelayCannotImpersonate) {
+  asio::io_context io;
+  auto liar = make_host(io), b = make_host(io);
+  const auto c = PeerId::from_public_key(crypto::KeyPair::generate().public_key());
+  liar->set_stream_handler(kRelayHopProtocol, [](ByteStreamPtr s, PeerId) -> awaitable<void> {
+    auto got = co_await read_relay_message(*s, 5s);
+    if (!got) co_return;
+    pb::HopMessage m;
+    m.set_type(pb::HopMessage::STATUS);
+    m.set_status(pb::OK);
+    m.mutable_reservation()->set_expire(static_cast<std::uint64_t>(std::time(nullptr)) + 3600);
+    auto bytes = encode_message(m);
+    (void)co_await write_length_prefixed(*s, bytes);
+    (void)co_await s->close_write();
+  });
+  test::run_with_deadline(io, [&]() -> awaitable<void> {
+    CO_ASSERT_OK(co_await liar->start());
+    CO_ASSERT_OK(co_await b->start());
+    RelayClientConfig cc;
+    cc.relays = {liar->listen_addresses().at(0)};
+    auto client = RelayClient::start(b, cc);
+    CO_ASSERT_OK(co_await client->wait_reservations(1, 5s));
+    auto s = co_await liar->open_stream(b->local_peer(), kRelayStopProtocol, 5s);
+    CO_ASSERT_OK(s);
+    pb::StopMessage m;
+    m.set_type(pb::StopMessage::CONNECT);
+    m.mutable_peer()->set_id(c.bytes().data(), c.bytes().size());
+    auto m_bytes = encode_message(m);
+    CO_ASSERT_OK(co_await write_length_prefixed(*s.value(), m_bytes));
+    auto got = co_await read_relay_message(*s.value(), 5s);
+    CO_ASSERT_OK(got);
+    auto ans = parse_stop(got.value().first);
+    CO_ASSERT_OK(ans);
+    EXPECT_EQ(ans.value().status(), pb::OK);
+    std::vector<std::string> protos{"/noise"};
+    auto neg = co_await multistream_select(s.value(), protos, 5s);
+    CO_ASSERT_OK(neg);
+    auto chan =
+        co_await noise_secure_outbound(neg.value().stream, liar->key(), b->local_peer(), 5s);
+    // Whether or not the liar's side of the handshake completes, B refuses the connection.
+    if (chan) {
+      Bytes one{1};
+      (void)co_await chan.value().stream->write(one);
+      std::array<std::uint8_t, 16> buf;
+      auto r = co_await with_timeout(chan.value().stream->read_some(buf), 5s, "read");
+      EXPECT_FALSE(r);
+    }
+    EXPECT_FALSE(b->is_connected(c));
+    for (auto& conn : b->connections()) EXPECT_FALSE(conn.relayed);
+    co_await client->stop();
+    co_await b->stop();
+    co_await liar->stop();
+  });
+}
+
+TEST(Relay, AutonatRefusesOverRelayedConnection) {
+  Trio t;
+  test::run_with_deadline(t.io, [&]() -> awaitable<void> {
+    auto circuit = co_await t.setup();
+    CO_ASSERT_OK(circuit);
+    AutonatServerConfig sc;
+    sc.allow_private = true;
+    auto server = AutonatServer::start(t.b, sc);
+    CO_ASSERT_OK(co_await t.a->connect(circuit.value()));
+    AutonatClientConfig cc;
+    cc.servers_per_round = 0;
+    auto client = AutonatClient::start(t.a, cc);
+    auto ans = co_await client->probe(t.b->local_peer(), 5s);
+    CO_ASSERT_OK(ans);
+    EXPECT_EQ(ans.value().status, 101) << ans.value().text;
+    EXPECT_EQ(client->status(), Reachability::unknown);
+    server->stop();
+    co_await client->stop();
     co_await t.teardown();
   });
 }

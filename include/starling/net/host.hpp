@@ -230,7 +230,9 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   struct Upgraded;
   awaitable<result<Upgraded>> upgrade_outbound(ByteStreamPtr raw, std::optional<PeerId> expected,
                                                TimePoint deadline);
-  awaitable<result<Upgraded>> upgrade_inbound(ByteStreamPtr raw, Duration timeout);
+  // `expected`: the Noise-authenticated peer must be this one (checked before the muxer).
+  awaitable<result<Upgraded>> upgrade_inbound(ByteStreamPtr raw, Duration timeout,
+                                              std::optional<PeerId> expected = std::nullopt);
   awaitable<result<ByteStreamPtr>> select_one(ByteStreamPtr s, const char* protocol,
                                               TimePoint deadline);
   awaitable<result<std::shared_ptr<Connection>>> get_or_dial(
