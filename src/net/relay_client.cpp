@@ -109,6 +109,12 @@ awaitable<result<RelayClient::Held>> RelayClient::reserve(const PeerId& relay, D
       if (!ma || ma.value().is_circuit() || h.addrs.size() >= kMaxAddrsPerPeer) continue;
       h.addrs.push_back(ma.value().with_peer_id(relay).with_circuit());
     }
+    if (h.addrs.empty())  // a relay that announces no address: the one we reached it at
+      for (const auto& c : host_->connections())
+        if (c.peer == relay && !c.relayed && c.outbound) {
+          h.addrs.push_back(c.remote_addr.with_peer_id(relay).with_circuit());
+          break;
+        }
     if (m.reservation().has_voucher()) {
       auto v = open_voucher(as_bytes(m.reservation().voucher()));
       if (!v || v.value().relay != relay || v.value().peer != host_->local_peer())
