@@ -3,7 +3,8 @@
 // host on its own io thread over loopback. Figures: connection setup (a fresh dialer each
 // try, medians), ping RTT (median), 16 MiB echo throughput (median of reps), and the ratios.
 //
-//   bench_relay [--tries N] [--pings N] [--reps N] [--mib M]     prints a table + RESULT {json}
+//   bench_relay [--tries N] [--pings N] [--reps N] [--mib M] [--relay-buffer-kib K]
+//   prints a table and one RESULT {json} line.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
     RelayServiceConfig rc;  // the benchmark measures the path, not the limits
     rc.circuit_data = 0;
     rc.circuit_duration = Duration::zero();
+    rc.buffer_size = static_cast<std::size_t>(arg(argc, argv, "--relay-buffer-kib", 16)) << 10;
     service = RelayService::start(relay, rc);
     co_return success();
   });
@@ -124,7 +126,9 @@ int main(int argc, char** argv) {
       });
   for (int k = 0; k < 2; ++k) {
     auto c = dialers[k]->connections();
-    if (c.empty() || c[0].relayed != (k == 1)) {
+    auto to_target = std::find_if(c.begin(), c.end(),
+                                  [&](const auto& x) { return x.peer == target->local_peer(); });
+    if (to_target == c.end() || to_target->relayed != (k == 1)) {
       std::cerr << "bench_relay: the " << (k ? "relayed" : "direct") << " path was not used\n";
       return 1;
     }
