@@ -120,10 +120,13 @@ std::vector<Multiaddr> Host::announce_addresses() const {
 
 void Host::set_extra_addresses(const std::string& source, std::vector<Multiaddr> addrs,
                                bool first) {
+  auto before = announce_addresses();
   if (addrs.empty())
     extra_addrs_.erase(source);
   else
     extra_addrs_[source] = {std::move(addrs), first};
+  if (announce_addresses() != before)
+    for (auto& cb : on_addrs_changed_) cb();
 }
 
 std::vector<Multiaddr> Host::observed_addresses() const {

@@ -68,6 +68,7 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
   cfg.collab.run_id = o.run_id;
   cfg.collab.client_mode = o.client;
   cfg.relay_service = o.relay;
+  cfg.use_relays = o.use_relays;
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));
   if (bw > 0) {
     cfg.collab.bandwidth = bw;  // declared to the group: all-reduce shares follow it

@@ -31,6 +31,11 @@ struct TrainingNodeConfig {
   // Serve circuit relay v2 (hop) and AutoNAT to other peers (off by default for trainers;
   // `starling train --relay`).
   bool relay_service = false;
+  // Behind a NAT: hold circuit relay v2 reservations with the initial peers (bootstrap nodes
+  // relay by default; up to 2 held), waiting up to `relay_wait` at start, and announce the
+  // /p2p-circuit addresses (DHT records, averaging entries) so peers can reach this one.
+  bool use_relays = false;
+  Duration relay_wait = 10s;
 
   static dht::DhtNodeConfig default_dht();
 };
@@ -60,6 +65,7 @@ class TrainingNode {
   std::shared_ptr<NetCollaboration> collab_;
   std::shared_ptr<net::RelayService> relay_;
   std::shared_ptr<net::AutonatServer> autonat_;
+  std::shared_ptr<net::RelayClient> relay_client_;
   bool stopped_ = false;
   std::pair<std::uint64_t, std::uint64_t> final_traffic_{0, 0};
 };

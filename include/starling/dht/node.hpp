@@ -196,6 +196,8 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   bool running() const noexcept { return started_ && !stopping_; }
   // Addresses announced to peers (binary multiaddrs as the core sends them, as text here).
   std::vector<net::Multiaddr> announced() const;
+  // Re-reads announced() into what the node sends (called when the host's addresses change).
+  void refresh_addresses();
   std::uint64_t bad_messages() const noexcept { return bad_messages_; }
   WarmStats warm_stats() const;
   ChannelStats channel_stats() const;

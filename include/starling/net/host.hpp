@@ -184,6 +184,10 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   using PeerCallback = std::function<void(const PeerId&)>;
   void on_peer_connected(PeerCallback cb) { on_connected_.push_back(std::move(cb)); }
   void on_peer_disconnected(PeerCallback cb) { on_disconnected_.push_back(std::move(cb)); }
+  // When announce_addresses() changed (relay reservations, AutoNAT).
+  void on_addresses_changed(std::function<void()> cb) {
+    on_addrs_changed_.push_back(std::move(cb));
+  }
   // After each identify of a peer (its protocols and observed address are known).
   void on_peer_identified(PeerCallback cb) { on_identified_.push_back(std::move(cb)); }
 
@@ -282,6 +286,7 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   LogThrottle refusal_log_{10s};  // refused inbound connections are logged at most this often
   std::uint64_t next_conn_id_ = 1;
   std::vector<PeerCallback> on_connected_, on_disconnected_, on_identified_;
+  std::vector<std::function<void()>> on_addrs_changed_;
   std::vector<Multiaddr> announce_;  // HostConfig::announce parsed, or expanded
   std::map<std::string, std::pair<std::vector<Multiaddr>, bool>> extra_addrs_;  // by source
   std::map<const ByteStream*, std::shared_ptr<Connection>> stream_conns_;       // handlers running
