@@ -160,6 +160,19 @@ awaitable<void> RelayClient::maintain() {
     auto now = Clock::now();
     const auto unix = unix_now();
     Duration next = cfg_.retry_interval;
+    // An expired reservation (its refresh failed) is no longer announced.
+    bool dropped = false;
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (it->second.expire > unix) {
+        ++it;
+        continue;
+      }
+      logger("net")->info("relay {}: reservation expired", it->first.short_string());
+      host_->keep_alive(it->first, false);
+      it = held_.erase(it);
+      dropped = true;
+    }
+    if (dropped) publish();
     std::size_t held = held_.size();
     for (const auto& relay : relays_) {
       auto it = held_.find(relay);
@@ -167,10 +180,7 @@ awaitable<void> RelayClient::maintain() {
       if (it != held_.end()) {
         // Refresh when a quarter of the granted time is left.
         const auto left = it->second.expire > unix ? it->second.expire - unix : 0;
-        due = left * 4 <= it->second.granted;
-        if (!due)
-          next = std::min<Duration>(next, std::chrono::seconds(std::max<std::uint64_t>(
-                                              1, left - it->second.granted / 4)));
+        due = left * 4 <= it->second.granted || left <= 1;
       } else {
         auto t = next_try_.find(relay);
         due = held < cfg_.want_reservations && (t == next_try_.end() || t->second <= now);
@@ -184,6 +194,13 @@ awaitable<void> RelayClient::maintain() {
       if (r.error() == errc::cancelled) co_return;
       logger("net")->info("{}", r.error().message());
       next_try_[relay] = Clock::now() + cfg_.retry_interval;
+    }
+    // Wake up for the next refresh (a quarter of the granted time before expiry).
+    const auto unix_after = unix_now();
+    for (const auto& [relay, h] : held_) {
+      const auto left = h.expire > unix_after ? h.expire - unix_after : 0;
+      const auto wait = left > h.granted / 4 ? left - h.granted / 4 : 0;
+      next = std::min<Duration>(next, std::chrono::seconds(std::max<std::uint64_t>(1, wait)));
     }
     auto w = co_await with_timeout(changed_.wait(), next, "relay maintenance");
     if (!w && w.error() == errc::cancelled) co_return;

@@ -344,3 +344,25 @@ TEST(Relay, AutonatRefusesOverRelayedConnection) {
     co_await t.teardown();
   });
 }
+
+// A reservation is refreshed before it expires (at a quarter of the granted time left), on
+// the same kept-alive connection.
+TEST(Relay, ReservationIsRefreshedBeforeExpiry) {
+  Trio t;
+  test::run_with_deadline(t.io, [&]() -> awaitable<void> {
+    RelayServiceConfig rc;
+    rc.reservation_ttl = 4s;
+    CO_ASSERT_OK(co_await t.setup(rc));
+    const auto first = t.client->reservations().at(0).expire;
+    EXPECT_TRUE(t.b->kept_alive(t.r->local_peer()));
+    auto deadline = Clock::now() + 10s;
+    while (t.service->stats().reservations_accepted < 2 && Clock::now() < deadline)
+      (void)co_await sleep_for(50ms);
+    EXPECT_GE(t.service->stats().reservations_accepted, 2u);
+    EXPECT_GT(t.client->reservations().at(0).expire, first);
+    // Still usable after the original expiry.
+    auto circuit = t.client->reservations().at(0).addrs.at(0).with_peer_id(t.b->local_peer());
+    CO_ASSERT_OK(co_await t.a->connect(circuit));
+    co_await t.teardown();
+  });
+}
