@@ -63,7 +63,7 @@ void die(const std::string& what) {
   std::exit(1);
 }
 
-// The pre-session-6 serialisation (training_state.cpp then): the anchor.
+// The torch archive serialisation (model and optimizer archives): the anchor.
 std::string torch_save(const torch::nn::Module& m, const torch::optim::Optimizer& o) {
   torch::serialize::OutputArchive root;
   torch::serialize::OutputArchive model_ar(root.compilation_unit()),

@@ -27,9 +27,10 @@
 # --upload-pace 0, as before it was the default; 0 skips it). Ends with one `RESULT {json}` line (loopback rows under "results",
 # the emulated internet under "netlab").
 set -euo pipefail
-build=${1:-build}
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
 mode=${2:-loopback}
-[[ $build == --netlab ]] && { mode=--netlab; build=${2:-build}; }
+[[ $build == --netlab ]] && { mode=--netlab; build="${2:-$root/build}"; }
 here=$(cd "$(dirname "$0")" && pwd)
 star=$build/bin/bench_allreduce
 gloo=$build/bin/gloo_allreduce

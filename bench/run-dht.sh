@@ -10,7 +10,8 @@
 # median's interval to be a few percent wide), BENCH_PER_PROC (default 64) change the size;
 # BENCH_ROUNDS (default 2) runs both systems that many times in alternating order.
 set -euo pipefail
-build=${1:-build}
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
 bin=$build/bin/bench_dht
 nodes=${BENCH_NODES:-256}
 ops=${BENCH_OPS:-300}

@@ -5,8 +5,8 @@
 # go to the benchmark (e.g. --reps 41). The last line of output is `RESULT {json}`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${1:-$root/build}"
-shift || true
-[[ -f "$build/build.ninja" ]] || cmake --preset release -S "$root" >/dev/null
+build="$root/build"  # the first argument, unless it is an option for the benchmark
+if [[ $# -gt 0 && $1 != -* ]]; then build=$1; shift; fi
+[[ -f "$build/build.ninja" ]] || cmake --preset release -S "$root" -B "$build" >/dev/null
 cmake --build "$build" --target bench_state_format -j"${JOBS:-2}" >/dev/null
 exec "$build/bin/bench_state_format" "$@"

@@ -6,9 +6,9 @@
 # collaborating vs alone, NET_SECONDS each). The last line of output is `RESULT {json}`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${1:-$root/build}"
-shift || true
-[[ -f "$build/build.ninja" ]] || cmake --preset release -S "$root" >/dev/null
+build="$root/build"  # the first argument, unless it is an option for the benchmark
+if [[ $# -gt 0 && $1 != -* ]]; then build=$1; shift; fi
+[[ -f "$build/build.ninja" ]] || cmake --preset release -S "$root" -B "$build" >/dev/null
 cmake --build "$build" --target bench_training starling_cli -j"${JOBS:-2}" >/dev/null
 "$build/bin/bench_training" "$@"
 # The same with delayed parameter updates (4 peers).

@@ -2,7 +2,8 @@
 # make bench-transport: Starling's encrypted yamux streams vs raw TCP (iperf3), same run,
 # two processes on loopback. Prints a table and one `RESULT {json}` line.
 set -euo pipefail
-build=${1:-build}
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
 bin=$build/bin/bench_transport
 secs=${BENCH_SECONDS:-3}
 mib=${BENCH_MIB:-1024}

@@ -107,7 +107,7 @@ TEST_P(DhtReplicationDictionary, GetThroughTheNewcomerSeesEverySubKey) {
   if (replicate)
     EXPECT_EQ(own.size(), 4u);
   else
-    EXPECT_EQ(own.size(), 1u);  // only p4: the partial view of session 5
+    EXPECT_EQ(own.size(), 1u);  // only p4: the partial view without replication on join
   // A plain get from elsewhere sees all four either way (three answers merged).
   auto g = get(net, 5, key);
   ASSERT_TRUE(g.status);

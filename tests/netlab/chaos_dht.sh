@@ -17,8 +17,7 @@ export CHAOS_QUIET=1
 # (NATed) node cannot be dialed, so its put/get go through the bootstrap. The get is a plain one
 # (it merges the first three answers): a node that joins after a sub-key was written (or
 # restarts with an empty store) receives the existing records from the closest holders
-# (replication on join, docs/dht.md), so no replica it reaches is left with a partial dictionary
-# (before session 6 it was: "view p1 p2 p3", hence --latest then).
+# (replication on join, docs/dht.md), so no replica it reaches is left with a partial dictionary.
 # Each run puts its sub-key once (TTL 600 s) and then reads in a loop: every CLI call is a
 # process that loads libtorch and joins the DHT, ~2 s at load 10, so the settle phase (12 s)
 # leaves room for several reads after the last restart.

@@ -124,7 +124,7 @@ TEST(NetConvergence, DilocoH20CloseToSynchronousWithTenTimesFewerBytes) {
   const std::uint64_t planned = kRounds * kH * kPeers * s->batch;
   const auto sync_o = test::net_options(kPeers * s->batch, s->batch);
   // The synchronous reference is the mean of two runs (data orders 40 and 50): one run's
-  // accuracy moves by 2-4 points with the timing of its rounds (0.80-0.84 seen in session 13),
+  // accuracy moves by 2-4 points with the timing of its rounds (0.80-0.84 seen),
   // DiLoCo's by far less (0.8264-0.8274 in five runs).
   auto sync = collaborate(*s, sync_o, kRounds * kH, 40, kPace);
   const auto sync2 = collaborate(*s, sync_o, kRounds * kH, 50, kPace);

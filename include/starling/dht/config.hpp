@@ -75,7 +75,7 @@ struct DhtConfig {
   // `admit_parallel` at a time, at most `admit_queue` waiting; its answer is the liveness proof
   // that puts it into the table (a client's answer keeps it out; a failure blacklists it).
   // Off by default: at 128-256 nodes it cut a first store's dials (3.4 -> 1.5 per store) but
-  // made gets slower (p50 2.1 -> 5.9 ms; docs/benchmarks.md, DHT, session 5).
+  // made gets slower (p50 2.1 -> 5.9 ms; docs/benchmarks.md, DHT).
   bool admit_learned = false;
   std::size_t admit_parallel = 2;
   std::size_t admit_queue = 256;
@@ -93,7 +93,7 @@ struct DhtConfig {
   // value, and opening a connection (TCP, Noise XX, yamux) costs more than a round trip: the
   // closest unconnected candidate is dialled alone while the other alpha slots go to connected
   // candidates further down the beam (measured at 256 nodes: gets that went to unconnected
-  // nodes dialled 3 at a time on the getter's one thread; docs/benchmarks.md, DHT, session 6).
+  // nodes dialled 3 at a time on the getter's one thread; docs/benchmarks.md, DHT).
   std::size_t get_dials = 1;
   // Caching along the path: a get that found a value stores a copy on the closest node it
   // asked that lacked it, with the record's remaining ttl cut to `cache_ttl`, halved for every
@@ -136,7 +136,7 @@ struct DhtConfig {
   // open a connection from 15-18% to none and a first store from 11 to 3-7 ms, but tables (and
   // connections) roughly doubled, the join took 3-4x as long, and in the lossy rewrite
   // simulation (tests/dht/rewrite_test.cpp) stale copies rose beyond its bounds, not yet
-  // explained (docs/benchmarks.md, DHT, session 13).
+  // explained (docs/benchmarks.md, DHT).
   bool refresh_splits = false;
   double refresh_growth = 0;
   // Buckets not touched by a lookup or an answer for this long are refreshed by a lookup of
