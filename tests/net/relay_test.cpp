@@ -366,3 +366,48 @@ TEST(Relay, ReservationIsRefreshedBeforeExpiry) {
     co_await t.teardown();
   });
 }
+
+// The relay is no single point: when the relay holding our reservation dies, the client
+// reserves with the next one, announces that circuit address instead, and is reachable
+// through it.
+TEST(Relay, SecondRelayTakesOver) {
+  asio::io_context io;
+  auto r1 = make_host(io), r2 = make_host(io), a = make_host(io), b = make_host(io);
+  test::run_with_deadline(io, [&]() -> awaitable<void> {
+    // Named lists, not braced temporaries, around co_await (GCC 12).
+    std::vector<std::shared_ptr<Host>> all{r1, r2, a, b}, left{r2, a, b};
+    for (auto& h : all) CO_ASSERT_OK(co_await h->start());
+    install_echo(*b);
+    auto s1 = RelayService::start(r1), s2 = RelayService::start(r2);
+    RelayClientConfig cc;
+    cc.relays = {r1->listen_addresses().at(0), r2->listen_addresses().at(0)};
+    cc.want_reservations = 1;
+    auto client = RelayClient::start(b, cc);
+    CO_ASSERT_OK(co_await client->wait_reservations(1, 5s));
+    EXPECT_EQ(client->reservations().at(0).relay, r1->local_peer());
+    co_await s1->stop();
+    co_await r1->stop();
+    auto deadline = Clock::now() + 10s;
+    auto on_r2 = [&] {
+      auto held = client->reservations();
+      return held.size() == 1 && held[0].relay == r2->local_peer();
+    };
+    while (!on_r2() && Clock::now() < deadline) (void)co_await sleep_for(10ms);
+    EXPECT_TRUE(on_r2());
+    for (auto& addr : b->announce_addresses())
+      if (addr.is_circuit()) {
+        auto parts = addr.without_peer_id().circuit_parts();
+        EXPECT_TRUE(parts && parts.value().first.peer_id() == r2->local_peer()) << addr.to_string();
+      }
+    if (on_r2()) {
+      auto circuit = client->reservations().at(0).addrs.at(0).with_peer_id(b->local_peer());
+      CO_ASSERT_OK(co_await a->connect(circuit));
+      Bytes data{1, 2, 3};
+      auto echoed = co_await echo(*a, b->local_peer(), data, 5s);
+      CO_ASSERT_OK(echoed);
+    }
+    co_await client->stop();
+    co_await s2->stop();
+    for (auto& h : left) co_await h->stop();
+  });
+}
