@@ -37,6 +37,11 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
     relay = net::RelayService::start(host);
     autonat = net::AutonatServer::start(host);
   }
+  // Reachability: asks connected peers that serve AutoNAT to dial back; prints each change.
+  auto autonat_client = net::AutonatClient::start(host);
+  autonat_client->on_change([](net::Reachability r) {
+    std::cout << "reachability " << net::reachability_name(r) << std::endl;
+  });
   std::shared_ptr<net::RelayClient> relay_client;
   if (!o->relay_via.empty()) {
     net::RelayClientConfig rc;
@@ -90,6 +95,7 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   // Serve until cancelled (Ctrl-C).
   (void)co_await sleep_for(std::chrono::hours(24 * 365));
   co_await asio::this_coro::reset_cancellation_state();  // Ctrl-C: now clean up, bounded
+  co_await autonat_client->stop();
   if (relay_client) co_await relay_client->stop();
   if (autonat) autonat->stop();
   if (relay) co_await relay->stop();
