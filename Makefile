@@ -4,7 +4,7 @@ BUILD   := build
 JOBS    ?= $(shell nproc)
 CTEST_J ?= 2
 
-.PHONY: all deps configure build test test-all demo fuzz clean format
+.PHONY: all deps configure build test test-all test-asan test-tsan demo fuzz clean format
 all: build
 
 deps:
@@ -25,6 +25,21 @@ test: build
 test-all: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_J)
 
+# The unit and multi-node suites under sanitizers (-O1 trees of their own: build-asan, build-tsan).
+SAN_LABELS := unit|averaging|dht|training
+SAN_SUPP   := $(CURDIR)/tests/sanitizers
+test-asan: deps
+	cmake --preset asan && cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  LSAN_OPTIONS=suppressions=$(SAN_SUPP)/lsan.supp \
+	  ctest --output-on-failure -j $(CTEST_J) -L "$(SAN_LABELS)" -LE soak
+
+test-tsan: deps
+	cmake --preset tsan && cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(SAN_SUPP)/tsan.supp" \
+	  OMP_NUM_THREADS=1 ctest --output-on-failure -j $(CTEST_J) -L "$(SAN_LABELS)" -LE soak
+
 # The demo needs only the CLI (`starling`, which builds `starling-train`), not the test suite.
 demo: configure
 	cmake --build $(BUILD) -j $(JOBS) --target starling_cli
@@ -41,4 +56,4 @@ format:
 	find include src tests tools bench fuzz examples -name '*.[ch]pp' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) build-dev build-clang
+	rm -rf $(BUILD) build-dev build-clang build-asan build-tsan

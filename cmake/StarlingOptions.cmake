@@ -33,6 +33,13 @@ if(STARLING_SANITIZE)
     -fno-sanitize-recover=undefined)
   target_link_options(starling_options INTERFACE -fsanitize=address,undefined)
 endif()
+if(STARLING_TSAN)
+  if(STARLING_SANITIZE)
+    message(FATAL_ERROR "STARLING_TSAN and STARLING_SANITIZE cannot be combined")
+  endif()
+  target_compile_options(starling_options INTERFACE -fsanitize=thread -fno-omit-frame-pointer)
+  target_link_options(starling_options INTERFACE -fsanitize=thread)
+endif()
 if(STARLING_FUZZ)
   # Coverage instrumentation for the library; the fuzz targets add -fsanitize=fuzzer themselves.
   target_compile_options(starling_options INTERFACE -fsanitize=fuzzer-no-link,address,undefined

@@ -185,7 +185,12 @@ awaitable<void> Averager::stop() {
   host_->remove_stream_handler(impl_->state_protocol);
   impl_->blob_source = nullptr;
   impl_->round_registered.set();
-  co_return;
+  // A step in flight ends now (its matchmaking is cancelled, its round abandoned: the others
+  // go on without this member), and stop() returns once it is over, within stop_timeout.
+  if (auto st = impl_->step.lock(); st && !st->outcome) {
+    PendingStep(st).end("averager: stopped");
+    (void)co_await with_timeout(st->done.wait(), cfg_.stop_timeout, "averager stop");
+  }
 }
 
 }  // namespace starling::averaging

@@ -39,6 +39,7 @@ struct Averager::Impl {
   std::map<Bytes, std::shared_ptr<detail::RoundRunner>> rounds;  // by group id
   AsyncEvent round_registered;
   std::shared_ptr<detail::MatchSession> match;
+  std::weak_ptr<PendingStep::State> step;  // the step in flight (stop() ends it)
   // The snapshot served now and the one before it (downloads of it in progress finish).
   std::shared_ptr<const StateSnapshot> snapshot, previous;
   Averager::BlobSource blob_source;

@@ -46,6 +46,7 @@ awaitable<result<StepResult>> Averager::step(StepOptions opts, StepData data) {
 }
 
 result<std::shared_ptr<PendingStep>> Averager::begin(StepOptions opts) {
+  if (impl_->stopped) return make_error(errc::closed, "averager: stopped");
   if (!impl_->started) start();
   if (impl_->stepping) return make_error(errc::already_exists, "averager: a step is running");
   if (!std::isfinite(opts.weight) || opts.weight < 0)
@@ -61,6 +62,9 @@ result<std::shared_ptr<PendingStep>> Averager::begin(StepOptions opts) {
   // Kept across steps: fresh 2 x 4n bytes every step cost more in page faults than the copies.
   impl_->local_buf.resize(schema_.numel());
   impl_->output_buf.resize(schema_.numel());
+  impl_->step = st;
+  // Detached, but never unbounded: the step ends by its deadline, and stop() ends it at once
+  // (PendingStep::end) and waits for it.
   asio::co_spawn(host_->get_executor(), run_step(st), asio::detached);
   return std::make_shared<PendingStep>(st);
 }
@@ -277,6 +281,11 @@ void PendingStep::cancel() {
   if (st_->match) st_->match->cancel("step cancelled");
   if (st_->runner && !st_->data_ready)
     st_->runner->abandon(Error(errc::cancelled, "averager: step cancelled before its data came"));
+}
+
+void PendingStep::end(const std::string& why) {
+  cancel();
+  if (st_->runner && !st_->outcome) st_->runner->abandon(Error(errc::cancelled, why));
 }
 
 awaitable<bool> PendingStep::wait(TimePoint until) {

@@ -6,6 +6,7 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/use_future.hpp>
+#include <atomic>
 #include <future>
 #include <random>
 #include <thread>
@@ -119,7 +120,7 @@ class Cluster {
       for (const auto& a : node->host->listen_addresses()) cfg.addrs.push_back(a.to_string());
       cfg.seed = seed * 1000 + i + 1;
       cfg.on_phase = [this, i](const std::string& ph) {
-        if (on_phase) on_phase(i, ph);
+        if (phases_on_ && on_phase) on_phase(i, ph);
       };
       auto avg =
           Averager::create(node->host, used_dir_, schema_, views, cfg, address_sink(node->host));
@@ -134,6 +135,9 @@ class Cluster {
   }
 
   ~Cluster() {
+    // The test's hook may capture its locals, destroyed before the cluster: no phase of the
+    // shutdown below reaches it.
+    phases_on_ = false;
     for (auto& n : nodes_) {
       if (!n->killed)
         n->run([n = n.get()]() -> awaitable<int> {
@@ -157,6 +161,10 @@ class Cluster {
   // Test hook, called on node i's thread when its step enters a phase. Set before stepping.
   std::function<void(std::size_t node, const std::string& phase)> on_phase;
 
+ private:
+  std::atomic<bool> phases_on_{true};
+
+ public:
   Node& node(std::size_t i) { return *nodes_[i]; }
   std::size_t size() const { return nodes_.size(); }
   const Schema& schema() const { return schema_; }

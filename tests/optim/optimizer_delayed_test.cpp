@@ -4,6 +4,8 @@
 // round gives its gradients back and is retried, and shutdown during a round is bounded.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <torch/nn.h>
 #include <torch/optim/sgd.h>
 
@@ -26,8 +28,8 @@ using test::make_linear;
 using test::wait_until;
 
 // A collaboration whose rounds wait until the test opens the gate; a round then "averages"
-// with one imaginary partner holding the same values (the spans are left as they are), or
-// fails if the test asked for failures.
+// with one imaginary partner holding the same values (the output gets the input), or fails if
+// the test asked for failures.
 class GatedCollaboration : public test::FakeCollaboration {
  public:
   GatedCollaboration(std::shared_ptr<test::Hub> hub, asio::any_io_executor ex)
@@ -39,7 +41,7 @@ class GatedCollaboration : public test::FakeCollaboration {
   std::atomic<int> started{0}, finished{0}, failures_to_inject{0};
   std::atomic<double> last_weight{0};  // of the last round started
 
-  awaitable<result<RoundResult>> average(RoundData, RoundOptions options) override {
+  awaitable<result<RoundResult>> average(RoundData data, RoundOptions options) override {
     last_weight = options.weight;
     ++started;
     auto waited = co_await with_timeout(
@@ -50,6 +52,7 @@ class GatedCollaboration : public test::FakeCollaboration {
       --failures_to_inject;
       co_return make_error(errc::unavailable, "injected failure");
     }
+    std::copy(data.input.begin(), data.input.end(), data.output.begin());
     RoundResult r;
     r.members.push_back({self(), options.weight});
     r.members.push_back({partner_, options.weight});

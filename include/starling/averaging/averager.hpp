@@ -46,6 +46,7 @@ struct AveragerConfig {
   std::vector<std::string> addrs;    // addresses others dial (multiaddr strings)
   Duration keepalive_interval = 1s;  // on every all-reduce stream while a round runs
   Duration open_timeout = 10s;       // opening a stream to a group member
+  Duration stop_timeout = 5s;        // stop(): the longest wait for a step in flight to end
   std::size_t reduce_threads = 2;    // worker pool for reductions and (de)compression
   // Error feedback for lossy codecs: what compression lost in one step is added to this
   // peer's values in the next step it sends them, so the error does not accumulate.
@@ -151,6 +152,8 @@ class PendingStep {
   // it leaves the round; the step then ends within moments. A later run() returns
   // errc::cancelled. Executor thread.
   void cancel();
+  // As cancel(), and a round that has this member's data is abandoned too (Averager::stop()).
+  void end(const std::string& why);
   // Waits until the step is over (finished()) or `until` passes; false if it is still running
   // then (or the wait was cancelled).
   awaitable<bool> wait(TimePoint until);

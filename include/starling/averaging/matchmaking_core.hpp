@@ -34,12 +34,9 @@
 
 #include "starling/averaging/group_key.hpp"
 #include "starling/averaging/types.hpp"
-#include "starling/core/async.hpp"
+#include "starling/core/clock.hpp"
 
 namespace starling::averaging {
-
-using WallClock = std::chrono::system_clock;
-using WallTime = WallClock::time_point;
 
 // What a peer publishes under its group key (DHT dictionary: sub-key = peer id, expiring at
 // the deadline).

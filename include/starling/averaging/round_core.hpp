@@ -47,7 +47,7 @@
 #include "starling/averaging/float_buffer.hpp"
 #include "starling/averaging/partition.hpp"
 #include "starling/averaging/types.hpp"
-#include "starling/core/async.hpp"
+#include "starling/core/clock.hpp"
 
 namespace starling::averaging {
 

@@ -24,16 +24,13 @@
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include "starling/core/clock.hpp"
 #include "starling/core/result.hpp"
 
 namespace starling {
 
 template <class T>
 using awaitable = asio::awaitable<T>;
-using Clock = std::chrono::steady_clock;
-using Duration = Clock::duration;
-using TimePoint = Clock::time_point;
-using namespace std::chrono_literals;
 
 // Completion token: co_await op(..., use_nothrow) yields std::tuple<error_code, ...>.
 inline constexpr auto use_nothrow = asio::experimental::as_tuple(asio::use_awaitable);

@@ -17,7 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "starling/core/async.hpp"
+#include "starling/core/clock.hpp"
+
 #include "starling/core/bytes.hpp"
 #include "starling/net/peer_id.hpp"
 
@@ -126,9 +127,9 @@ class SubKey {
 // Printable form of arbitrary bytes for log lines (ASCII if printable, else hex; truncated).
 std::string printable(BytesView b, std::size_t max_len = 48);
 
-using WallClock = std::chrono::system_clock;
-using WallTime = WallClock::time_point;
-using Millis = std::chrono::milliseconds;
+using starling::Millis;
+using starling::WallClock;
+using starling::WallTime;
 
 // The time passed to every call of the protocol core: a monotonic clock for deadlines and
 // the local wall clock (only for record versions and the coarse signature window).

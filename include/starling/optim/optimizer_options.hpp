@@ -57,9 +57,6 @@ struct OptimizerOptions {
   // for the round in flight; the samples computed meanwhile all go into the next round (so a
   // round slower than an epoch's compute makes the steps larger, not the loop slower).
   bool delay_optimizer_step = false;
-  // Every K epochs, also average parameters and optimizer state across the group (repairs any
-  // drift, e.g. after a round that failed for some peers). 0: never.
-  std::uint32_t average_state_every = 0;
 
   // This peer accepts no incoming connections (behind NAT); it still averages and serves
   // state over its own outgoing connections.

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "starling/core/async.hpp"
 #include "starling/core/bytes.hpp"
+#include "starling/core/clock.hpp"
 #include "starling/net/peer_id.hpp"
 
 namespace starling::training {
