@@ -62,7 +62,7 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
   if (auto k = averaging::GroupKey::initial({cfg.run_id + ".grads", 16, 0}, 1); !k)
     return k.error().with_context("collaboration: run id '" + cfg.run_id + "'");
   if (cfg.addrs.empty() && !cfg.client_mode)
-    for (const auto& a : host->listen_addresses()) cfg.addrs.push_back(a.to_string());
+    for (const auto& a : host->announce_addresses()) cfg.addrs.push_back(a.to_string());
   std::shared_ptr<NetCollaboration> c(new NetCollaboration(host, node, std::move(cfg)));
   c->impl_->directory = std::make_shared<averaging::DhtDirectory>(node);
   c->impl_->progress_key = dht::RecordKey(

@@ -32,6 +32,34 @@ result<std::unique_ptr<TrainingNode>> TrainingNode::start(crypto::KeyPair key,
           t->io_->executor(), [host] { return host->start(); }, cfg.start_timeout);
       !r)
     return r.error().with_context("starting the host");
+  if (cfg.relay_service && !hc.listen.empty()) {
+    auto made = block_on(
+        t->io_->executor(),
+        [host]() -> awaitable<result<std::pair<std::shared_ptr<net::RelayService>,
+                                               std::shared_ptr<net::AutonatServer>>>> {
+          co_return std::make_pair(net::RelayService::start(host), net::AutonatServer::start(host));
+        },
+        5s);
+    if (!made) return made.error().with_context("starting the relay service");
+    std::tie(t->relay_, t->autonat_) = made.value();
+  }
+  if (cfg.use_relays && !cfg.initial_peers.empty()) {
+    net::RelayClientConfig rc;
+    rc.relays = cfg.initial_peers;
+    rc.want_reservations = std::min<std::size_t>(2, rc.relays.size());
+    auto wait = cfg.relay_wait;
+    auto made = block_on(
+        t->io_->executor(),
+        [host, rc, wait]() -> awaitable<result<std::shared_ptr<net::RelayClient>>> {
+          auto c = net::RelayClient::start(host, rc);
+          auto held = co_await c->wait_reservations(1, wait);
+          if (!held) logger("collab")->warn("no relay reservation yet: {}", held.error().message());
+          co_return c;
+        },
+        wait + 5s);
+    if (!made) return made.error().with_context("starting the relay client");
+    t->relay_client_ = made.value();
+  }
   t->node_ = dht::DhtNode::create(t->host_, cfg.dht);
   auto node = t->node_;
   auto peers = cfg.initial_peers;
@@ -50,7 +78,7 @@ TrainingNode::~TrainingNode() {
 
 std::vector<net::Multiaddr> TrainingNode::listen_addresses() const {
   std::vector<net::Multiaddr> out;
-  for (const auto& a : host_->listen_addresses())
+  for (const auto& a : host_->announce_addresses())
     out.push_back(a.with_peer_id(host_->local_peer()));
   return out;
 }
@@ -73,12 +101,18 @@ result<void> TrainingNode::stop(Duration bound) {
   auto c = collab_;
   auto node = node_;
   auto host = host_;
+  auto relay = relay_;
+  auto autonat = autonat_;
+  auto relay_client = relay_client_;
   auto* traffic = &final_traffic_;
   auto r = block_on(
       io_->executor(),
-      [c, node, host, traffic]() -> awaitable<result<void>> {
+      [c, node, host, relay, autonat, relay_client, traffic]() -> awaitable<result<void>> {
         if (c) *traffic = {c->bytes_sent(), c->bytes_received()};
         if (c) co_await c->stop();
+        if (autonat) autonat->stop();
+        if (relay_client) co_await relay_client->stop();
+        if (relay) co_await relay->stop();
         if (node) co_await node->stop();
         if (host) co_await host->stop();
         co_return success();

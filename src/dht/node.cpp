@@ -58,12 +58,19 @@ DhtNode::DhtNode(std::shared_ptr<net::Host> host, DhtNodeConfig cfg)
   });
 }
 
+void DhtNode::refresh_addresses() {
+  if (!started_) return;
+  std::vector<Bytes> addrs;
+  for (const auto& a : announced()) addrs.push_back(a.to_bytes());
+  core_.set_addresses(std::move(addrs));
+}
+
 DhtNode::~DhtNode() = default;
 
 std::vector<net::Multiaddr> DhtNode::announced() const {
   if (cfg_.dht.client_mode) return {};
   std::vector<net::Multiaddr> out;
-  for (const auto& a : cfg_.announce.empty() ? host_->listen_addresses() : cfg_.announce)
+  for (const auto& a : cfg_.announce.empty() ? host_->announce_addresses() : cfg_.announce)
     out.push_back(a.without_peer_id());
   return out;
 }
@@ -74,6 +81,10 @@ awaitable<result<void>> DhtNode::start(std::vector<net::Multiaddr> initial_peers
   std::vector<Bytes> addrs;
   for (const auto& a : announced()) addrs.push_back(a.to_bytes());
   core_.set_addresses(std::move(addrs));
+  // Relay reservations and AutoNAT change what the host announces: so do our DHT records.
+  host_->on_addresses_changed([weak = weak_from_this()] {
+    if (auto self = weak.lock()) self->refresh_addresses();
+  });
   if (!cfg_.dht.client_mode) {
     net::RpcServerOptions so;
     so.max_message_size = cfg_.dht.limits.max_message_bytes;

@@ -4,6 +4,7 @@
 
 #include "host_internal.hpp"
 #include "starling/core/log.hpp"
+#include "starling/net/interfaces.hpp"
 #include "starling/net/multistream.hpp"
 #include "starling/net/noise.hpp"
 
@@ -61,6 +62,11 @@ awaitable<result<void>> Host::start() {
     acceptors_.push_back(acc);
     scope_.spawn(accept_loop(acc));
   }
+  for (const auto& text : cfg_.announce) {
+    ST_CO_TRY(auto ma, Multiaddr::parse(text));
+    announce_.push_back(ma.without_peer_id());
+  }
+  if (cfg_.announce.empty()) announce_ = expand_unspecified(listen_addrs_, interface_addresses());
   set_stream_handler(kIdentifyProtocol, [w = weak_from_this()](ByteStreamPtr s, PeerId p) {
     auto self = w.lock();
     return self ? self->serve_identify(std::move(s), std::move(p))
@@ -94,6 +100,60 @@ std::vector<Multiaddr> Host::listen_addresses() const {
   std::vector<Multiaddr> out;
   for (auto& a : listen_addrs_) out.push_back(a.with_peer_id(id_));
   return out;
+}
+
+std::vector<Multiaddr> Host::announce_addresses() const {
+  std::vector<Multiaddr> out;
+  auto add = [&](const Multiaddr& a) {
+    auto full = a.with_peer_id(id_);
+    if (std::find(out.begin(), out.end(), full) == out.end()) out.push_back(full);
+  };
+  for (const auto& [src, v] : extra_addrs_)
+    if (v.second)
+      for (const auto& a : v.first) add(a);
+  for (const auto& a : announce_) add(a);
+  for (const auto& [src, v] : extra_addrs_)
+    if (!v.second)
+      for (const auto& a : v.first) add(a);
+  return out;
+}
+
+void Host::set_extra_addresses(const std::string& source, std::vector<Multiaddr> addrs,
+                               bool first) {
+  auto before = announce_addresses();
+  if (addrs.empty())
+    extra_addrs_.erase(source);
+  else
+    extra_addrs_[source] = {std::move(addrs), first};
+  if (announce_addresses() != before)
+    for (auto& cb : on_addrs_changed_) cb();
+}
+
+std::vector<Multiaddr> Host::observed_addresses() const {
+  std::map<Multiaddr, int, bool (*)(const Multiaddr&, const Multiaddr&)> count(
+      [](const Multiaddr& a, const Multiaddr& b) { return a.to_bytes() < b.to_bytes(); });
+  for (const auto& [peer, v] : conns_) {
+    bool direct = false;
+    for (const auto& c : v) direct = direct || (!c->closed && !c->relayed);
+    auto it = peers_.find(peer);
+    if (!direct || it == peers_.end() || !it->second.info.observed_addr) continue;
+    const auto& ob = *it->second.info.observed_addr;
+    if (ob.to_tcp_endpoint()) ++count[ob.without_peer_id()];
+  }
+  std::vector<std::pair<int, Multiaddr>> order;
+  for (auto& [a, n] : count) order.emplace_back(n, a);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::vector<Multiaddr> out;
+  for (auto& [n, a] : order) out.push_back(a);
+  return out;
+}
+
+std::optional<ConnectionInfo> Host::stream_connection(const ByteStream* stream) const {
+  auto it = stream_conns_.find(stream);
+  if (it == stream_conns_.end()) return std::nullopt;
+  const auto& c = *it->second;
+  return ConnectionInfo{c.peer, c.remote_addr, c.outbound, c.session->stream_count(), c.relayed};
 }
 
 awaitable<void> Host::accept_loop(std::shared_ptr<asio::ip::tcp::acceptor> acc) {
@@ -136,15 +196,8 @@ awaitable<void> Host::handle_inbound(std::shared_ptr<TcpStream> tcp,
   auto remote = endpoint_addr(tcp->remote_endpoint());
   ByteStreamPtr raw = rate_limited(tcp, upload_limit_, download_limit_);
   auto upgrade = [&]() -> awaitable<result<std::shared_ptr<Connection>>> {
-    ST_CO_TRY(auto sec,
-              co_await multistream_handle(
-                  raw, [](std::string_view p) { return p == kNoiseProtocol; }, cfg_.dial_timeout));
-    ST_CO_TRY(auto chan, co_await noise_secure_inbound(sec.stream, key_, cfg_.dial_timeout));
-    ST_CO_TRY(auto mux, co_await multistream_handle(
-                            chan.stream, [](std::string_view p) { return p == kYamuxProtocol; },
-                            cfg_.dial_timeout));
-    auto session = YamuxSession::create(mux.stream, /*is_client=*/false, cfg_.yamux);
-    co_return add_connection(session, chan.remote_peer, remote, /*outbound=*/false);
+    ST_CO_TRY(auto up, co_await upgrade_inbound(raw, cfg_.dial_timeout));
+    co_return add_connection(up.session, up.peer, remote, /*outbound=*/false);
   };
   auto r = co_await with_timeout(upgrade(), cfg_.dial_timeout,
                                  "inbound upgrade from " + remote.to_string());
@@ -160,6 +213,24 @@ awaitable<void> Host::handle_inbound(std::shared_ptr<TcpStream> tcp,
     co_return;
   }
   ++stats_.inbound_connections;
+}
+
+awaitable<result<Host::Upgraded>> Host::upgrade_inbound(ByteStreamPtr raw, Duration timeout,
+                                                        std::optional<PeerId> expected) {
+  ST_CO_TRY(auto sec, co_await multistream_handle(
+                          raw, [](std::string_view p) { return p == kNoiseProtocol; }, timeout));
+  ST_CO_TRY(auto chan, co_await noise_secure_inbound(sec.stream, key_, timeout));
+  if (expected && chan.remote_peer != *expected) {
+    chan.stream->reset();
+    co_return make_error(errc::protocol_violation, "the relay named " + expected->short_string() +
+                                                       " but the peer is " +
+                                                       chan.remote_peer.short_string());
+  }
+  ST_CO_TRY(auto mux,
+            co_await multistream_handle(
+                chan.stream, [](std::string_view p) { return p == kYamuxProtocol; }, timeout));
+  co_return Upgraded{YamuxSession::create(mux.stream, /*is_client=*/false, cfg_.yamux),
+                     chan.remote_peer};
 }
 
 awaitable<void> Host::stop() {

@@ -18,9 +18,13 @@ Duration remaining(TimePoint deadline) {
 std::shared_ptr<Host::Connection> Host::best_connection(const PeerId& peer) const {
   auto it = conns_.find(peer);
   if (it == conns_.end()) return nullptr;
-  for (auto& c : it->second)  // oldest live connection first
-    if (!c->closed && !c->session->closed()) return c;
-  return nullptr;
+  std::shared_ptr<Connection> relayed;
+  for (auto& c : it->second)  // oldest live direct connection first, else a relayed one
+    if (!c->closed && !c->session->closed()) {
+      if (!c->relayed) return c;
+      if (!relayed) relayed = c;
+    }
+  return relayed;
 }
 
 bool Host::is_connected(const PeerId& peer) const {
@@ -32,18 +36,20 @@ std::vector<ConnectionInfo> Host::connections() const {
   for (auto& [p, v] : conns_)
     for (auto& c : v)
       if (!c->closed)
-        out.push_back({c->peer, c->remote_addr, c->outbound, c->session->stream_count()});
+        out.push_back(
+            {c->peer, c->remote_addr, c->outbound, c->session->stream_count(), c->relayed});
   return out;
 }
 
 std::shared_ptr<Host::Connection> Host::add_connection(std::shared_ptr<YamuxSession> session,
-                                                       PeerId peer, Multiaddr remote,
-                                                       bool outbound) {
+                                                       PeerId peer, Multiaddr remote, bool outbound,
+                                                       bool relayed) {
   auto conn = std::make_shared<Connection>();
   conn->id = next_conn_id_++;
   conn->peer = peer;
   conn->remote_addr = remote;
   conn->outbound = outbound;
+  conn->relayed = relayed;
   conn->session = session;
   conn->last_active = Clock::now();
   bool first = best_connection(peer) == nullptr;
@@ -126,6 +132,8 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(Multiaddr a
   auto self = shared_from_this();
   auto what =
       "dial " + (expected ? expected->to_string() + " at " : std::string()) + addr.to_string();
+  for (const auto& c : addr.components())
+    if (c.proto == Proto::p2p_circuit) co_return co_await dial_circuit(addr, expected, deadline);
   auto op = [&]() -> awaitable<result<std::shared_ptr<Connection>>> {
     asio::ip::tcp::endpoint ep;
     if (auto dns = addr.dns_tcp()) {
@@ -140,17 +148,34 @@ awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_addr(Multiaddr a
     ST_CO_TRY(auto tcp, co_await tcp_connect(ep, remaining(deadline)));
     tcp->set_write_timeout(cfg_.write_timeout);
     ByteStreamPtr raw = rate_limited(tcp, upload_limit_, download_limit_);
-    ST_CO_TRY(auto sec, co_await select_one(raw, kNoiseProtocol, deadline));
-    ST_CO_TRY(auto chan, co_await noise_secure_outbound(sec, key_, expected, remaining(deadline)));
-    ST_CO_TRY(auto mux, co_await select_one(chan.stream, kYamuxProtocol, deadline));
-    if (stopping_) co_return make_error(errc::cancelled, "host is stopping");
-    auto session = YamuxSession::create(mux, /*is_client=*/true, cfg_.yamux);
+    ST_CO_TRY(auto up, co_await upgrade_outbound(raw, expected, deadline));
     ++stats_.outbound_connections;
-    co_return add_connection(session, chan.remote_peer, addr.without_peer_id(), true);
+    co_return add_connection(up.session, up.peer, addr.without_peer_id(), true);
   };
   auto r = co_await with_timeout(op(), remaining(deadline), what);
   if (!r) co_return r.error().with_context(what);
   co_return r;
+}
+
+awaitable<result<Host::Upgraded>> Host::upgrade_outbound(ByteStreamPtr raw,
+                                                         std::optional<PeerId> expected,
+                                                         TimePoint deadline) {
+  ST_CO_TRY(auto sec, co_await select_one(raw, kNoiseProtocol, deadline));
+  ST_CO_TRY(auto chan, co_await noise_secure_outbound(sec, key_, expected, remaining(deadline)));
+  ST_CO_TRY(auto mux, co_await select_one(chan.stream, kYamuxProtocol, deadline));
+  if (stopping_) co_return make_error(errc::cancelled, "host is stopping");
+  co_return Upgraded{YamuxSession::create(mux, /*is_client=*/true, cfg_.yamux), chan.remote_peer};
+}
+
+awaitable<result<PeerId>> Host::dial_probe(const Multiaddr& addr, std::optional<PeerId> expected,
+                                           Duration timeout) {
+  auto self = shared_from_this();
+  if (stopping_) co_return make_error(errc::cancelled, "host is stopping");
+  ST_CO_TRY(auto conn,
+            co_await dial_addr(addr.without_peer_id(), expected, Clock::now() + timeout));
+  conn->closed = true;  // not handed out for streams
+  scope_.spawn(conn->session->close());
+  co_return conn->peer;
 }
 
 awaitable<result<std::shared_ptr<Host::Connection>>> Host::dial_peer(

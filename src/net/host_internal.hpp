@@ -11,6 +11,7 @@ struct Host::Connection {
   PeerId peer;
   Multiaddr remote_addr;
   bool outbound = false;
+  bool relayed = false;
   std::shared_ptr<YamuxSession> session;
   TimePoint last_active;
   bool closed = false;
@@ -28,6 +29,11 @@ struct Host::PendingDial {
   explicit PendingDial(asio::any_io_executor ex) : done(ex) {}
   AsyncEvent done;
   result<std::shared_ptr<Connection>> outcome = make_error(errc::internal, "dial in progress");
+};
+
+struct Host::Upgraded {
+  std::shared_ptr<YamuxSession> session;
+  PeerId peer;
 };
 
 inline Multiaddr endpoint_addr(const asio::ip::tcp::endpoint& ep) {

@@ -53,6 +53,13 @@ awaitable<void> Host::handle_stream(std::shared_ptr<Connection> conn, ByteStream
     co_return;
   }
   auto handler = it->second;  // copy: the map may change while the handler runs
+  const ByteStream* key = neg.value().stream.get();
+  stream_conns_[key] = conn;
+  struct Unmap {
+    Host& host;
+    const ByteStream* key;
+    ~Unmap() { host.stream_conns_.erase(key); }
+  } unmap{*this, key};
   try {
     co_await handler(neg.value().stream, conn->peer);
   } catch (const std::system_error& e) {

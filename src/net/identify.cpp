@@ -19,8 +19,8 @@ Bytes Host::identify_message(const Multiaddr& observed) const {
   msg.set_agentversion(cfg_.agent_version);
   auto pk = key_.public_key().to_protobuf();
   msg.set_publickey(pk.data(), pk.size());
-  for (auto& a : listen_addrs_) {
-    auto b = a.to_bytes();
+  for (auto& a : announce_addresses()) {
+    auto b = a.without_peer_id().to_bytes();
     msg.add_listenaddrs(b.data(), b.size());
   }
   auto ob = observed.to_bytes();
@@ -62,6 +62,7 @@ void Host::apply_identify(const PeerId& peer, BytesView data) {
     if (ma) info.observed_addr = ma.value();
   }
   info.identified = true;
+  for (auto& cb : on_identified_) cb(peer);
   if (auto it = identify_waiters_.find(peer); it != identify_waiters_.end()) {
     it->second->set();
     identify_waiters_.erase(it);

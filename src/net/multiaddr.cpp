@@ -1,6 +1,7 @@
 // Multiaddr text/binary codecs and the TCP/DNS/peer-id helpers.
 #include "starling/net/multiaddr.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <string>
@@ -375,6 +376,37 @@ Multiaddr Multiaddr::with_peer_id(const PeerId& id) const {
 Multiaddr Multiaddr::without_peer_id() const {
   Multiaddr ma = *this;
   if (!ma.parts_.empty() && ma.parts_.back().proto == Proto::p2p) ma.parts_.pop_back();
+  return ma;
+}
+
+bool Multiaddr::is_circuit() const {
+  return std::any_of(parts_.begin(), parts_.end(),
+                     [](const auto& c) { return c.proto == Proto::p2p_circuit; });
+}
+
+result<std::pair<Multiaddr, std::optional<PeerId>>> Multiaddr::circuit_parts() const {
+  auto it = std::find_if(parts_.begin(), parts_.end(),
+                         [](const auto& c) { return c.proto == Proto::p2p_circuit; });
+  if (it == parts_.end() || it == parts_.begin() || std::prev(it)->proto != Proto::p2p)
+    return make_error(errc::invalid_argument,
+                      "'" + to_string() + "' is not <relay>/p2p/<id>/p2p-circuit[/p2p/<id>]");
+  Multiaddr relay;
+  relay.parts_.assign(parts_.begin(), it);
+  std::optional<PeerId> target;
+  auto rest = std::distance(it, parts_.end());
+  if (rest == 2 && std::next(it)->proto == Proto::p2p) {
+    ST_TRY(auto id, PeerId::from_bytes(std::next(it)->value));
+    target = id;
+  } else if (rest != 1) {
+    return make_error(errc::invalid_argument,
+                      "'" + to_string() + "': only /p2p/<id> may follow /p2p-circuit");
+  }
+  return std::make_pair(std::move(relay), std::move(target));
+}
+
+Multiaddr Multiaddr::with_circuit() const {
+  Multiaddr ma = *this;
+  ma.parts_.push_back({Proto::p2p_circuit, {}});
   return ma;
 }
 

@@ -9,7 +9,9 @@
 #include "monitor_cli.hpp"
 #include "starling/core/log.hpp"
 #include "starling/dht/node.hpp"
+#include "starling/net/autonat.hpp"
 #include "starling/net/host.hpp"
+#include "starling/net/relay.hpp"
 
 namespace starling::cli {
 
@@ -21,6 +23,7 @@ struct DhtOptions {
   std::vector<std::string> initial_peers;
   std::string addr_file;
   bool client = false;
+  bool no_relay = false;  // serve: no circuit relay v2 / AutoNAT service
   double timeout_s = 60;  // put/get: overall bound
   // put / get
   std::string key, value, subkey;
@@ -90,8 +93,17 @@ awaitable<int> serve_main(std::shared_ptr<DhtOptions> o) {
     co_return 2;
   }
   auto node = started.value();
+  // A bootstrap node is public: it relays for peers behind NATs and answers AutoNAT.
+  std::shared_ptr<net::RelayService> relay;
+  std::shared_ptr<net::AutonatServer> autonat;
+  if (!o->client && !o->no_relay) {
+    auto host = std::static_pointer_cast<net::Host>(node->host().shared_from_this());
+    relay = net::RelayService::start(host);
+    autonat = net::AutonatServer::start(host);
+  }
   std::cout << "peer id " << node->peer().to_string() << "\n";
   std::cout << "mode " << (o->client ? "client" : "server") << "\n";
+  std::cout << "relay " << (relay ? "on" : "off") << "\n";
   std::string all;
   for (const auto& a : node->announced()) {
     const auto full = a.with_peer_id(node->peer()).to_string();
@@ -107,6 +119,8 @@ awaitable<int> serve_main(std::shared_ptr<DhtOptions> o) {
   else
     (void)co_await sleep_for(std::chrono::hours(24 * 365));
   co_await asio::this_coro::reset_cancellation_state();  // Ctrl-C: now clean up, bounded
+  if (autonat) autonat->stop();
+  if (relay) co_await relay->stop();
   co_await shutdown(node);
   if (!served) {
     std::cerr << "error: " << served.error().message() << "\n";
@@ -211,6 +225,9 @@ void add_dht_command(CLI::App& app, Runner& run) {
   cmd->add_option("--initial-peers,-p", o->initial_peers,
                   "multiaddr of a DHT node to join through (repeatable)");
   cmd->add_flag("--client", o->client, "client mode: no listening, never in routing tables");
+  cmd->add_flag("--no-relay", o->no_relay,
+                "do not serve circuit relay v2 and AutoNAT (on by default: a bootstrap node is "
+                "public and relays for peers behind NATs)");
   cmd->add_option("--addr-file", o->addr_file, "write the DHT multiaddrs to this file");
   cmd->add_option("--dashboard", o->dashboard.http,
                   "also serve the live dashboard of --run-id on HOST:PORT (as starling monitor)");

@@ -3,8 +3,10 @@
 
 #include "cli.hpp"
 #include "starling/core/log.hpp"
+#include "starling/net/autonat.hpp"
 #include "starling/net/echo.hpp"
 #include "starling/net/host.hpp"
+#include "starling/net/relay.hpp"
 
 namespace starling::cli {
 
@@ -13,7 +15,9 @@ struct NodeOptions {
   std::string identity = default_identity_path();
   std::vector<std::string> listen{"/ip4/0.0.0.0/tcp/0"};
   std::vector<std::string> connect;
+  std::vector<std::string> relay_via;
   std::string addr_file;
+  bool relay = false;
 };
 
 awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
@@ -27,6 +31,33 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
     co_return 2;
   }
   net::install_echo(*host);
+  std::shared_ptr<net::RelayService> relay;
+  std::shared_ptr<net::AutonatServer> autonat;
+  if (o->relay) {
+    relay = net::RelayService::start(host);
+    autonat = net::AutonatServer::start(host);
+  }
+  // Reachability: asks connected peers that serve AutoNAT to dial back; prints each change.
+  auto autonat_client = net::AutonatClient::start(host);
+  autonat_client->on_change([](net::Reachability r) {
+    std::cout << "reachability " << net::reachability_name(r) << std::endl;
+  });
+  std::shared_ptr<net::RelayClient> relay_client;
+  if (!o->relay_via.empty()) {
+    net::RelayClientConfig rc;
+    for (const auto& s : o->relay_via) {
+      auto ma = net::Multiaddr::parse(s);
+      if (!ma || !ma.value().peer_id()) {
+        std::cerr << "error: --relay-via " << s << ": needs a multiaddr with /p2p/<id>\n";
+        co_return 2;
+      }
+      rc.relays.push_back(ma.value());
+    }
+    rc.want_reservations = rc.relays.size();
+    relay_client = net::RelayClient::start(host, rc);
+    auto held = co_await relay_client->wait_reservations(1, 30s);
+    if (!held) std::cerr << "warning: " << held.error().message() << "\n";
+  }
   net::RpcServer rpc(*host);
   net::install_rpc_echo(rpc);
   host->on_peer_connected(
@@ -35,8 +66,8 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
       [](const net::PeerId& p) { std::cout << "disconnected " << p.to_string() << std::endl; });
   std::cout << "peer id " << host->local_peer().to_string() << "\n";
   std::string all;
-  for (auto& a : host->listen_addresses()) {
-    std::cout << "listening on " << a.to_string() << "\n";
+  for (auto& a : host->announce_addresses()) {
+    std::cout << (a.is_circuit() ? "relayed at " : "listening on ") << a.to_string() << "\n";
     all += a.to_string() + "\n";
   }
   std::cout << std::flush;
@@ -64,6 +95,10 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   // Serve until cancelled (Ctrl-C).
   (void)co_await sleep_for(std::chrono::hours(24 * 365));
   co_await asio::this_coro::reset_cancellation_state();  // Ctrl-C: now clean up, bounded
+  co_await autonat_client->stop();
+  if (relay_client) co_await relay_client->stop();
+  if (autonat) autonat->stop();
+  if (relay) co_await relay->stop();
   co_await host->stop();
   std::cout << "stopped" << std::endl;
   co_return 0;
@@ -80,6 +115,10 @@ void add_node_command(CLI::App& app, Runner& run) {
       ->capture_default_str();
   cmd->add_option("--connect,-c", o->connect, "multiaddr to dial at start (repeatable)");
   cmd->add_option("--addr-file", o->addr_file, "write the listen multiaddrs to this file");
+  cmd->add_flag("--relay", o->relay, "serve circuit relay v2 and AutoNAT to other peers");
+  cmd->add_option("--relay-via", o->relay_via,
+                  "hold a relay reservation with this relay (multiaddr with /p2p/<id>; "
+                  "repeatable); the /p2p-circuit addresses are printed and announced");
   cmd->callback([&run, o] { run = [o] { return run_main([o] { return node_main(o); }); }; });
 }
 

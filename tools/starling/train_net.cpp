@@ -98,13 +98,14 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
   }
   cfg.collab.run_id = o.run_id;
   cfg.collab.client_mode = o.client;
+  cfg.relay_service = o.relay;
+  cfg.use_relays = o.use_relays;
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));
   if (bw > 0) {
     cfg.collab.bandwidth = bw;  // declared to the group: all-reduce shares follow it
     cfg.collab.upload_pace = averaging::AveragerConfig{}.upload_pace;  // rounds pace uploads
     cfg.max_upload_bytes_per_second = cfg.max_download_bytes_per_second = bw;  // enforced
   }
-  // Listening on 0.0.0.0: announce the loopback address too, so peers on this machine can dial.
   auto node = collab::TrainingNode::start(std::move(key), cfg);
   if (!node) return node.error().with_context("starting the node");
   return std::unique_ptr<TrainNetwork>(std::make_unique<DhtNetwork>(std::move(node).value(), o));

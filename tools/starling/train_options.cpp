@@ -45,6 +45,11 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option("--data-seed", o.data_seed, "data order (0: derived from the identity)");
   cmd.add_option("--compression", o.compression, "gradient compression: none, float16, uint8")
       ->capture_default_str();
+  cmd.add_flag("--relay", o.relay,
+               "serve circuit relay v2 and AutoNAT to peers behind NATs (needs a public address)");
+  cmd.add_flag("--use-relays", o.use_relays,
+               "behind a NAT: hold relay reservations with the initial peers and announce the "
+               "/p2p-circuit addresses, so peers reach this one through them");
   cmd.add_flag("--client", o.client,
                "client mode: accept no incoming connections (behind NAT); still averages");
   cmd.add_flag("--auxiliary", o.auxiliary,

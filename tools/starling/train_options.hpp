@@ -37,8 +37,10 @@ struct TrainOptions {
   std::uint64_t data_seed = 0;   // 0: derived from the identity (each peer its own stream)
   std::string compression = "none";
   bool delay_step = false;
-  bool client = false;     // no incoming connections
-  bool auxiliary = false;  // averages without computing
+  bool client = false;      // no incoming connections
+  bool relay = false;       // serve circuit relay v2 and AutoNAT to other peers
+  bool use_relays = false;  // reachable through relay reservations with the initial peers
+  bool auxiliary = false;   // averages without computing
   // When to stop (0: never; Ctrl-C always works).
   std::uint64_t max_epochs = 0;   // the collaboration reached this epoch
   std::uint64_t max_samples = 0;  // this peer contributed this many samples

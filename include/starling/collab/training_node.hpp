@@ -13,6 +13,8 @@
 #include "starling/collab/net_collaboration.hpp"
 #include "starling/core/blocking.hpp"
 #include "starling/crypto/keys.hpp"
+#include "starling/net/autonat.hpp"
+#include "starling/net/relay.hpp"
 
 namespace starling::collab {
 
@@ -26,6 +28,14 @@ struct TrainingNodeConfig {
   // bytes (all protocols, handshakes included) share one token bucket per direction.
   std::uint64_t max_upload_bytes_per_second = 0;
   std::uint64_t max_download_bytes_per_second = 0;
+  // Serve circuit relay v2 (hop) and AutoNAT to other peers (off by default for trainers;
+  // `starling train --relay`).
+  bool relay_service = false;
+  // Behind a NAT: hold circuit relay v2 reservations with the initial peers (bootstrap nodes
+  // relay by default; up to 2 held), waiting up to `relay_wait` at start, and announce the
+  // /p2p-circuit addresses (DHT records, averaging entries) so peers can reach this one.
+  bool use_relays = false;
+  Duration relay_wait = 10s;
 
   static dht::DhtNodeConfig default_dht();
 };
@@ -39,7 +49,8 @@ class TrainingNode {
   // The node's DHT (for other records, e.g. run metrics; used on executor()).
   std::shared_ptr<dht::DhtNode> dht() const { return node_; }
   const net::PeerId& peer() const { return host_->local_peer(); }
-  std::vector<net::Multiaddr> listen_addresses() const;  // with /p2p/<id>
+  // The host's announce_addresses() (0.0.0.0 expanded), with /p2p/<id>.
+  std::vector<net::Multiaddr> listen_addresses() const;
   asio::any_io_executor executor() { return io_->executor(); }
 
   // Leaves: stops the collaboration, the DHT node and the host, then the io thread. Bounded
@@ -54,6 +65,9 @@ class TrainingNode {
   std::shared_ptr<net::Host> host_;
   std::shared_ptr<dht::DhtNode> node_;
   std::shared_ptr<NetCollaboration> collab_;
+  std::shared_ptr<net::RelayService> relay_;
+  std::shared_ptr<net::AutonatServer> autonat_;
+  std::shared_ptr<net::RelayClient> relay_client_;
   bool stopped_ = false;
   std::pair<std::uint64_t, std::uint64_t> final_traffic_{0, 0};
 };

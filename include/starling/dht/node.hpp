@@ -52,8 +52,8 @@ result<void> accept_response(DhtCore& core, RequestId id, BytesView response, co
 struct DhtNodeConfig {
   DhtConfig dht;  // dht.client_mode selects client mode
   ValidatorChain validators = ValidatorChain::standard();
-  // Addresses announced to peers (empty: the host's listen addresses). Needed when listening
-  // on 0.0.0.0 or behind a port mapping.
+  // Addresses announced to peers (empty: the host's announce_addresses(): listen addresses with
+  // 0.0.0.0 expanded, relay addresses). Needed behind a port mapping.
   std::vector<net::Multiaddr> announce;
   // Bootstrap: rounds over all initial peers, and the pause before round n (doubling from
   // bootstrap_backoff, at most 10 s).
@@ -196,6 +196,8 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   bool running() const noexcept { return started_ && !stopping_; }
   // Addresses announced to peers (binary multiaddrs as the core sends them, as text here).
   std::vector<net::Multiaddr> announced() const;
+  // Re-reads announced() into what the node sends (called when the host's addresses change).
+  void refresh_addresses();
   std::uint64_t bad_messages() const noexcept { return bad_messages_; }
   WarmStats warm_stats() const;
   ChannelStats channel_stats() const;

@@ -36,6 +36,10 @@ inline constexpr std::size_t kMaxKnownPeers = 4096;
 struct HostConfig {
   // Addresses to listen on; port 0 picks a free port (listen_addresses() reports it).
   std::vector<std::string> listen = {"/ip4/127.0.0.1/tcp/0"};
+  // Addresses announced to peers (identify, and what announce_addresses() returns) instead of
+  // the listen addresses; empty: the listen addresses, with 0.0.0.0 / :: replaced by the
+  // interface addresses (interfaces.hpp).
+  std::vector<std::string> announce;
   Duration dial_timeout = 10s;       // TCP connect + security + muxer, per address
   Duration negotiate_timeout = 10s;  // multistream-select on a new stream
   // Dialer-side multistream-select is lazy (multistream.hpp): open_stream() returns at once
@@ -98,6 +102,7 @@ struct ConnectionInfo {
   Multiaddr remote_addr;
   bool outbound = false;
   std::size_t streams = 0;
+  bool relayed = false;  // runs over a circuit relay stream (/p2p-circuit)
 };
 
 class Host final : public StreamHost, public std::enable_shared_from_this<Host> {
@@ -113,6 +118,31 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
 
   // Actual listen addresses (port resolved), each with /p2p/<id>.
   std::vector<Multiaddr> listen_addresses() const;
+  // Addresses others can dial, each with /p2p/<id>: HostConfig::announce, or the listen
+  // addresses with unspecified ones expanded to the interface addresses (non-loopback first,
+  // loopback last), then the addresses added by set_extra_addresses() (confirmed public
+  // addresses, /p2p-circuit addresses of relay reservations). What identify announces.
+  std::vector<Multiaddr> announce_addresses() const;
+  // Sets the extra announced addresses of one source ("autonat", "relay"); `first`: put them
+  // before the direct addresses (a private node's relay addresses).
+  void set_extra_addresses(const std::string& source, std::vector<Multiaddr> addrs,
+                           bool first = false);
+  // Our addresses as connected peers observed them (identify's observedAddr), the one most
+  // peers reported first. Observations through relayed connections are left out.
+  std::vector<Multiaddr> observed_addresses() const;
+  // The connection an inbound stream arrived on, while its handler runs (its remote address
+  // is the requester's observed address; `relayed` tells a circuit connection).
+  std::optional<ConnectionInfo> stream_connection(const ByteStream* stream) const;
+  // Dials `addr` on a new connection even if one to the peer exists (AutoNAT dial-back), and
+  // closes it once it is up. Returns the peer that answered.
+  awaitable<result<PeerId>> dial_probe(const Multiaddr& addr, std::optional<PeerId> expected,
+                                       Duration timeout);
+  // Runs the listener side of the connection upgrade (multistream /noise, Noise responder,
+  // yamux server) over `stream` (a relayed one: circuit relay /stop) and registers the
+  // connection as relayed with `remote` as its address. The authenticated peer must be
+  // `expected` (else errc::protocol_violation: the relay lied about the peer).
+  awaitable<result<PeerId>> accept_relayed(ByteStreamPtr stream, Multiaddr remote, PeerId expected,
+                                           Duration timeout);
   const PeerId& local_peer() const override { return id_; }
   const crypto::KeyPair& key() const { return key_; }
   asio::any_io_executor get_executor() override { return ex_; }
@@ -154,6 +184,12 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   using PeerCallback = std::function<void(const PeerId&)>;
   void on_peer_connected(PeerCallback cb) { on_connected_.push_back(std::move(cb)); }
   void on_peer_disconnected(PeerCallback cb) { on_disconnected_.push_back(std::move(cb)); }
+  // When announce_addresses() changed (relay reservations, AutoNAT).
+  void on_addresses_changed(std::function<void()> cb) {
+    on_addrs_changed_.push_back(std::move(cb));
+  }
+  // After each identify of a peer (its protocols and observed address are known).
+  void on_peer_identified(PeerCallback cb) { on_identified_.push_back(std::move(cb)); }
 
   // Test/diagnostic counters.
   struct Stats {
@@ -191,12 +227,22 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   awaitable<result<std::shared_ptr<Connection>>> dial_addr(Multiaddr addr,
                                                            std::optional<PeerId> expected,
                                                            TimePoint deadline);
+  // /p2p-circuit dial through a relay (host_relay.cpp).
+  awaitable<result<std::shared_ptr<Connection>>> dial_circuit(Multiaddr addr,
+                                                              std::optional<PeerId> expected,
+                                                              TimePoint deadline);
+  struct Upgraded;
+  awaitable<result<Upgraded>> upgrade_outbound(ByteStreamPtr raw, std::optional<PeerId> expected,
+                                               TimePoint deadline);
+  // `expected`: the Noise-authenticated peer must be this one (checked before the muxer).
+  awaitable<result<Upgraded>> upgrade_inbound(ByteStreamPtr raw, Duration timeout,
+                                              std::optional<PeerId> expected = std::nullopt);
   awaitable<result<ByteStreamPtr>> select_one(ByteStreamPtr s, const char* protocol,
                                               TimePoint deadline);
   awaitable<result<std::shared_ptr<Connection>>> get_or_dial(
       const PeerId& peer, TimePoint deadline, std::optional<Multiaddr> first = std::nullopt);
   std::shared_ptr<Connection> add_connection(std::shared_ptr<YamuxSession> session, PeerId peer,
-                                             Multiaddr remote, bool outbound);
+                                             Multiaddr remote, bool outbound, bool relayed = false);
   void remove_connection(std::uint64_t id, const Error& why);
   std::shared_ptr<Connection> best_connection(const PeerId& peer) const;
   awaitable<void> stream_accept_loop(std::shared_ptr<Connection> conn);
@@ -239,7 +285,11 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   std::uint64_t next_pending_id_ = 1;
   LogThrottle refusal_log_{10s};  // refused inbound connections are logged at most this often
   std::uint64_t next_conn_id_ = 1;
-  std::vector<PeerCallback> on_connected_, on_disconnected_;
+  std::vector<PeerCallback> on_connected_, on_disconnected_, on_identified_;
+  std::vector<std::function<void()>> on_addrs_changed_;
+  std::vector<Multiaddr> announce_;  // HostConfig::announce parsed, or expanded
+  std::map<std::string, std::pair<std::vector<Multiaddr>, bool>> extra_addrs_;  // by source
+  std::map<const ByteStream*, std::shared_ptr<Connection>> stream_conns_;       // handlers running
   Stats stats_;
   std::shared_ptr<TokenBucket> upload_limit_, download_limit_;  // null: unlimited
 };
@@ -249,6 +299,8 @@ inline constexpr const char* kIdentifyPushProtocol = "/ipfs/id/push/1.0.0";
 inline constexpr const char* kPingProtocol = "/ipfs/ping/1.0.0";
 inline constexpr const char* kNoiseProtocol = "/noise";
 inline constexpr const char* kYamuxProtocol = "/yamux/1.0.0";
+inline constexpr const char* kRelayHopProtocol = "/libp2p/circuit/relay/0.2.0/hop";
+inline constexpr const char* kRelayStopProtocol = "/libp2p/circuit/relay/0.2.0/stop";
 
 // Ping (libp2p ping 1.0.0: 32 random bytes echoed back). Serving is installed by the host.
 // Sends `count` pings over one stream and returns each round-trip time.

@@ -66,6 +66,13 @@ class Multiaddr {
   // dns|dns4|dns6 host + tcp port (optionally followed by /p2p), if this is a DNS multiaddr.
   std::optional<std::pair<std::string, std::uint16_t>> dns_tcp() const;
 
+  // Circuit relay addresses: <relay addr>/p2p/<relay>/p2p-circuit[/p2p/<target>].
+  bool is_circuit() const;
+  // The relay part (everything before /p2p-circuit, ending in /p2p/<relay>) and the target
+  // peer if given; errc::invalid_argument for any other shape (nested circuits included).
+  result<std::pair<Multiaddr, std::optional<PeerId>>> circuit_parts() const;
+  Multiaddr with_circuit() const;  // appends /p2p-circuit
+
   friend bool operator==(const Multiaddr&, const Multiaddr&) = default;
 
  private:
