@@ -35,7 +35,8 @@ struct CopyTask {
 }  // namespace
 
 awaitable<result<StepResult>> Averager::step(StepOptions opts) {
-  co_return co_await step(std::move(opts), StepData{});
+  StepData none;  // named: see docs/architecture.md on temporaries in co_await (GCC 12)
+  co_return co_await step(std::move(opts), std::move(none));
 }
 
 awaitable<result<StepResult>> Averager::step(StepOptions opts, StepData data) {
@@ -241,7 +242,8 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
 // --- PendingStep ----------------------------------------------------------------------------
 
 awaitable<result<StepResult>> PendingStep::run(double weight) {
-  co_return co_await run(weight, StepData{});
+  StepData none;  // named: see docs/architecture.md on temporaries in co_await (GCC 12)
+  co_return co_await run(weight, std::move(none));
 }
 
 awaitable<result<StepResult>> PendingStep::run(double weight, StepData data) {

@@ -169,7 +169,8 @@ awaitable<std::optional<Error>> ClientCall::read_status_after_write_error() {
 
 awaitable<result<void>> ClientCall::send_header() {
   if (header_sent_) co_return success();
-  co_return co_await write_frame(Bytes{});
+  const Bytes empty;  // named: no temporaries in co_await (GCC 12)
+  co_return co_await write_frame(empty);
 }
 
 awaitable<result<void>> ClientCall::write_message(const google::protobuf::MessageLite& msg) {

@@ -345,7 +345,8 @@ awaitable<void> serve_stream(std::shared_ptr<const MethodEntry> m,
   // 4. Final status.
   active.release();
   if (outcome) {
-    co_await call.finish(0, {}, m->linger);
+    const std::string no_message;  // named: no temporaries in co_await (GCC 12)
+    co_await call.finish(0, no_message, m->linger);
     co_return;
   }
   const auto& e = outcome.error();
