@@ -107,6 +107,14 @@ int train_main(const TrainOptions& o) {
     std::cerr << "error: " << (!oo ? oo.error() : kind.error()).message() << "\n";
     return 2;
   }
+  if ((o.target_accuracy > 0 || o.stop_at_target) && o.eval_every == 0) {
+    std::cerr << "error: --target-accuracy and --stop-at-target need --eval-every N\n";
+    return 2;
+  }
+  if (o.stop_at_target && o.target_accuracy <= 0) {
+    std::cerr << "error: --stop-at-target needs --target-accuracy\n";
+    return 2;
+  }
   const std::string dir = o.data_dir.empty() ? training::kFashionMnistDefaultDir : o.data_dir;
   auto train = training::load_fashion_mnist(dir, training::Split::train);
   auto test = training::load_fashion_mnist(dir, training::Split::test);
@@ -159,6 +167,11 @@ int train_main(const TrainOptions& o) {
       std::chrono::duration<double>(std::max(0.1, o.progress_every)));
   const auto t0 = Clock::now();
   std::uint64_t last_eval_epoch = opt.local_epoch();
+  // Time to accuracy: wall time from the start (evaluations included) and the time spent in
+  // evaluations, at the first evaluation that reached the target.
+  Duration eval_time{};
+  std::optional<double> reached_seconds, reached_eval_seconds;
+  std::uint64_t reached_epoch = 0;
   std::string stop_reason = "interrupted";
   const auto train_log = logger("train");
   std::uint64_t logged_epoch = opt.local_epoch();
@@ -197,11 +210,27 @@ int train_main(const TrainOptions& o) {
     if (rep.value().stepped && o.eval_every > 0 &&
         rep.value().epoch >= last_eval_epoch + o.eval_every) {
       last_eval_epoch = rep.value().epoch;
+      const auto e0 = Clock::now();
       auto ev = optim::evaluate(task.model(), test_data);
+      eval_time += Clock::now() - e0;
+      const double at = std::chrono::duration<double>(Clock::now() - t0).count();
       std::cerr << (progress.tty ? "\n" : "")
-                << fmt::format("epoch {}: test accuracy {:.4f} loss {:.4f}\n", rep.value().epoch,
-                               ev.accuracy, ev.loss);
+                << fmt::format("epoch {}: test accuracy {:.4f} loss {:.4f} at {:.1f} s\n",
+                               rep.value().epoch, ev.accuracy, ev.loss, at);
       metrics.evaluated(ev.accuracy, ev.loss, rep.value().epoch);
+      if (o.target_accuracy > 0 && !reached_seconds && ev.accuracy >= o.target_accuracy) {
+        reached_seconds = at;
+        reached_eval_seconds = std::chrono::duration<double>(eval_time).count();
+        reached_epoch = rep.value().epoch;
+        std::cerr << fmt::format(
+            "reached test accuracy {:.4f} (target {}) at epoch {} in {:.1f} s "
+            "({:.1f} s of it evaluating)\n",
+            ev.accuracy, o.target_accuracy, reached_epoch, at, *reached_eval_seconds);
+        if (o.stop_at_target) {
+          stop_reason = "target-accuracy";
+          break;
+        }
+      }
     }
     if (o.max_epochs > 0 && opt.local_epoch() >= o.max_epochs) {
       stop_reason = "max-epochs";
@@ -273,6 +302,15 @@ int train_main(const TrainOptions& o) {
                         {"seconds", secs},
                         {"step_seconds", step_secs},
                         {"param_hash", hash}};
+    if (o.target_accuracy > 0) {
+      j["target_accuracy"] = o.target_accuracy;
+      j["eval_seconds"] = std::chrono::duration<double>(eval_time).count();
+      if (reached_seconds) {
+        j["target_reached_seconds"] = *reached_seconds;
+        j["target_reached_eval_seconds"] = *reached_eval_seconds;
+        j["target_reached_epoch"] = reached_epoch;
+      }
+    }
     const std::string text = j.dump() + "\n";
     auto w = training::write_file_atomic(o.report, as_bytes(text));
     if (!w) std::cerr << "error: report: " << w.error().message() << "\n";
