@@ -138,7 +138,8 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
     auto session = std::make_shared<detail::MatchSession>(*host_, *directory_, std::move(core),
                                                           add_addresses_, cfg_.open_timeout,
                                                           impl_->join_protocol, cfg_.on_phase);
-    if (reuse_last_group(mcfg)) session->predict(predicted_view(match_deadline));
+    if (opts.reuse_group && reuse_last_group(mcfg))
+      session->predict(predicted_view(match_deadline));
     impl_->match = session;
     st->match = session;
     impl_->match_started.pulse();

@@ -105,7 +105,7 @@ TEST_F(DirectMatch, AnIntactGroupMatchesWithoutTheDirectory) {
   }
 }
 
-TEST_F(DirectMatch, WithoutTheHintOrWithReuseOffTheDirectoryIsUsed) {
+TEST_F(DirectMatch, WithoutTheHintOrWhenAPeerMayJoinTheDirectoryIsUsed) {
   auto c = make(3);
   const std::vector<std::size_t> all{0, 1, 2};
   ASSERT_TRUE(step_some(c, all, std::vector<StepOptions>(3, opts("g/1", 3)))[0]);
@@ -119,6 +119,23 @@ TEST_F(DirectMatch, WithoutTheHintOrWithReuseOffTheDirectoryIsUsed) {
     EXPECT_FALSE(x.value().matched_directly);
   }
   EXPECT_GT(dir->puts.load(), puts);
+  expect_identical(c, all);
+  // The hint matches the last group, but the caller knows of a live peer outside it.
+  auto outsider = opts("g/3", 3);
+  outsider.reuse_group = false;
+  const int puts2 = dir->puts.load();
+  r = step_some(c, all, std::vector<StepOptions>(3, outsider));
+  for (auto& x : r) {
+    ASSERT_TRUE(x) << x.error().message();
+    EXPECT_FALSE(x.value().matched_directly);
+  }
+  EXPECT_GT(dir->puts.load(), puts2);
+  // And then the same hint with nothing against it: direct.
+  r = step_some(c, all, std::vector<StepOptions>(3, opts("g/4", 3)));
+  for (auto& x : r) {
+    ASSERT_TRUE(x) << x.error().message();
+    EXPECT_TRUE(x.value().matched_directly);
+  }
   expect_identical(c, all);
 }
 

@@ -22,6 +22,7 @@
 #include "starling/optim/fashion_task.hpp"
 #include "starling/optim/optimizer.hpp"
 #include "starling/training/checkpoint.hpp"
+#include "starling/training/round_budget.hpp"
 #include "train_metrics.hpp"
 #include "train_options.hpp"
 
@@ -174,12 +175,17 @@ int train_main(const TrainOptions& o) {
   std::uint64_t reached_epoch = 0;
   std::string stop_reason = "interrupted";
   const auto train_log = logger("train");
+  // Warns once when rounds dominate this peer's time (synchronous and delayed DeDLOC steps).
+  training::RoundBudget budget(o.target_batch_size, o.batch_size, o.delay_step);
+  const bool judge_rounds = net.value()->collaboration() && o.diloco_steps == 0 && !o.auxiliary;
   std::uint64_t logged_epoch = opt.local_epoch();
   while (g_signals.load() == 0) {
     // An auxiliary peer computes nothing: it follows the collaboration and joins its rounds.
     auto rep = [&] {
       if (o.auxiliary) return opt.assist();
+      const auto c0 = Clock::now();
       const double loss = task.forward_backward(o.batch_size);
+      budget.computed(Clock::now() - c0, o.batch_size);
       progress.loss(loss);
       metrics.loss(loss);
       return opt.step(o.batch_size);
@@ -204,6 +210,12 @@ int train_main(const TrainOptions& o) {
       logged_epoch = opt.local_epoch();
     }
     metrics.step(rep.value());
+    if (const auto rt = rep.value().matchmaking_time + rep.value().allreduce_time;
+        judge_rounds && rt > Duration::zero()) {
+      budget.round(rt);
+      if (auto advice = budget.advice())
+        std::cerr << (progress.tty ? "\n" : "") << "warning: " << advice->message << "\n";
+    }
     auto st = opt.status();
     progress.print(st, o, false);
     metrics.status(st);

@@ -83,6 +83,10 @@ struct StepOptions {
   // (MatchmakingConfig::expected_size): a leader holding that many begins at once instead of
   // after min_wait. Never count low: a peer joining after the leader began is left out.
   std::optional<std::size_t> expected_group_size;
+  // Whether this step may match from the last group without the DHT when it expects exactly
+  // its members (AveragerConfig::reuse_group). The caller says false when a peer outside the
+  // expected ones may join (e.g. it is catching up) and must find the round in the directory.
+  bool reuse_group = true;
   // Skip matchmaking and average with exactly this group (tests, benchmarks, fixed clusters).
   std::optional<GroupInfo> group;
   // begin() only: the data must be supplied (PendingStep::run()) within this of begin();
