@@ -208,7 +208,8 @@ result<BpeTokenizer> BpeTokenizer::parse(BytesView file) {
     return l;
   };
   const auto number = [](std::string_view s) -> std::optional<std::uint32_t> {
-    if (s.empty() || s.size() > 5) return std::nullopt;
+    // Canonical decimal only (no sign, no leading zero), so a file has one spelling.
+    if (s.empty() || s.size() > 5 || (s.size() > 1 && s[0] == '0')) return std::nullopt;
     std::uint32_t v = 0;
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec != std::errc{} || p != s.data() + s.size()) return std::nullopt;

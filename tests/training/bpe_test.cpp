@@ -130,6 +130,7 @@ TEST(Bpe, FileRoundTripAndRefusals) {
   EXPECT_FALSE(parse("starling-bpe 1\nvocab 258\n97 98\n97 98\n"));  // repeated pair
   EXPECT_FALSE(parse("starling-bpe 1\nvocab 257\n97 98\nextra"));    // trailing bytes
   EXPECT_FALSE(parse("starling-bpe 1\nvocab 257\n-1 98\n"));         // sign
+  EXPECT_FALSE(parse("starling-bpe 1\nvocab 257\n097 98\n"));        // not canonical
   EXPECT_FALSE(parse("starling-bpe 1\nvocab 99999999\n"));           // too large
   EXPECT_TRUE(parse("starling-bpe 1\nvocab 258\n97 98\n256 99\n"));
   EXPECT_FALSE(parse(text.substr(0, text.size() - 1)));  // no final newline
