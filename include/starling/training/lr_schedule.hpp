@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cmath>
+#include <numbers>
 #include <cstdint>
 
 namespace starling::training {
@@ -26,7 +27,7 @@ inline double lr_at(const LrSchedule& s, std::uint64_t epoch) {
   if (epoch >= s.total_epochs) return s.peak * s.final_ratio;
   const double t = static_cast<double>(epoch - s.warmup_epochs) /
                    static_cast<double>(s.total_epochs - s.warmup_epochs);
-  const double cosine = 0.5 * (1 + std::cos(M_PI * t));
+  const double cosine = 0.5 * (1 + std::cos(std::numbers::pi * t));
   return s.peak * (s.final_ratio + (1 - s.final_ratio) * cosine);
 }
 
