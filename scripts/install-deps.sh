@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the exact Debian 12 packages Starling needs to build, test, benchmark and demo.
 # Idempotent and non-interactive: it installs only what is missing. Run as root (or with sudo).
+# `--dev` adds the developer tools of `make format` and `make tidy`.
 set -euo pipefail
 
 PACKAGES=(
@@ -26,6 +27,7 @@ PACKAGES=(
   # test scripts (stdlib only)
   python3
 )
+if [[ ${1:-} == --dev ]]; then PACKAGES+=(clang-format clang-tidy-16); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

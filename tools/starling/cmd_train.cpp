@@ -20,6 +20,7 @@
 #include "starling/crypto/keys.hpp"
 #include "starling/optim/optimizer.hpp"
 #include "starling/training/checkpoint.hpp"
+#include "starling/training/round_budget.hpp"
 #include "train_metrics.hpp"
 #include "train_options.hpp"
 #include "train_task.hpp"
@@ -105,6 +106,14 @@ int train_main(const TrainOptions& o) {
     std::cerr << "error: " << oo.error().message() << "\n";
     return 2;
   }
+  if ((o.target_accuracy > 0 || o.stop_at_target) && o.eval_every == 0) {
+    std::cerr << "error: --target-accuracy and --stop-at-target need --eval-every N\n";
+    return 2;
+  }
+  if (o.stop_at_target && o.target_accuracy <= 0) {
+    std::cerr << "error: --stop-at-target needs --target-accuracy\n";
+    return 2;
+  }
   auto loaded = load_train_task(o);
   if (!loaded) {
     std::cerr << "error: " << loaded.error().message() << "\n";
@@ -165,6 +174,11 @@ int train_main(const TrainOptions& o) {
       std::chrono::duration<double>(std::max(0.1, o.progress_every)));
   const auto t0 = Clock::now();
   std::uint64_t last_eval_epoch = opt.local_epoch();
+  // Time to accuracy: wall time from the start (evaluations included) and the time spent in
+  // evaluations, at the first evaluation that reached the target.
+  Duration eval_time{};
+  std::optional<double> reached_seconds, reached_eval_seconds;
+  std::uint64_t reached_epoch = 0;
   if (o.task == "lm" && o.eval_every > 0) {
     const auto ev = task.evaluate();
     std::cerr << fmt::format("epoch {} (start): {}\n", opt.local_epoch(), ev.describe());
@@ -172,13 +186,18 @@ int train_main(const TrainOptions& o) {
   }
   std::string stop_reason = "interrupted";
   const auto train_log = logger("train");
+  // Warns once when rounds dominate this peer's time (synchronous and delayed DeDLOC steps).
+  training::RoundBudget budget(o.target_batch_size, o.batch_size, o.delay_step);
+  const bool judge_rounds = net.value()->collaboration() && o.diloco_steps == 0 && !o.auxiliary;
   std::uint64_t logged_epoch = opt.local_epoch();
   while (g_signals.load() == 0) {
     // An auxiliary peer computes nothing: it follows the collaboration and joins its rounds.
     auto rep = [&] {
       if (o.auxiliary) return opt.assist();
       task.set_epoch(opt.local_epoch());  // the LR schedule's epoch
+      const auto c0 = Clock::now();
       const double loss = task.forward_backward(o.batch_size);
+      budget.computed(Clock::now() - c0, o.batch_size);
       progress.loss(loss);
       metrics.loss(loss);
       return opt.step(o.batch_size);
@@ -203,16 +222,38 @@ int train_main(const TrainOptions& o) {
       logged_epoch = opt.local_epoch();
     }
     metrics.step(rep.value());
+    if (const auto rt = rep.value().matchmaking_time + rep.value().allreduce_time;
+        judge_rounds && rt > Duration::zero()) {
+      budget.round(rt);
+      if (auto advice = budget.advice())
+        std::cerr << (progress.tty ? "\n" : "") << "warning: " << advice->message << "\n";
+    }
     auto st = opt.status();
     progress.print(st, o, false);
     metrics.status(st);
     if (rep.value().stepped && o.eval_every > 0 &&
         rep.value().epoch >= last_eval_epoch + o.eval_every) {
       last_eval_epoch = rep.value().epoch;
+      const auto e0 = Clock::now();
       const auto ev = task.evaluate();
+      eval_time += Clock::now() - e0;
+      const double at = std::chrono::duration<double>(Clock::now() - t0).count();
       std::cerr << (progress.tty ? "\n" : "")
-                << fmt::format("epoch {}: {}\n", rep.value().epoch, ev.describe());
+                << fmt::format("epoch {}: {} at {:.1f} s\n", rep.value().epoch, ev.describe(), at);
       metrics.evaluated(ev.accuracy, ev.loss, rep.value().epoch, ev.perplexity);
+      if (o.target_accuracy > 0 && !reached_seconds && ev.accuracy >= o.target_accuracy) {
+        reached_seconds = at;
+        reached_eval_seconds = std::chrono::duration<double>(eval_time).count();
+        reached_epoch = rep.value().epoch;
+        std::cerr << fmt::format(
+            "reached test accuracy {:.4f} (target {}) at epoch {} in {:.1f} s "
+            "({:.1f} s of it evaluating)\n",
+            ev.accuracy, o.target_accuracy, reached_epoch, at, *reached_eval_seconds);
+        if (o.stop_at_target) {
+          stop_reason = "target-accuracy";
+          break;
+        }
+      }
     }
     if (o.max_epochs > 0 && opt.local_epoch() >= o.max_epochs) {
       stop_reason = "max-epochs";
@@ -290,6 +331,15 @@ int train_main(const TrainOptions& o) {
       j["heldout_perplexity"] = *ev.perplexity;
       j["heldout_loss"] = ev.loss;
       j["heldout_accuracy"] = ev.accuracy;
+    }
+    if (o.target_accuracy > 0) {
+      j["target_accuracy"] = o.target_accuracy;
+      j["eval_seconds"] = std::chrono::duration<double>(eval_time).count();
+      if (reached_seconds) {
+        j["target_reached_seconds"] = *reached_seconds;
+        j["target_reached_eval_seconds"] = *reached_eval_seconds;
+        j["target_reached_epoch"] = reached_epoch;
+      }
     }
     const std::string text = j.dump() + "\n";
     auto w = training::write_file_atomic(o.report, as_bytes(text));

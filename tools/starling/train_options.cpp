@@ -89,6 +89,10 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
                  "seconds")
       ->capture_default_str();
   cmd.add_option("--eval-every", o.eval_every, "evaluate on the test set every N epochs");
+  cmd.add_option("--target-accuracy", o.target_accuracy,
+                 "report when an evaluation first reaches this test accuracy (needs --eval-every)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd.add_flag("--stop-at-target", o.stop_at_target, "stop once --target-accuracy is reached");
   cmd.add_option("--progress-every", o.progress_every,
                  "seconds between progress lines when stderr is not a terminal")
       ->capture_default_str();

@@ -57,8 +57,12 @@ struct TrainOptions {
   double max_seconds = 0;
   double linger = 30;  // networked: seconds to keep serving state to peers behind at the end
   std::uint64_t eval_every = 0;  // evaluate on the test set every N epochs (0: only at the end)
-  double progress_every = 2;     // seconds between progress lines when stderr is not a tty
-  std::string report;            // write a JSON summary here at the end
+  // Time to accuracy: the first evaluation at or above this (0: none) is reported (seconds,
+  // epoch); with stop_at_target the trainer stops there.
+  double target_accuracy = 0;
+  bool stop_at_target = false;
+  double progress_every = 2;  // seconds between progress lines when stderr is not a tty
+  std::string report;         // write a JSON summary here at the end
   double averaging_timeout = 30;
   double matchmaking_time = 2;
   // Run metrics: a signed record in the DHT every interval (networked only), unless
