@@ -7,8 +7,8 @@
 #pragma once
 
 #include <cmath>
-#include <numbers>
 #include <cstdint>
+#include <numbers>
 
 namespace starling::training {
 
