@@ -101,6 +101,10 @@ std::string to_prometheus(const RunAggregator& a, const std::string& run_id) {
   if (t.eval)
     gauge("starling_run_eval_accuracy", "Newest held-out accuracy a contributor reports.",
           t.eval->accuracy);
+  if (t.eval && t.eval->perplexity)
+    gauge("starling_run_eval_perplexity",
+          "Newest held-out perplexity a contributor reports (language-model task).",
+          *t.eval->perplexity);
   gauge("starling_monitor_rejected_records", "Metrics records that failed validation.",
         static_cast<double>(a.rejected()));
   out += "# HELP starling_peer_samples_per_second A contributor's samples per second.\n";
