@@ -4,7 +4,7 @@ BUILD   := build
 JOBS    ?= $(shell nproc)
 CTEST_J ?= 2
 
-.PHONY: all deps dev-deps configure build test test-all test-asan test-tsan demo fuzz clean format tidy
+.PHONY: all deps dev-deps configure build test test-all test-asan test-tsan demo demo-lm fuzz clean format tidy
 all: build
 
 deps:
@@ -47,6 +47,11 @@ test-tsan: deps
 demo: configure
 	cmake --build $(BUILD) -j $(JOBS) --target starling_cli
 	scripts/demo.sh $(BUILD)
+
+# The language-model task on loopback: 4 trainers, one killed, one joining (scripts/demo_lm.sh).
+demo-lm: configure
+	cmake --build $(BUILD) -j $(JOBS) --target starling_cli
+	scripts/demo_lm.sh $(BUILD)
 
 # make bench-transport, bench-dht, bench-allreduce, bench-training, ...
 bench-%: build

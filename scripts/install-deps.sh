@@ -20,8 +20,8 @@ PACKAGES=(
   iperf3 jq libgloo-dev libopendht-dev
   # the run dashboard: HTTP server, charts served locally, and the browser its test drives
   libcpp-httplib-dev libjs-chart.js chromium
-  # data for the training demo
-  dataset-fashion-mnist
+  # data for the training demos (Fashion-MNIST; WordNet's glosses for the language model)
+  dataset-fashion-mnist wordnet-base
   # emulated internet (netlab) and interop test
   iproute2 iptables procps psmisc nodejs npm
   # test scripts (stdlib only)
