@@ -251,6 +251,12 @@ class PyOptimizer {
     unwrap(std::move(r));
   }
 
+  void serve_state_requests() {
+    check_open();
+    py::gil_scoped_release nogil;
+    opt_->serve_state_requests();
+  }
+
   std::uint64_t state_digest() const {
     check_open();
     return opt_->state_digest();
@@ -398,6 +404,9 @@ step() runs (on this thread).)doc")
              return s.local_epoch + 1 >= s.collaboration.global_epoch;
            })
       .def("load_state_from_peers", &PyOptimizer::load_state_from_peers)
+      .def("serve_state_requests", &PyOptimizer::serve_state_requests,
+           "Serves a pending state download of a peer without training (for a peer that "
+           "stays a moment after its last step).")
       .def("state_dict",
            [](PyOptimizer& o) {
              py::dict d;

@@ -1,6 +1,7 @@
 """starling.Optimizer: two peers (threads, each with its own DHT) average and step together;
 tensors are shared, the Python step runs on the caller's thread, errors are exceptions."""
 import threading
+import time
 import unittest
 
 import torch
@@ -14,10 +15,11 @@ def make_model(seed=0):
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
 
 
-def batches(seed, n, batch=16):
+def batches(seed, n=None, batch=16):
     g = torch.Generator().manual_seed(seed)
     w = torch.arange(16, dtype=torch.float32).view(2, 8) / 16
-    for _ in range(n):
+    while n is None or n > 0:
+        n = None if n is None else n - 1
         x = torch.randn(batch, 8, generator=g)
         yield x, (x @ w.t()).argmax(1)
 
@@ -38,22 +40,30 @@ class RecordingSGD(torch.optim.Optimizer):
                     p.add_(p.grad, alpha=-group["lr"])
 
 
-def train(dht, run_id, model, inner, seed, epochs, out, **kw):
+def train(dht, run_id, model, inner, seed, epochs, out, start, done, **kw):
+    """Trains until local_epoch >= epochs (or a 120 s deadline), then serves state requests
+    until every peer of `done` (threading.Events) is done."""
     opt = starling.Optimizer(dht=dht, run_id=run_id, optimizer=inner, model=model,
                              target_batch_size=64, batch_size_per_step=16,
                              matchmaking_time=1.0, averaging_timeout=20.0, **kw)
     out["ptrs"] = [p.data_ptr() for p in model.parameters()]
     out["thread"] = threading.get_ident()
     losses = []
+    deadline = time.monotonic() + 120
+    start.wait(timeout=60)
     with opt:
-        for x, y in batches(seed, 2000):
+        for x, y in batches(seed):
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
             opt.zero_grad()
             losses.append(loss.item())
-            if opt.local_epoch >= epochs:
+            if opt.local_epoch >= epochs or time.monotonic() > deadline:
                 break
+        done[out["index"]].set()
+        while not all(d.is_set() for d in done) and time.monotonic() < deadline:
+            opt.serve_state_requests()
+            done[1 - out["index"]].wait(0.02)
         out["epoch"] = opt.local_epoch
         out["status"] = opt.status()
         out["sync"] = opt.is_synchronized_with_peers()
@@ -69,12 +79,14 @@ class OptimizerTest(unittest.TestCase):
             with starling.DHT(initial_peers=a.visible_maddrs, listen=LOOPBACK) as b:
                 models = [make_model(), make_model()]
                 inners = [make_inner(m) for m in models]
-                outs = [{}, {}]
+                outs = [{"index": 0}, {"index": 1}]
+                start = threading.Barrier(2)
+                done = [threading.Event(), threading.Event()]
                 errors = []
 
                 def run(i, dht):
                     try:
-                        train(dht, run_id, models[i], inners[i], 100 + i, epochs, outs[i])
+                        train(dht, run_id, models[i], inners[i], 100 + i, epochs, outs[i], start, done)
                     except BaseException as e:  # reported by the main thread
                         errors.append(e)
 
