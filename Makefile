@@ -4,7 +4,7 @@ BUILD   := build
 JOBS    ?= $(shell nproc)
 CTEST_J ?= 2
 
-.PHONY: all deps dev-deps configure build test test-all test-asan test-tsan demo demo-lm fuzz clean format tidy
+.PHONY: all deps dev-deps configure build test test-all test-asan test-tsan demo demo-lm fuzz clean format tidy python
 all: build
 
 deps:
@@ -20,6 +20,10 @@ configure: deps $(BUILD)/build.ninja
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
+
+# The Python module `starling`, installed into the python3 that imports torch (docs/python.md).
+python: configure
+	cmake --build $(BUILD) -j $(JOBS) --target python-install
 
 # The whole suite except soak tests (those run with `make test-all`).
 test: build

@@ -5,19 +5,19 @@
 //   parameters (a ModelView module registers them under their dotted names), reads their
 //   .grad in place into its accumulators and writes the averaged gradient back into .grad.
 // - The optimizer step stays a Python call on the caller's thread: the C++ Optimizer's inner
-//   optimizer is PyStep, whose step() takes the GIL and calls the Python optimizer's step().
+//   optimizer (py_inner.hpp) takes the GIL in step() and calls the Python optimizer's step().
 //   starling::Optimizer calls it from step() on the calling (training) thread; delayed updates
 //   (which step on a background thread) are therefore refused.
 // - The GIL is released around every call into the C++ Optimizer (which waits for the
 //   network); the io thread never touches Python objects.
-// - The optimizer state the C++ side serialises (state download, checkpoints) is PyStep's,
-//   an SGD without momentum: it carries the parameters; the Python optimizer's own state
-//   (Adam's moments, ...) stays local (docs/python.md).
+// - Optimizer state: shared with peers for torch.optim.SGD/Adam/AdamW (py_inner.hpp), local
+//   for other optimizers (docs/python.md).
 #include <torch/extension.h>
 
 #include <pybind11/stl.h>
 
 #include "py_common.hpp"
+#include "py_inner.hpp"
 #include "starling/collab/net_collaboration.hpp"
 #include "starling/core/log.hpp"
 #include "starling/optim/optimizer.hpp"
@@ -56,35 +56,6 @@ class ModelView : public torch::nn::Module {
     else
       m->register_buffer(rest, t);
   }
-};
-
-// The inner optimizer the C++ Optimizer steps: an SGD (so the state format carries it) whose
-// step() calls the Python optimizer's step() on the calling thread, with the GIL.
-class PyStep final : public torch::optim::SGD {
- public:
-  PyStep(std::vector<at::Tensor> params, py::object py_opt)
-      : torch::optim::SGD(std::move(params), torch::optim::SGDOptions(0.0)),
-        py_opt_(std::move(py_opt)) {}
-  ~PyStep() override {
-    py::gil_scoped_acquire gil;
-    py_opt_ = py::object();
-  }
-  torch::Tensor step(LossClosure) override {
-    py::gil_scoped_acquire gil;
-    try {
-      py_opt_.attr("step")();
-    } catch (py::error_already_set&) {
-      if (!error_) error_ = std::current_exception();
-    }
-    return {};
-  }
-  // The first error the Python step raised since the last call (rethrown by the binding).
-  std::exception_ptr take_error() { return std::exchange(error_, nullptr); }
-  const py::object& py_optimizer() const { return py_opt_; }
-
- private:
-  py::object py_opt_;
-  std::exception_ptr error_;
 };
 
 training::Compression compression_of(const py::object& o, const char* what) {
@@ -129,8 +100,12 @@ class PyOptimizer {
 
     auto view = std::make_shared<ModelView>();
     std::vector<at::Tensor> opt_params;
+    py::list py_params;
     for (auto group : optimizer.attr("param_groups"))
-      for (auto p : group["params"]) opt_params.push_back(p.cast<at::Tensor>());
+      for (auto p : group["params"]) {
+        opt_params.push_back(p.cast<at::Tensor>());
+        py_params.append(p);
+      }
     if (!model.is_none()) {
       for (auto item : model.attr("named_parameters")()) {
         auto t = item.cast<py::tuple>();
@@ -179,8 +154,8 @@ class PyOptimizer {
     o.client_mode = dht_ && dht_->client_mode();
     shutdown_timeout_ = seconds(shutdown_timeout, "shutdown_timeout");
 
-    auto inner = std::make_unique<PyStep>(std::move(opt_params), optimizer);
-    inner_ = inner.get();
+    auto inner = make_inner(optimizer, std::move(opt_params), py_params);
+    inner_ = inner.bridge;
     py::gil_scoped_release nogil;
     if (dht_) {
       collab::NetCollaborationConfig cc;
@@ -193,13 +168,14 @@ class PyOptimizer {
       }
       collab_ = made.value();
     }
-    auto r = optim::Optimizer::create(*model_, std::move(inner), std::move(o), collab_);
+    auto r = optim::Optimizer::create(*model_, std::move(inner.optimizer), std::move(o), collab_);
     if (!r) {
       stop_collaboration();
       py::gil_scoped_acquire gil;
       raise(r.error());
     }
     opt_ = std::move(r).value();
+    if (opt_->resumed_from()) inner_->to_python();  // the checkpoint's optimizer state
   }
 
   ~PyOptimizer() {
@@ -218,6 +194,7 @@ class PyOptimizer {
     {
       py::gil_scoped_release nogil;
       r = opt_->step(bs);
+      if (r && r.value().action == training::Action::download_state) inner_->to_python();
     }
     if (auto e = inner_->take_error()) std::rethrow_exception(e);
     return unwrap(std::move(r));
@@ -246,6 +223,7 @@ class PyOptimizer {
     {
       py::gil_scoped_release nogil;
       r = opt_->load_state_from_peers();
+      if (r) inner_->to_python();
     }
     if (auto e = inner_->take_error()) std::rethrow_exception(e);
     unwrap(std::move(r));
@@ -263,6 +241,10 @@ class PyOptimizer {
   }
 
   const py::object& py_optimizer() const { return py_opt_; }
+  const char* state_sharing() const {
+    check_open();
+    return inner_->kind();
+  }
 
   void shutdown() {
     if (!opt_) return;
@@ -302,7 +284,7 @@ class PyOptimizer {
   std::shared_ptr<ModelView> model_;
   std::shared_ptr<collab::NetCollaboration> collab_;
   std::unique_ptr<optim::Optimizer> opt_;
-  PyStep* inner_ = nullptr;  // owned by opt_
+  InnerBridge* inner_ = nullptr;  // owned by opt_
   Duration shutdown_timeout_ = 10s;
 };
 
@@ -395,6 +377,10 @@ step() runs (on this thread).)doc")
       .def_property_readonly("local_epoch", &PyOptimizer::local_epoch)
       .def_property_readonly("state_digest", &PyOptimizer::state_digest)
       .def_property_readonly("opt", &PyOptimizer::py_optimizer)
+      .def_property_readonly("state_sharing", &PyOptimizer::state_sharing,
+                             "Optimizer state shared with peers: 'sgd', 'adam', 'adamw' "
+                             "(torch.optim.SGD/Adam/AdamW), or 'local' (any other optimizer: "
+                             "peers exchange parameters only)")
       .def_property_readonly("param_groups",
                              [](PyOptimizer& o) { return o.py_optimizer().attr("param_groups"); })
       .def("status", [](PyOptimizer& o) { return status_dict(o.status()); })

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# make bench-python (bench/run-python.sh): samples/s of the Python example (examples/python/fashion_mnist.py,
+# starling.Optimizer around torch.optim.Adam) against `starling train` (the C++ Optimizer) on
+# the same task (Fashion-MNIST MLP), the same number of peers on loopback, the same flags,
+# one after the other on the same machine. Prints both figures and the ratio.
+set -euo pipefail
+build=${1:-build}
+peers=${PEERS:-2}
+seconds=${SECONDS_PER_RUN:-40}
+py=${STARLING_TORCH_PYTHON:-/usr/bin/python3}
+bin=$build/bin/starling
+dir=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+"$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addrs" --no-relay > "$dir/boot.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [[ -s $dir/boot.addrs ]] && break; sleep 0.1; done
+boot=$(head -1 "$dir/boot.addrs")
+common=(--target-batch-size 1024 --batch-size 64 --lr 1e-3 --threads 1)
+echo "== load before: $(uptime)"
+
+run() {  # run NAME: $peers trainers for $seconds; prints the summed samples/s
+  local name=$1 i ps=()
+  for i in $(seq "$peers"); do
+    if [[ $name == cpp ]]; then
+      STARLING_LOG=warn "$bin" train --identity "$dir/c$i.key" --initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 \
+        --run-id bench-cpp "${common[@]}" --max-seconds "$seconds" --linger 0 --report "$dir/$name$i.json" > "$dir/$name$i.log" 2>&1 &
+    else
+      STARLING_LOG=warn PYTHONPATH=$build/python OMP_NUM_THREADS=1 "$py" examples/python/fashion_mnist.py --initial-peers "$boot" \
+        --run-id bench-py "${common[@]}" --max-seconds "$seconds" --data-seed "$i" --report "$dir/$name$i.json" > "$dir/$name$i.log" 2>&1 &
+    fi
+    ps+=($!)
+  done
+  for p in "${ps[@]}"; do wait "$p" || { echo "$name trainer failed:"; cat "$dir/$name"*.log; exit 1; }; done
+}
+sum_rate() {  # samples / seconds of each trainer's report, summed; epochs and accuracy to stderr
+  "$py" - "$dir/$1"*.json <<'PY'
+import json, sys
+rs = [json.load(open(f)) for f in sys.argv[1:]]
+print("  epochs", [r["epoch"] for r in rs], "test accuracy", [round(r["test_accuracy"], 4) for r in rs],
+      "step time share", [round(r["step_seconds"] / r["seconds"], 3) for r in rs], file=sys.stderr)
+print("%.1f" % sum(r["samples"] / r["seconds"] for r in rs))
+PY
+}
+run cpp
+cpp=$(sum_rate cpp)
+run py
+pyr=$(sum_rate py)
+echo "== load after: $(uptime)"
+echo "C++ starling train: $peers peers, $cpp samples/s (sum)"
+echo "Python starling.Optimizer: $peers peers, $pyr samples/s (sum)"
+awk -v a="$pyr" -v b="$cpp" 'BEGIN {printf "ratio Python / C++: %.3f\n", a / b}'
