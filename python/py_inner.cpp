@@ -99,8 +99,7 @@ class PyInner final : public Base, public InnerBridge {
   }
 
   bool amsgrad() const {
-    if (kind_ == Kind::adam)
-      return static_cast<const o::AdamOptions&>(this->defaults()).amsgrad();
+    if (kind_ == Kind::adam) return static_cast<const o::AdamOptions&>(this->defaults()).amsgrad();
     if (kind_ == Kind::adamw)
       return static_cast<const o::AdamWOptions&>(this->defaults()).amsgrad();
     return false;

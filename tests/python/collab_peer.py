@@ -46,6 +46,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--deadline", type=float, default=150)
     ap.add_argument("--peers", type=int, default=1, help="wait for this many peers to start")
+    ap.add_argument("--step-delay", type=float, default=0, help="emulated compute per step (s)")
     a = ap.parse_args()
     deadline = time.monotonic() + a.deadline
     torch.manual_seed(0)  # the same initial parameters on every peer
@@ -76,18 +77,30 @@ def main():
             break
         time.sleep(0.05)
     steps = 0
+    epoch = 0
     for x, y in data(a.seed, 16):
+        if a.step_delay:
+            time.sleep(a.step_delay)
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         opt.zero_grad()
         steps += 1
+        if opt.local_epoch != epoch:
+            epoch = opt.local_epoch
+            print(json.dumps({"epoch_reached": epoch}), flush=True)
         if opt.local_epoch >= a.epochs or time.monotonic() > deadline:
             break
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
     st = opt.status()
-    print(json.dumps({"epoch": opt.local_epoch, "hash": digest.hexdigest(), "steps": steps,
+    opt_digest = hashlib.sha256()
+    for p in model.parameters():  # the Python optimizer's state, in parameter order
+        for k, v in sorted(inner.state.get(p, {}).items()):
+            opt_digest.update(k.encode() + v.detach().numpy().tobytes())
+    print(json.dumps({"epoch": opt.local_epoch, "hash": digest.hexdigest(),
+                      "opt_hash": opt_digest.hexdigest(), "steps": steps,
                       "loss0": loss0, "loss": eval_loss(), "rounds_ok": st["rounds_ok"],
-                      "state_downloads": st["state_downloads"]}), flush=True)
+                      "state_downloads": st["state_downloads"],
+                      "state_sharing": opt.state_sharing}), flush=True)
     while time.monotonic() < deadline:
         opt.serve_state_requests()
         ready, _, _ = select.select([sys.stdin], [], [], 0.02)

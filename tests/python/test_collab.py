@@ -10,31 +10,42 @@ import unittest
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "collab_peer.py")
 
 
-def read_json(proc):
+def read_json(proc, key):
+    """The next JSON line of the peer that has `key`."""
     for line in proc.stdout:
         line = line.strip()
         if line.startswith("{"):
-            return json.loads(line)
+            obj = json.loads(line)
+            if key in obj:
+                return obj
     raise RuntimeError("peer exited without a result (exit code %s)" % proc.wait())
 
 
 class CollabTest(unittest.TestCase):
-    def collaborate(self, optimizer, peers=3, epochs=5):
-        run_id = "pytest-" + optimizer
+    def collaborate(self, optimizer, peers=3, epochs=5, late_at=None):
+        """`peers` peers start together; with late_at, the last one starts once the first
+        reached that epoch (and must download the state, optimizer state included)."""
+        run_id = "pytest-" + optimizer + ("-late" if late_at else "")
+        start_together = peers - 1 if late_at else peers
         args = [sys.executable, "-u", PEER, "--run-id", run_id, "--optimizer", optimizer,
-                "--epochs", str(epochs), "--peers", str(peers)]
+                "--epochs", str(epochs), "--peers", str(start_together)]
+        if late_at:
+            args += ["--step-delay", "0.02"]
         procs = []
         try:
             first = subprocess.Popen(args + ["--seed", "1"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
             procs.append(first)
-            maddrs = read_json(first)["maddrs"]
+            maddrs = read_json(first, "maddrs")["maddrs"]
             for i in range(1, peers):
+                if late_at and i == peers - 1:
+                    while read_json(first, "epoch_reached")["epoch_reached"] < late_at:
+                        pass
                 p = subprocess.Popen(args + ["--seed", str(i + 1), "--initial-peers"] + maddrs,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 procs.append(p)
-                read_json(p)
-            results = [read_json(p) for p in procs]
+                read_json(p, "maddrs")
+            results = [read_json(p, "hash") for p in procs]
         finally:
             for p in procs:
                 try:
@@ -56,15 +67,26 @@ class CollabTest(unittest.TestCase):
         self.assertEqual(len(epochs_seen), 1, results)
         self.assertGreaterEqual(epochs_seen.pop(), epochs)
         self.assertEqual(len({r["hash"] for r in results}), 1, "parameters differ: %s" % results)
+        self.assertEqual(len({r["opt_hash"] for r in results}), 1,
+                         "optimizer states differ: %s" % results)
         self.assertTrue(all(r["rounds_ok"] >= 1 for r in results), results)
         for r in results:
             self.assertLess(r["loss"], 0.8 * r["loss0"], r)
+        return results
 
     def test_three_peers_adam(self):
         self.collaborate("adam")
 
     def test_three_peers_python_optimizer(self):
-        self.collaborate("python")
+        results = self.collaborate("python")
+        self.assertEqual({r["state_sharing"] for r in results}, {"local"})
+
+    def test_late_joiner_downloads_adam_state(self):
+        # The late peer downloads parameters and Adam's moments; had it kept fresh moments,
+        # its next steps would differ and the parameter hashes would not match at the end.
+        results = self.collaborate("adam", epochs=40, late_at=5)
+        self.assertGreaterEqual(results[-1]["state_downloads"], 1, results)
+        self.assertEqual({r["state_sharing"] for r in results}, {"adam"})
 
 
 if __name__ == "__main__":
