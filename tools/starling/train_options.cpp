@@ -81,6 +81,10 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
                "auxiliary peer: computes nothing, only helps the others average (weight 0)");
   cmd.add_flag("--delay-step", o.delay_step,
                "delayed parameter updates: the round and the step run in the background");
+  cmd.add_option("--delay-correction", o.delay_correction,
+                 "with --delay-step: none (gradients one step stale) or predict (gradients at the "
+                 "parameters extrapolated by the last step)")
+      ->capture_default_str();
   cmd.add_option("--max-epochs", o.max_epochs, "stop when the collaboration reaches this epoch");
   cmd.add_option("--max-samples", o.max_samples, "stop after contributing this many samples");
   cmd.add_option("--max-seconds", o.max_seconds, "stop after this many seconds");
@@ -217,6 +221,7 @@ result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o) {
   oo.checkpoint_dir = o.checkpoint_dir;
   oo.diloco_steps = o.diloco_steps;
   oo.delay_optimizer_step = o.delay_step;
+  ST_TRY(oo.delay_correction, optim::parse_delay_correction(o.delay_correction));
   ST_TRY(oo.grad_compression, training::parse_compression(o.compression));
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));  // enforced by the node (train_net.cpp)
   (void)bw;

@@ -47,6 +47,7 @@ struct TrainOptions {
   std::uint64_t data_seed = 0;   // 0: derived from the identity (each peer its own stream)
   std::string compression = "none";
   bool delay_step = false;
+  std::string delay_correction = "predict";
   bool client = false;      // no incoming connections
   bool relay = false;       // serve circuit relay v2 and AutoNAT to other peers
   bool use_relays = false;  // reachable through relay reservations with the initial peers
