@@ -70,6 +70,18 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option("--data-seed", o.data_seed, "data order (0: derived from the identity)");
   cmd.add_option("--compression", o.compression, "gradient compression: none, float16, uint8")
       ->capture_default_str();
+  cmd.add_option("--aggregation", o.aggregation,
+                 "how this peer reduces the gradient parts it owns: mean, or centered-clip "
+                 "(bounds what a hostile peer can do; every peer of a run should use the same)")
+      ->capture_default_str();
+  cmd.add_option("--clip-tau", o.clip_tau,
+                 "centered-clip radius per part (0: adaptive, twice the median distance)")
+      ->capture_default_str();
+  cmd.add_option(
+         "--attack", o.attack,
+         "FOR TESTING ROBUSTNESS: send reversed (sign-flip, x -10) or random (noise 100x the "
+         "gradient's RMS) gradients claiming 10x the samples")
+      ->capture_default_str();
   cmd.add_flag("--relay", o.relay,
                "serve circuit relay v2 and AutoNAT to peers behind NATs (needs a public address)");
   cmd.add_flag("--use-relays", o.use_relays,
