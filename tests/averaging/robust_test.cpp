@@ -59,7 +59,8 @@ TEST(CenteredClip, EqualsTheWeightedMeanWhenEveryMemberIsWithinTau) {
   std::vector<double> w = {1, 2, 1.5, 1, 2};
   AggregationConfig cfg;
   cfg.kind = Aggregation::centered_clip;
-  cfg.tau = 1e6;  // nobody clipped
+  cfg.tau = 1e6;             // nobody clipped
+  cfg.max_weight_ratio = 0;  // the weights as given
   cfg.tolerance = 1e-9;
   std::vector<float> out(300);
   auto st = centered_clip(out, spans(v), w, cfg);
@@ -110,6 +111,7 @@ TEST(CenteredClip, ClaimedSamplesAreCapped) {
   EXPECT_DOUBLE_EQ(capped[0], 100.0);
   AggregationConfig cfg;
   cfg.kind = Aggregation::centered_clip;
+  cfg.max_weight_ratio = 2.0;
   std::vector<float> out(200);
   auto st = centered_clip(out, spans(v), w, cfg);
   const auto honest_mean = weighted_mean(v, w, 5);
