@@ -260,9 +260,28 @@ result<void> Optimizer::load_state_from_peers() {
 }
 
 void Optimizer::finish_round() {
-  if (!impl_->bg) return;
-  StepReport ignored;
-  impl_->finish_background_round(ignored, true);
+  if (impl_->bg) {
+    StepReport ignored;
+    impl_->finish_background_round(ignored, true);
+  }
+  impl_->settle_master();
+}
+
+void Optimizer::with_collaboration_parameters(const std::function<void()>& f) {
+  auto& m = *impl_;
+  std::vector<torch::Tensor> held;
+  {
+    std::unique_lock<std::mutex> lk;
+    if (m.bg) lk = std::unique_lock(m.master_mu);  // a step may be applied meanwhile
+    held = m.hold_exact_params();
+  }
+  try {
+    f();
+  } catch (...) {
+    m.restore_params(held);
+    throw;
+  }
+  m.restore_params(held);
 }
 
 std::uint64_t Optimizer::state_digest() const {
@@ -287,6 +306,7 @@ result<void> Optimizer::shutdown(Duration timeout) {
     m.failed_rounds = 0;
     m.finish_background_round(ignored, true);
   }
+  m.settle_master();  // the model ends at the collaboration's parameters
   if (m.ckpt) {
     auto r = m.save(0, 0);
     if (!r) {

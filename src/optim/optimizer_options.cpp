@@ -3,6 +3,16 @@
 
 namespace starling::optim {
 
+result<DelayCorrection> parse_delay_correction(const std::string& s) {
+  if (s == "none") return DelayCorrection::none;
+  if (s == "predict") return DelayCorrection::predict;
+  return make_error(errc::invalid_argument, "unknown delay correction '" + s + "' (none|predict)");
+}
+
+const char* to_string(DelayCorrection c) {
+  return c == DelayCorrection::predict ? "predict" : "none";
+}
+
 result<void> validate(const OptimizerOptions& o) {
   auto bad = [](std::string why) {
     return make_error(errc::invalid_argument, "optimizer options: " + why);
