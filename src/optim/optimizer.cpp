@@ -24,7 +24,7 @@ result<std::unique_ptr<Optimizer>> Optimizer::create(
   if (!inner) return make_error(errc::invalid_argument, "optimizer: no inner optimizer");
   // Peers exchange, and checkpoints keep, the optimizer's state in the state format: an
   // optimizer it cannot carry (LBFGS, a user's own) would fail at the first state transfer.
-  if (auto kind = state_torch::kind_of(*inner); !kind)
+  if (auto kind = state_torch::kind_of(*inner); !kind && !options.optimizer_state_in_model)
     return make_error(errc::unsupported, "optimizer: " + kind.error().message());
   auto impl = std::make_unique<Impl>(model, std::move(inner), std::move(options));
   for (const auto& item : model.named_parameters(true)) {
@@ -64,7 +64,7 @@ result<std::unique_ptr<Optimizer>> Optimizer::create(
            training::CheckpointDir::open(impl->opt.checkpoint_dir, impl->opt.checkpoints_kept));
     impl->ckpt = std::move(dir);
     NamedTensors extra = impl->extra_tensors();
-    ST_TRY(auto meta, load_latest_checkpoint(*impl->ckpt, model, impl->inner.get(), &extra));
+    ST_TRY(auto meta, load_latest_checkpoint(*impl->ckpt, model, impl->state_optimizer(), &extra));
     if (meta) {
       if (meta->run_id != impl->opt.run_id)
         Impl::log()->warn("checkpoint is from run '{}', this is run '{}'", meta->run_id,

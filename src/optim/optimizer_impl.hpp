@@ -95,6 +95,10 @@ struct Optimizer::Impl {
       : model(m), inner(std::move(in)), opt(std::move(o)) {}
   ~Impl();
 
+  // The optimizer whose state the state format carries (null: its state is in the model).
+  torch::optim::Optimizer* state_optimizer() {
+    return opt.optimizer_state_in_model ? nullptr : inner.get();
+  }
   bool delayed() const { return !master.empty(); }
   bool predicting() const { return delayed() && opt.delay_correction == DelayCorrection::predict; }
   // The tensors the inner optimizer steps.

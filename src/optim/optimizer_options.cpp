@@ -36,6 +36,8 @@ result<void> validate(const OptimizerOptions& o) {
   if (o.progress_ttl < o.progress.stale_after)
     return bad("progress_ttl is shorter than stale_after");
   if (o.auxiliary && o.diloco_steps > 0) return bad("an auxiliary peer cannot use DiLoCo");
+  if (o.delay_optimizer_step && o.optimizer_state_in_model)
+    return bad("delay_optimizer_step needs an optimizer whose state the format carries");
   if (o.delay_optimizer_step && o.diloco_steps > 0)
     return bad("delay_optimizer_step is for synchronous steps, not DiLoCo");
   if (!(o.outer.lr > 0) || !(o.outer.momentum >= 0) || !(o.outer.momentum < 1))

@@ -101,7 +101,7 @@ void Optimizer::Impl::download(StepReport& rep, std::uint64_t want_digest) {
         fmt::format("the donors' state (epoch {}) is not newer than this peer's", r.value().epoch));
   if (r) {
     NamedTensors extra = extra_tensors();
-    auto ok = load_training_state(r.value().bytes, model, inner.get(), &extra);
+    auto ok = load_training_state(r.value().bytes, model, state_optimizer(), &extra);
     if (ok) {
       ++stats.state_downloads;
       reload_master();
@@ -140,7 +140,7 @@ result<std::filesystem::path> Optimizer::Impl::save(std::uint64_t pass, std::uin
   m.stream_position = position;
   m.outer_steps = diloco.outer_steps();
   const auto held = hold_exact_params();
-  auto out = optim::save_checkpoint(*ckpt, m, model, inner.get(), extra_tensors());
+  auto out = optim::save_checkpoint(*ckpt, m, model, state_optimizer(), extra_tensors());
   restore_params(held);
   return out;
 }
@@ -153,7 +153,7 @@ void Optimizer::Impl::serve_pending_state_request() {
     if (background_step_applied()) return;
   }
   const auto held = hold_exact_params();
-  auto bytes = save_training_state(model, inner.get(), extra_tensors());
+  auto bytes = save_training_state(model, state_optimizer(), extra_tensors());
   restore_params(held);
   if (!bytes) {
     log()->warn("cannot serialise state for a peer: {}", bytes.error().message());

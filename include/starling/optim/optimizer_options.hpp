@@ -73,6 +73,13 @@ struct OptimizerOptions {
   // step stale).
   DelayCorrection delay_correction = DelayCorrection::predict;
 
+  // The inner optimizer's state is not in the state format's optimizer section: its tensors
+  // are buffers of the model (the Python binding registers a Python optimizer's state tensors
+  // there), so state transfer and checkpoints carry them with the model. The inner optimizer
+  // may then be of any type (the Python binding's adapter calls the Python optimizer's
+  // step()). Not with delay_optimizer_step (the background step runs on another thread).
+  bool optimizer_state_in_model = false;
+
   // This peer accepts no incoming connections (behind NAT); it still averages and serves
   // state over its own outgoing connections.
   bool client_mode = false;
