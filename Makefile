@@ -4,7 +4,7 @@ BUILD   := build
 JOBS    ?= $(shell nproc)
 CTEST_J ?= 2
 
-.PHONY: all deps dev-deps configure build test test-all test-asan test-tsan demo demo-lm fuzz clean format tidy python
+.PHONY: all deps dev-deps configure build test test-all test-asan test-tsan demo demo-lm python-install fuzz clean format tidy
 all: build
 
 deps:
@@ -20,10 +20,6 @@ configure: deps $(BUILD)/build.ninja
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
-
-# The Python module `starling`, installed into the python3 that imports torch (docs/python.md).
-python: configure
-	cmake --build $(BUILD) -j $(JOBS) --target python-install
 
 # The whole suite except soak tests (those run with `make test-all`).
 test: build
@@ -56,6 +52,10 @@ demo: configure
 demo-lm: configure
 	cmake --build $(BUILD) -j $(JOBS) --target starling_cli
 	scripts/demo_lm.sh $(BUILD)
+
+# The Python module, built and copied into the python3 that imports torch (docs/python.md).
+python-install: configure
+	cmake --build $(BUILD) -j $(JOBS) --target python-install
 
 # make bench-transport, bench-dht, bench-allreduce, bench-training, ...
 bench-%: build

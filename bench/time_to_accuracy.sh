@@ -15,7 +15,8 @@
 # "not reached" with its best accuracy and epoch.
 # Prints a table and one line `RESULT {json}`.
 # Usage: bench/time_to_accuracy.sh BIN [DEADLINE]
-#   env: TTA_TARGET (0.85), TTA_PEERS (4), TTA_EVAL (2), TTA_MODES ("sync delayed f16 diloco"),
+#   env: TTA_TARGET (0.85), TTA_PEERS (4), TTA_EVAL (2), TTA_MODES ("sync delayed f16 diloco"; also delayed-stale:
+#        delayed updates without the staleness correction),
 #        TTA_DILOCO_STEPS (8), TTA_KEEP=DIR keeps the logs.
 set -euo pipefail
 bin=$1
@@ -93,6 +94,7 @@ for m in $modes; do
   case $m in
     sync) collab sync ;;
     delayed) collab delayed --delay-step ;;
+    delayed-stale) collab delayed-stale --delay-step --delay-correction none ;;
     f16) collab f16 --compression float16 ;;
     diloco) collab diloco --diloco-steps "$h" ;;
     *) echo "unknown mode $m"; exit 2 ;;
@@ -125,6 +127,28 @@ for m in $modes; do
   row "$k peers, $m" ${res[$m]}
 done
 echo "  load average (1 min) after each: $(tr '\n' ' ' < "$dir/loads")"
+# Accuracy at equal epochs: trainer 1 of every mode evaluated every EVAL epochs until it
+# stopped; compare them at the last epoch all of them evaluated (DiLoCo's epochs are outer
+# steps: left out).
+# acc_at LOG E: "accuracy@epoch" of the last evaluation at or before epoch E.
+acc_at() {
+  sed -n 's/^epoch \([0-9]*\): test accuracy \([0-9.]*\).*/\1 \2/p' "$1" |
+    awk -v e="$2" '$1 <= e { a = $2 "@" $1 } END { print a }'
+}
+common=""
+for m in $modes; do
+  [[ $m == diloco ]] && continue
+  last=$(sed -n 's/^epoch \([0-9]*\): test accuracy.*/\1/p' "$dir/${m}1.log" | tail -1)
+  [[ -n $last ]] && { [[ -z $common ]] || ((last < common)); } && common=$last
+done
+if [[ -n $common ]]; then
+  line="  test accuracy at the last evaluation at or before epoch $common:"
+  for m in $modes; do
+    [[ $m == diloco ]] && continue
+    line+=" $m $(acc_at "$dir/${m}1.log" "$common")"
+  done
+  echo "$line"
+fi
 json="{\"bench\":\"time_to_accuracy\",\"target\":$target,\"peers\":$k,\"cores\":$cores,\"deadline\":$deadline"
 num() { [[ $1 == - ]] && echo null || echo "$1"; }
 json+=",\"alone_seconds\":$(num "$alone_s"),\"alone_training_seconds\":$(num "$alone_t"),\"ideal_seconds\":$(num "$ideal")"

@@ -64,11 +64,10 @@ def main():
     loss0 = eval_loss()
     dht = starling.DHT(initial_peers=a.initial_peers, listen=["/ip4/127.0.0.1/tcp/0"])
     print(json.dumps({"maddrs": dht.visible_maddrs}), flush=True)
-    opt = starling.Optimizer(dht=dht, run_id=a.run_id, optimizer=inner, model=model,
+    opt = starling.Optimizer(dht=dht, run_id=a.run_id, optimizer=inner,
                              target_batch_size=128, batch_size_per_step=16,
                              matchmaking_time=1.0, averaging_timeout=20.0)
-    # Start together: a peer that trained alone first would have to download the state, and
-    # the Python optimizer's own state (Adam's moments) is not part of it (docs/python.md).
+    # Start together (unless this peer is meant to join late and download the state).
     key = a.run_id + "/ready"
     dht.store(key, b"1", starling.get_dht_time() + 120, subkey=dht.peer_id)
     while time.monotonic() < deadline:
@@ -99,8 +98,7 @@ def main():
     print(json.dumps({"epoch": opt.local_epoch, "hash": digest.hexdigest(),
                       "opt_hash": opt_digest.hexdigest(), "steps": steps,
                       "loss0": loss0, "loss": eval_loss(), "rounds_ok": st["rounds_ok"],
-                      "state_downloads": st["state_downloads"],
-                      "state_sharing": opt.state_sharing}), flush=True)
+                      "state_downloads": st["state_downloads"]}), flush=True)
     while time.monotonic() < deadline:
         opt.serve_state_requests()
         ready, _, _ = select.select([sys.stdin], [], [], 0.02)

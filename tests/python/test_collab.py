@@ -1,12 +1,15 @@
 """Three Python processes train a small MLP together with starling.Optimizer (collab_peer.py):
-once wrapping torch.optim.Adam, once a Python-written optimizer. All peers end at the same
-epoch with bit-identical parameters, and the evaluation loss falls."""
+once wrapping torch.optim.Adam, once a Python-written optimizer; and a late joiner that
+downloads the state. All peers end at the same epoch with bit-identical parameters and
+optimizer state, and the evaluation loss falls. Run by ctest (python_collab) with the build's
+module directory as argv[1]."""
 import json
 import os
 import subprocess
 import sys
 import unittest
 
+MODULE_DIR = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else "build/python")
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "collab_peer.py")
 
 
@@ -31,10 +34,11 @@ class CollabTest(unittest.TestCase):
                 "--epochs", str(epochs), "--peers", str(start_together)]
         if late_at:
             args += ["--step-delay", "0.02"]
+        env = dict(os.environ, PYTHONPATH=MODULE_DIR, OMP_NUM_THREADS="1")
         procs = []
         try:
             first = subprocess.Popen(args + ["--seed", "1"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, text=True, env=env)
             procs.append(first)
             maddrs = read_json(first, "maddrs")["maddrs"]
             for i in range(1, peers):
@@ -42,7 +46,8 @@ class CollabTest(unittest.TestCase):
                     while read_json(first, "epoch_reached")["epoch_reached"] < late_at:
                         pass
                 p = subprocess.Popen(args + ["--seed", str(i + 1), "--initial-peers"] + maddrs,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=env)
                 procs.append(p)
                 read_json(p, "maddrs")
             results = [read_json(p, "hash") for p in procs]
@@ -78,15 +83,13 @@ class CollabTest(unittest.TestCase):
         self.collaborate("adam")
 
     def test_three_peers_python_optimizer(self):
-        results = self.collaborate("python")
-        self.assertEqual({r["state_sharing"] for r in results}, {"local"})
+        self.collaborate("python")
 
     def test_late_joiner_downloads_adam_state(self):
         # The late peer downloads parameters and Adam's moments; had it kept fresh moments,
         # its next steps would differ and the parameter hashes would not match at the end.
         results = self.collaborate("adam", epochs=40, late_at=5)
         self.assertGreaterEqual(results[-1]["state_downloads"], 1, results)
-        self.assertEqual({r["state_sharing"] for r in results}, {"adam"})
 
 
 if __name__ == "__main__":
