@@ -17,7 +17,7 @@ trap cleanup EXIT
 pids+=($!)
 for _ in $(seq 100); do [[ -s $dir/boot.addrs ]] && break; sleep 0.1; done
 boot=$(head -1 "$dir/boot.addrs")
-common=(--target-batch-size 1024 --batch-size 64 --lr 1e-3 --threads 1)
+common=(--target-batch-size 1024 --batch-size 64)  # the example's Adam lr is 0.003
 echo "== load before: $(uptime)"
 
 run() {  # run NAME: $peers trainers for $seconds; prints the summed samples/s
@@ -25,28 +25,32 @@ run() {  # run NAME: $peers trainers for $seconds; prints the summed samples/s
   for i in $(seq "$peers"); do
     if [[ $name == cpp ]]; then
       STARLING_LOG=warn "$bin" train --identity "$dir/c$i.key" --initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 \
-        --run-id bench-cpp "${common[@]}" --max-seconds "$seconds" --linger 0 --report "$dir/$name$i.json" > "$dir/$name$i.log" 2>&1 &
+        --run-id bench-cpp "${common[@]}" --lr 0.003 --threads 1 --max-seconds "$seconds" --linger 0 --report "$dir/$name$i.json" > "$dir/$name$i.log" 2>&1 &
     else
       STARLING_LOG=warn PYTHONPATH=$build/python OMP_NUM_THREADS=1 "$py" examples/python/fashion_mnist.py --initial-peers "$boot" \
-        --run-id bench-py "${common[@]}" --max-seconds "$seconds" --data-seed "$i" --report "$dir/$name$i.json" > "$dir/$name$i.log" 2>&1 &
+        --run-id bench-py "${common[@]}" --max-seconds "$seconds" --epochs 1000000000 --seed "$i" > "$dir/$name$i.log" 2>&1 &
     fi
     ps+=($!)
   done
   for p in "${ps[@]}"; do wait "$p" || { echo "$name trainer failed:"; cat "$dir/$name"*.log; exit 1; }; done
 }
-sum_rate() {  # samples / seconds of each trainer's report, summed; epochs and accuracy to stderr
-  "$py" - "$dir/$1"*.json <<'PY'
+cpp_rate() {  # samples / seconds of each `starling train --report`, summed
+  "$py" - "$dir"/cpp*.json <<'PY'
 import json, sys
 rs = [json.load(open(f)) for f in sys.argv[1:]]
-print("  epochs", [r["epoch"] for r in rs], "test accuracy", [round(r["test_accuracy"], 4) for r in rs],
-      "step time share", [round(r["step_seconds"] / r["seconds"], 3) for r in rs], file=sys.stderr)
+print("  C++ epochs", [r["epoch"] for r in rs], "test accuracy",
+      [round(r["test_accuracy"], 4) for r in rs], file=sys.stderr)
 print("%.1f" % sum(r["samples"] / r["seconds"] for r in rs))
 PY
 }
+py_rate() {  # the example's final "samples_per_second X", summed
+  grep -h '^done:' "$dir"/py*.log | sed 's/^/  Python /' >&2
+  grep -h '^done:' "$dir"/py*.log | grep -oE 'samples_per_second [0-9.]+' | awk '{s += $2} END {printf "%.1f", s}'
+}
 run cpp
-cpp=$(sum_rate cpp)
+cpp=$(cpp_rate)
 run py
-pyr=$(sum_rate py)
+pyr=$(py_rate)
 echo "== load after: $(uptime)"
 echo "C++ starling train: $peers peers, $cpp samples/s (sum)"
 echo "Python starling.Optimizer: $peers peers, $pyr samples/s (sum)"
