@@ -51,12 +51,8 @@ TN_NAME=lm TN_PARAMS=$params TN_TARGET=$target TN_CONFIGS="sync f16 delayed" \
 
 # Part 2: held-out perplexity at equal samples.
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-"$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addrs" \
-  > "$dir/boot.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [[ -s $dir/boot.addrs ]] && break; sleep 0.1; done
-[[ -s $dir/boot.addrs ]] || { echo "bootstrap node did not start"; cat "$dir/boot.log"; exit 1; }
-boot=$(head -1 "$dir/boot.addrs")
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/bootstrap_node.sh"
+start_bootstrap "$bin" "$dir"
 # collab NAME FLAGS...: 4 trainers until the collaboration has SAMPLES samples.
 collab() {
   local name=$1; shift

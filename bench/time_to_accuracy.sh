@@ -60,12 +60,8 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
 read -r alone_s alone_ep alone_ev < <(outcome alone "$dir/alone.json" "$dir/alone.log")
 echo "alone $(cut -d' ' -f1 /proc/loadavg)" >> "$dir/loads"
 
-"$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addrs" \
-  > "$dir/boot.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [[ -s $dir/boot.addrs ]] && break; sleep 0.1; done
-[[ -s $dir/boot.addrs ]] || { echo "bootstrap node did not start"; cat "$dir/boot.log"; exit 1; }
-boot=$(head -1 "$dir/boot.addrs")
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/bootstrap_node.sh"
+start_bootstrap "$bin" "$dir"
 
 # collab MODE FLAGS...: PEERS trainers; trainer 1 evaluates and stops at the target.
 collab() {

@@ -35,11 +35,8 @@ cleanup() {
 trap cleanup EXIT
 field() { sed -n "s/.*\"$2\":\(\"[^\"]*\"\|[0-9.e+-]*\).*/\1/p" "$1" | tr -d '"'; }
 
-"$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addrs" \
-  > "$dir/boot.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [[ -s $dir/boot.addrs ]] && break; sleep 0.1; done
-boot=$(head -1 "$dir/boot.addrs")
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/bootstrap_node.sh"
+start_bootstrap "$bin" "$dir"
 
 # run NAME EXTRA_ARGS...: k trainers for secs seconds (target batch $TARGET, default 1024);
 # prints "samples_per_s bytes_per_epoch step_share" and appends the load average after the window to $dir/loads. With ANCHOR=1 it also runs k
