@@ -74,7 +74,10 @@ class CollabTest(unittest.TestCase):
         self.assertEqual(len({r["hash"] for r in results}), 1, "parameters differ: %s" % results)
         self.assertEqual(len({r["opt_hash"] for r in results}), 1,
                          "optimizer states differ: %s" % results)
-        self.assertTrue(all(r["rounds_ok"] >= 1 for r in results), results)
+        # (a late joiner on a loaded machine may arrive when the others are done: it then only
+        # downloads)
+        together = results[:-1] if late_at else results
+        self.assertTrue(all(r["rounds_ok"] >= 1 for r in together), results)
         for r in results:
             self.assertLess(r["loss"], 0.8 * r["loss0"], r)
         return results
@@ -88,7 +91,7 @@ class CollabTest(unittest.TestCase):
     def test_late_joiner_downloads_adam_state(self):
         # The late peer downloads parameters and Adam's moments; had it kept fresh moments,
         # its next steps would differ and the parameter hashes would not match at the end.
-        results = self.collaborate("adam", epochs=40, late_at=5)
+        results = self.collaborate("adam", epochs=60, late_at=5)
         self.assertGreaterEqual(results[-1]["state_downloads"], 1, results)
 
 
