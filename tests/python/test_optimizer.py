@@ -100,7 +100,7 @@ def train_together(make_opt, run_id, epochs=12, **kw):
 class OptimizerTest(unittest.TestCase):
     def check(self, peers, alive, rounds):
         self.assertEqual(alive, [False, False], "training did not finish in time")
-        self.assertEqual(min(rounds), max(rounds))
+        # (A peer that missed a round on a loaded machine downloads instead: counts may differ.)
         self.assertGreaterEqual(min(rounds), 3, "the peers did not average")
         for p in peers:
             self.assertIsNone(p.error, repr(p.error))
