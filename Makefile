@@ -4,11 +4,14 @@ BUILD   := build
 JOBS    ?= $(shell nproc)
 CTEST_J ?= 2
 
-.PHONY: all deps configure build test test-all test-asan test-tsan demo fuzz clean format
+.PHONY: all deps dev-deps configure build test test-all test-asan test-tsan demo demo-lm fuzz clean format tidy
 all: build
 
 deps:
 	@scripts/install-deps.sh
+
+dev-deps:
+	@scripts/install-deps.sh --dev
 
 $(BUILD)/build.ninja: CMakeLists.txt CMakePresets.json | deps
 	cmake --preset release
@@ -45,6 +48,11 @@ demo: configure
 	cmake --build $(BUILD) -j $(JOBS) --target starling_cli
 	scripts/demo.sh $(BUILD)
 
+# The language-model task on loopback: 4 trainers, one killed, one joining (scripts/demo_lm.sh).
+demo-lm: configure
+	cmake --build $(BUILD) -j $(JOBS) --target starling_cli
+	scripts/demo_lm.sh $(BUILD)
+
 # make bench-transport, bench-dht, bench-allreduce, bench-training, ...
 bench-%: build
 	bench/run-$*.sh $(BUILD)
@@ -52,8 +60,14 @@ bench-%: build
 fuzz: deps
 	cmake --preset fuzz && cmake --build $(BUILD)/fuzz -j $(JOBS)
 
-format:
+format: dev-deps
 	find include src tests tools bench fuzz examples -name '*.[ch]pp' | xargs clang-format -i
+
+# clang-tidy (.clang-tidy's checks) over the library's sources, with the compile commands of
+# the clang fuzz tree (every torch-free module but collab).
+tidy: dev-deps fuzz
+	find src -name '*.cpp' -not -path '*/collab/*' -not -path '*/optim/*' -not -path '*/monitor/web/*' \
+	  | xargs -P $(JOBS) -n 8 clang-tidy-16 -p $(BUILD)/fuzz --quiet
 
 clean:
 	rm -rf $(BUILD) build-dev build-clang build-asan build-tsan

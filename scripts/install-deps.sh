@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the exact Debian 12 packages Starling needs to build, test, benchmark and demo.
 # Idempotent and non-interactive: it installs only what is missing. Run as root (or with sudo).
+# `--dev` adds the developer tools of `make format` and `make tidy`.
 set -euo pipefail
 
 PACKAGES=(
@@ -19,13 +20,14 @@ PACKAGES=(
   iperf3 jq libgloo-dev libopendht-dev
   # the run dashboard: HTTP server, charts served locally, and the browser its test drives
   libcpp-httplib-dev libjs-chart.js chromium
-  # data for the training demo
-  dataset-fashion-mnist
+  # data for the training demos (Fashion-MNIST; WordNet's glosses for the language model)
+  dataset-fashion-mnist wordnet-base
   # emulated internet (netlab) and interop test
   iproute2 iptables procps psmisc nodejs npm
   # test scripts (stdlib only)
   python3
 )
+if [[ ${1:-} == --dev ]]; then PACKAGES+=(clang-format clang-tidy-16); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

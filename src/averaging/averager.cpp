@@ -96,6 +96,21 @@ MemberInfo Averager::self_info(double weight) const {
   return m;
 }
 
+// A member of the last group may ask to join this peer's next round a moment before this
+// peer's step begins (the group predicts its leader, AveragerConfig::reuse_group): its request
+// waits for our session, at most a refresh interval, instead of being refused.
+awaitable<std::shared_ptr<detail::MatchSession>> Averager::await_match(const PeerKey& who) {
+  auto self = shared_from_this();
+  const auto& last = impl_->last_members;
+  const bool member =
+      std::any_of(last.begin(), last.end(), [&](const MemberInfo& m) { return m.peer == who; });
+  if (!cfg_.reuse_group || !member) co_return nullptr;
+  const TimePoint until = Clock::now() + cfg_.matchmaking.refresh_interval;
+  while (!impl_->match && !impl_->stopped && Clock::now() < until)
+    (void)co_await with_timeout(impl_->match_started.wait(), until - Clock::now(), "next round");
+  co_return impl_->match;
+}
+
 void Averager::start() {
   if (impl_->started) return;
   impl_->started = true;
@@ -119,6 +134,7 @@ void Averager::start() {
           co_return;
         }
         auto session = self->impl_->match;
+        if (!session) session = co_await self->await_match(PeerKey(remote.bytes()));
         if (!session) {
           // Not looking for a group right now.
           auto r = net::length_prefixed(wire::encode_match(JoinReply{JoinVerdict::begun}));

@@ -35,10 +35,14 @@ struct PendingStep::State {
 };
 
 struct Averager::Impl {
-  explicit Impl(asio::any_io_executor ex) : round_registered(ex) {}
+  explicit Impl(asio::any_io_executor ex) : round_registered(ex), match_started(ex) {}
   std::map<Bytes, std::shared_ptr<detail::RoundRunner>> rounds;  // by group id
   AsyncEvent round_registered;
   std::shared_ptr<detail::MatchSession> match;
+  AsyncEvent match_started;  // pulsed when a matchmaking session begins
+  // The members of the last successful matched round (empty after a failure): the view an
+  // intact group predicts for its next round (AveragerConfig::reuse_group).
+  std::vector<MemberInfo> last_members;
   std::weak_ptr<PendingStep::State> step;  // the step in flight (stop() ends it)
   // The snapshot served now and the one before it (downloads of it in progress finish).
   std::shared_ptr<const StateSnapshot> snapshot, previous;

@@ -134,15 +134,23 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
     MatchmakingCore core(mcfg, self_info(join_weight), schema_hash_, key_.with_round(opts.round),
                          wnow, wnow + std::chrono::duration_cast<WallClock::duration>(mm),
                          cfg_.seed ^ static_cast<std::uint64_t>(t0.time_since_epoch().count()));
+    const WallTime match_deadline = wnow + std::chrono::duration_cast<WallClock::duration>(mm);
     auto session = std::make_shared<detail::MatchSession>(*host_, *directory_, std::move(core),
                                                           add_addresses_, cfg_.open_timeout,
                                                           impl_->join_protocol, cfg_.on_phase);
+    if (opts.reuse_group && reuse_last_group(mcfg))
+      session->predict(predicted_view(match_deadline));
     impl_->match = session;
     st->match = session;
+    impl_->match_started.pulse();
     auto g = co_await session->run();
     st->match.reset();
     impl_->match.reset();
-    if (!g) co_return g.error();
+    res.matched_directly = session->matched_directly();
+    if (!g) {
+      impl_->last_members.clear();
+      co_return g.error();
+    }
     group = std::move(g).value();
   }
   res.matchmaking_time = Clock::now() - t0;
@@ -207,6 +215,8 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   auto r = co_await runner->run();
   impl_->rounds.erase(group.group_id);
   st->runner.reset();
+  impl_->last_members.clear();
+  if (r && matched && key_.config().dims == 0) impl_->last_members = group.members;
   res.allreduce_time = Clock::now() - t1;
   res.bytes_sent = runner->bytes_sent();
   res.bytes_received = runner->bytes_received();
@@ -237,6 +247,25 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   res.group = std::move(group);
   res.total_time = Clock::now() - t0;
   co_return res;
+}
+
+bool Averager::reuse_last_group(const MatchmakingConfig& m) const {
+  const auto n = impl_->last_members.size();
+  return cfg_.reuse_group && key_.config().dims == 0 && n >= 2 && m.expected_size == n &&
+         n >= m.min_group_size && n <= m.target_group_size;
+}
+
+std::vector<MatchEntry> Averager::predicted_view(WallTime deadline) const {
+  std::vector<MatchEntry> view;
+  for (const auto& m : impl_->last_members) {
+    MatchEntry e;
+    e.info = m;
+    e.info.weight = 0;
+    e.schema_hash = schema_hash_;
+    e.deadline = deadline;
+    view.push_back(std::move(e));
+  }
+  return view;
 }
 
 // --- PendingStep ----------------------------------------------------------------------------

@@ -27,7 +27,12 @@ void MatchSession::tell_addresses(const MemberInfo& m) {
   if (id) sink_(id.value(), m.addrs);
 }
 
+void MatchSession::predict(std::vector<MatchEntry> view) {
+  predicted_ = std::move(view);
+}
+
 awaitable<void> MatchSession::publish() {
+  published_ = true;
   const auto& e = core_.entry();
   const auto t0 = Clock::now();
   auto r = co_await dir_.put(core_.key().dht_key(), e.info.peer.bytes(), wire::encode_entry(e),
@@ -69,8 +74,17 @@ awaitable<result<GroupInfo>> MatchSession::run() {
   // Taking the flag after the put instead lost that change: a leader's group size stayed 1
   // in the directory (a peer that needed it to plan waited out the deadline), and a peer that
   // cancelled during its first put left its entry open until the deadline.
-  (void)core_.take_republish();
-  co_await publish();
+  if (!predicted_.empty()) {
+    // An intact group: every member plans the same group from the same predicted view and
+    // joins its leader at once; the directory is left alone unless that fails.
+    direct_ = true;
+    for (const auto& e : predicted_) entries_[e.info.peer] = e;
+    core_.on_view(predicted_, WallClock::now());
+    pump();
+  } else {
+    (void)core_.take_republish();
+    co_await publish();
+  }
   for (;;) {
     // Reset before looking at the state: a message handled while refresh() or publish() is
     // suspended sets the event, and the wait below must not miss it (a lost wakeup here
@@ -79,8 +93,18 @@ awaitable<result<GroupInfo>> MatchSession::run() {
     const auto st = core_.state();
     if (st == S::done || st == S::failed) break;
     const auto now = WallClock::now();
-    if (core_.wants_view(now)) co_await refresh();
-    if (core_.take_republish()) co_await publish();
+    if (direct_ && core_.wants_view(now)) {
+      // No group within a refresh interval: a member changed. Back to the directory (our
+      // entry as it is now, then a fresh view).
+      logger("averaging")
+          ->debug("matchmaking under {}: no group from the last one's members ({}), using the DHT",
+                  core_.key().to_string(), MatchmakingCore::state_name(st));
+      direct_ = false;
+      (void)core_.take_republish();
+      co_await publish();
+    }
+    if (!direct_ && core_.wants_view(now)) co_await refresh();
+    if (!direct_ && core_.take_republish()) co_await publish();
     const auto wake = core_.next_wakeup(WallClock::now());
     const auto wait = std::max<Duration>(wake - WallClock::now(), Duration(1ms));
     (void)co_await with_timeout(changed_.wait(), std::min<Duration>(wait, 10s), "matchmaking");
@@ -101,7 +125,7 @@ awaitable<result<GroupInfo>> MatchSession::run() {
     l->wake->set();
     if (!l->closed) (void)co_await with_timeout(l->stream->close_write(), 1s, "close");
   }
-  if (core_.take_republish()) co_await publish();
+  if (published_ && core_.take_republish()) co_await publish();
   // Resetting at once could drop our last frames at the peer: wait for it to close too.
   // A cancelled session does not wait: its Leave / Disband is out, and a reset tells the peer
   // the same (it drops this peer as lost).

@@ -25,8 +25,14 @@ class MatchSession : public std::enable_shared_from_this<MatchSession> {
                std::function<void(const std::string&)> on_phase = {});
   ~MatchSession();
 
+  // Before run(): match from this predicted view first (the members of the last group), over
+  // join streams only; the session publishes and reads the directory only once the core wants
+  // a fresh view (after its refresh interval) without having a group.
+  void predict(std::vector<MatchEntry> view);
   // Runs until the core has a group or fails; then flushes and closes the join streams.
   awaitable<result<GroupInfo>> run();
+  // Whether the group formed from the predicted view, without the directory.
+  bool matched_directly() const noexcept { return !predicted_.empty() && !published_; }
   // Leader side: `req` arrived first on `stream` (opened by `remote`); serves the stream until
   // the session ends.
   awaitable<void> serve_join(net::PeerId remote, net::ByteStreamPtr stream,
@@ -68,6 +74,9 @@ class MatchSession : public std::enable_shared_from_this<MatchSession> {
   std::map<PeerKey, std::shared_ptr<Link>> links_;
   std::map<PeerKey, MatchEntry> entries_;
   bool ending_ = false;
+  std::vector<MatchEntry> predicted_;
+  bool direct_ = false;     // matching from predicted_, the directory untouched
+  bool published_ = false;  // our entry is in the directory
   std::size_t readers_ = 0;
   std::function<void(const std::string&)> on_phase_;
   MatchmakingCore::State last_state_ = MatchmakingCore::State::looking;

@@ -83,6 +83,10 @@ averaging::StepOptions NetCollaboration::step_options(const training::RoundOptio
   // Every live peer is at this epoch: the leader begins once all of them joined rather than
   // after min_wait (a group of one is no round, so a hint below 2 says nothing).
   if (o.expected_group >= 2) so.expected_group_size = o.expected_group;
+  // A live peer outside the expected ones (behind, downloading the state) must find the round
+  // in the DHT when it catches up: no intact-group shortcut then (a group that kept matching
+  // directly would run ahead of it for good).
+  so.reuse_group = o.live_peers != 0 && o.live_peers == o.expected_group;
   return so;
 }
 

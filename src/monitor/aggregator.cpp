@@ -55,6 +55,7 @@ void RunAggregator::update(TimePoint now, const std::vector<MetricsEntry>& entri
   p.samples_per_second = totals_.samples_per_second;
   p.loss = totals_.loss;
   if (totals_.eval) p.eval_accuracy = totals_.eval->accuracy;
+  if (totals_.eval) p.eval_perplexity = totals_.eval->perplexity;
   p.bytes = totals_.bytes_sent + totals_.bytes_received;
   history_.push_back(p);
   while (history_.size() > config_.max_points) history_.pop_front();

@@ -89,6 +89,7 @@ std::string software_version() {
 result<void> validate_metrics(const MetricsRecord& r, const MetricsLimits& l) {
   ST_TRY(check_text(r.name, l.max_name_bytes, "name"));
   ST_TRY(check_text(r.version, l.max_version_bytes, "version"));
+  ST_TRY(check_text(r.task, l.max_task_bytes, "task"));
   if (r.loss && (!std::isfinite(*r.loss) || std::abs(*r.loss) > l.max_abs_loss))
     return bad(fmt::format("loss {} out of range", *r.loss));
   ST_TRY(check_number(r.samples_per_second, l.max_samples_per_second, "samples_per_second"));
@@ -99,6 +100,8 @@ result<void> validate_metrics(const MetricsRecord& r, const MetricsLimits& l) {
     ST_TRY(check_number(r.eval->accuracy, 1.0, "eval_accuracy"));
     ST_TRY(check_number(r.eval->loss, l.max_abs_loss, "eval_loss"));
     if (r.eval->epoch > l.max_count) return bad("eval_epoch out of range");
+    if (r.eval->perplexity)
+      ST_TRY(check_number(*r.eval->perplexity, l.max_perplexity, "eval_perplexity"));
   }
   for (auto [v, field] : {std::pair{r.samples_total, "samples_total"},
                           {r.bytes_sent, "bytes_sent"},
@@ -145,7 +148,12 @@ result<Bytes> encode_metrics(const MetricsRecord& r, const MetricsLimits& l) {
     m.set_eval_accuracy(r.eval->accuracy);
     m.set_eval_loss(r.eval->loss);
     m.set_eval_epoch(r.eval->epoch);
+    if (r.eval->perplexity) {
+      m.set_has_eval_perplexity(true);
+      m.set_eval_perplexity(*r.eval->perplexity);
+    }
   }
+  m.set_task(r.task);
   Bytes out(m.ByteSizeLong());
   m.SerializeToArray(out.data(), static_cast<int>(out.size()));
   if (out.size() > l.max_record_bytes)
@@ -185,10 +193,15 @@ result<MetricsRecord> decode_metrics(BytesView in, const MetricsLimits& l) {
   r.ttl_ms = m.ttl_ms();
   r.window_s = m.window_s();
   if (m.has_eval()) {
-    r.eval = MetricsRecord::Eval{m.eval_accuracy(), m.eval_loss(), m.eval_epoch()};
-  } else if (m.eval_accuracy() != 0 || m.eval_loss() != 0 || m.eval_epoch() != 0) {
+    r.eval = MetricsRecord::Eval{m.eval_accuracy(), m.eval_loss(), m.eval_epoch(), {}};
+    if (m.has_eval_perplexity()) r.eval->perplexity = m.eval_perplexity();
+  } else if (m.eval_accuracy() != 0 || m.eval_loss() != 0 || m.eval_epoch() != 0 ||
+             m.has_eval_perplexity()) {
     return bad("an evaluation without has_eval");
   }
+  if (!m.has_eval_perplexity() && m.eval_perplexity() != 0)
+    return bad("a perplexity without has_eval_perplexity");
+  r.task = m.task();
   ST_TRY(validate_metrics(r, l));
   return r;
 }

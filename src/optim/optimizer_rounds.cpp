@@ -50,6 +50,7 @@ void Optimizer::Impl::expect_members(training::RoundOptions& ro,
                                      const training::CollaborationView& v) const {
   ro.expected_members = v.majority_base;
   ro.expected_group = v.global_epoch == epoch ? v.all_at_epoch : 0;
+  ro.live_peers = v.num_peers;
 }
 
 Optimizer::Impl::Round Optimizer::Impl::make_round(torch::Tensor mine,

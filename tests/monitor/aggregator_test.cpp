@@ -57,6 +57,7 @@ TEST(MonitorAggregator, TotalsContributorsAndExpiry) {
   auto with_eval = [](MetricsEntry e, double acc, std::uint64_t epoch) {
     auto r = decode_metrics(e.value).value();
     r.eval = MetricsRecord::Eval{acc, 0.4, epoch};
+    r.eval->perplexity = 100.0 + static_cast<double>(epoch);  // as the language-model task does
     e.value = encode_metrics(r).value();
     return e;
   };
@@ -65,6 +66,7 @@ TEST(MonitorAggregator, TotalsContributorsAndExpiry) {
   ASSERT_TRUE(a.totals().eval);
   EXPECT_DOUBLE_EQ(a.totals().eval->accuracy, 0.8);
   EXPECT_EQ(a.history().back().eval_accuracy, 0.8);
+  EXPECT_EQ(a.history().back().eval_perplexity, 104.0);
   // p1 is gone (its record expired): it leaves the table; p2 advanced.
   a.update(t0 + 3s, {entry(p2, 5, 300, 0.9, 1)});
   EXPECT_EQ(a.contributors().size(), 1u);

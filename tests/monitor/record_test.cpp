@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <limits>
 
 #include "starling/dht/signing.hpp"
 #include "starling/dht/validator.hpp"
@@ -37,6 +38,7 @@ MetricsRecord sample() {
   r.ttl_ms = 60'000;
   r.window_s = 10;
   r.eval = MetricsRecord::Eval{0.8612, 0.3901, 40};
+  r.task = "fashion mlp s0 adam";
   return r;
 }
 
@@ -59,6 +61,8 @@ TEST(MonitorRecord, RoundTripsAndStaysSmall) {
   MetricsRecord big = r;
   big.name = std::string(32, 'n');
   big.version = std::string(32, 'v');
+  big.task = std::string(128, 't');
+  big.eval->perplexity = MetricsLimits{}.max_perplexity;
   big.epoch = big.samples_total = big.bytes_sent = big.bytes_received = big.rounds_ok =
       big.rounds_failed = big.state_downloads = big.target_batch_size = big.samples_accumulated =
           big.seq = MetricsLimits{}.max_count;
@@ -199,4 +203,26 @@ TEST(MonitorRecord, TheDhtRefusesForgedRecords) {
   auto old = dht::make_signed_record(a.key, key, metrics_subkey(a.peer), value, dht::Millis(60'000),
                                      version - std::uint64_t{3600} * 1'000'000);
   EXPECT_FALSE(chain.validate(key, old, ctx));
+}
+
+TEST(MonitorRecord, CarriesTheTaskAndHeldOutPerplexity) {
+  auto r = sample();
+  r.task = "lm tiny s0 wn:d6214f1f bpe:67d9e5a27714b147 lamb wd0.01 clip1 wu5 dc60";
+  r.eval->perplexity = 206.6;
+  auto back = decode_metrics(encode_metrics(r).value());
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back.value().task, r.task);
+  ASSERT_TRUE(back.value().eval->perplexity);
+  EXPECT_DOUBLE_EQ(*back.value().eval->perplexity, 206.6);
+  // Refused: an overlong or control-character task, a negative or infinite perplexity.
+  auto bad = r;
+  bad.task = std::string(129, 't');
+  EXPECT_FALSE(encode_metrics(bad));
+  bad.task = "lm\x01";
+  EXPECT_FALSE(encode_metrics(bad));
+  bad = r;
+  bad.eval->perplexity = -1;
+  EXPECT_FALSE(encode_metrics(bad));
+  bad.eval->perplexity = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(encode_metrics(bad));
 }

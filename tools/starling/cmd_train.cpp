@@ -1,4 +1,4 @@
-// `starling train`: joins (or starts) a collaboration on the built-in Fashion-MNIST task and
+// `starling train`: joins (or starts) a collaboration on a built-in task (train_task.hpp) and
 // trains until stopped, with a live progress line. The only CLI translation unit with torch.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +10,6 @@
 #include <iostream>
 #include <thread>
 
-#include <torch/optim/adam.h>
 #include <torch/utils.h>
 
 #include <fmt/format.h>
@@ -19,11 +18,12 @@
 #include "cli.hpp"
 #include "starling/core/log.hpp"
 #include "starling/crypto/keys.hpp"
-#include "starling/optim/fashion_task.hpp"
 #include "starling/optim/optimizer.hpp"
 #include "starling/training/checkpoint.hpp"
+#include "starling/training/round_budget.hpp"
 #include "train_metrics.hpp"
 #include "train_options.hpp"
+#include "train_task.hpp"
 
 namespace starling::cli {
 namespace {
@@ -102,18 +102,24 @@ struct Progress {
 
 int train_main(const TrainOptions& o) {
   auto oo = optimizer_options(o);
-  auto kind = optim::parse_fashion_model(o.model);
-  if (!oo || !kind) {
-    std::cerr << "error: " << (!oo ? oo.error() : kind.error()).message() << "\n";
+  if (!oo) {
+    std::cerr << "error: " << oo.error().message() << "\n";
     return 2;
   }
-  const std::string dir = o.data_dir.empty() ? training::kFashionMnistDefaultDir : o.data_dir;
-  auto train = training::load_fashion_mnist(dir, training::Split::train);
-  auto test = training::load_fashion_mnist(dir, training::Split::test);
-  if (!train || !test) {
-    std::cerr << "error: dataset: " << (!train ? train.error() : test.error()).message() << "\n";
+  if ((o.target_accuracy > 0 || o.stop_at_target) && o.eval_every == 0) {
+    std::cerr << "error: --target-accuracy and --stop-at-target need --eval-every N\n";
     return 2;
   }
+  if (o.stop_at_target && o.target_accuracy <= 0) {
+    std::cerr << "error: --stop-at-target needs --target-accuracy\n";
+    return 2;
+  }
+  auto loaded = load_train_task(o);
+  if (!loaded) {
+    std::cerr << "error: " << loaded.error().message() << "\n";
+    return 2;
+  }
+  auto& task = *loaded.value();
   torch::set_num_threads(o.threads);
   install_signal_handlers();
 
@@ -123,13 +129,21 @@ int train_main(const TrainOptions& o) {
     return 2;
   }
   const std::string peer = net.value()->peer_id();
+  if (auto same = net.value()->check_run_identity(task.identity()); !same) {
+    std::cerr << "error: " << same.error().message() << "\n";
+    net.value()->stop();
+    return 2;
+  }
   const std::uint64_t data_seed =
       o.data_seed != 0 ? o.data_seed : training::seed_from_bytes(as_bytes(peer));
-  optim::FashionTask task(train.value(), kind.value(), o.model_seed, data_seed);
-  optim::FashionData test_data(test.value());
-  auto adam = std::make_unique<torch::optim::Adam>(task.model()->parameters(),
-                                                   torch::optim::AdamOptions(o.lr));
-  auto created = optim::Optimizer::create(*task.model(), std::move(adam), oo.value(),
+  task.start(data_seed);
+  auto inner = task.make_optimizer();
+  if (!inner) {
+    std::cerr << "error: " << inner.error().message() << "\n";
+    net.value()->stop();
+    return 2;
+  }
+  auto created = optim::Optimizer::create(task.module(), std::move(inner).value(), oo.value(),
                                           net.value()->collaboration());
   if (!created) {
     std::cerr << "error: " << created.error().message() << "\n";
@@ -141,7 +155,7 @@ int train_main(const TrainOptions& o) {
     task.stream().seek(r->stream_pass, r->stream_position);
     std::cerr << "resumed from checkpoint at epoch " << r->epoch << "\n";
   }
-  std::cout << "peer " << peer << " run " << o.run_id << " model " << o.model
+  std::cout << "peer " << peer << " run " << o.run_id << " " << task.describe()
             << (net.value()->collaboration() ? "" : " (training alone)") << std::endl;
   for (const auto& a : net.value()->addresses()) std::cout << "listening on " << a << std::endl;
 
@@ -153,20 +167,37 @@ int train_main(const TrainOptions& o) {
     return 2;
   }
   auto& metrics = *metrics_started.value();
+  metrics.set_task(task.identity());
   if (auto url = metrics.endpoint_url(); !url.empty()) std::cout << "metrics " << url << std::endl;
   Progress progress;
   progress.every = std::chrono::duration_cast<Duration>(
       std::chrono::duration<double>(std::max(0.1, o.progress_every)));
   const auto t0 = Clock::now();
   std::uint64_t last_eval_epoch = opt.local_epoch();
+  // Time to accuracy: wall time from the start (evaluations included) and the time spent in
+  // evaluations, at the first evaluation that reached the target.
+  Duration eval_time{};
+  std::optional<double> reached_seconds, reached_eval_seconds;
+  std::uint64_t reached_epoch = 0;
+  if (o.task == "lm" && o.eval_every > 0) {
+    const auto ev = task.evaluate();
+    std::cerr << fmt::format("epoch {} (start): {}\n", opt.local_epoch(), ev.describe());
+    metrics.evaluated(ev.accuracy, ev.loss, opt.local_epoch(), ev.perplexity);
+  }
   std::string stop_reason = "interrupted";
   const auto train_log = logger("train");
+  // Warns once when rounds dominate this peer's time (synchronous and delayed DeDLOC steps).
+  training::RoundBudget budget(o.target_batch_size, o.batch_size, o.delay_step);
+  const bool judge_rounds = net.value()->collaboration() && o.diloco_steps == 0 && !o.auxiliary;
   std::uint64_t logged_epoch = opt.local_epoch();
   while (g_signals.load() == 0) {
     // An auxiliary peer computes nothing: it follows the collaboration and joins its rounds.
     auto rep = [&] {
       if (o.auxiliary) return opt.assist();
+      task.set_epoch(opt.local_epoch());  // the LR schedule's epoch
+      const auto c0 = Clock::now();
       const double loss = task.forward_backward(o.batch_size);
+      budget.computed(Clock::now() - c0, o.batch_size);
       progress.loss(loss);
       metrics.loss(loss);
       return opt.step(o.batch_size);
@@ -191,17 +222,38 @@ int train_main(const TrainOptions& o) {
       logged_epoch = opt.local_epoch();
     }
     metrics.step(rep.value());
+    if (const auto rt = rep.value().matchmaking_time + rep.value().allreduce_time;
+        judge_rounds && rt > Duration::zero()) {
+      budget.round(rt);
+      if (auto advice = budget.advice())
+        std::cerr << (progress.tty ? "\n" : "") << "warning: " << advice->message << "\n";
+    }
     auto st = opt.status();
     progress.print(st, o, false);
     metrics.status(st);
     if (rep.value().stepped && o.eval_every > 0 &&
         rep.value().epoch >= last_eval_epoch + o.eval_every) {
       last_eval_epoch = rep.value().epoch;
-      auto ev = optim::evaluate(task.model(), test_data);
+      const auto e0 = Clock::now();
+      const auto ev = task.evaluate();
+      eval_time += Clock::now() - e0;
+      const double at = std::chrono::duration<double>(Clock::now() - t0).count();
       std::cerr << (progress.tty ? "\n" : "")
-                << fmt::format("epoch {}: test accuracy {:.4f} loss {:.4f}\n", rep.value().epoch,
-                               ev.accuracy, ev.loss);
-      metrics.evaluated(ev.accuracy, ev.loss, rep.value().epoch);
+                << fmt::format("epoch {}: {} at {:.1f} s\n", rep.value().epoch, ev.describe(), at);
+      metrics.evaluated(ev.accuracy, ev.loss, rep.value().epoch, ev.perplexity);
+      if (o.target_accuracy > 0 && !reached_seconds && ev.accuracy >= o.target_accuracy) {
+        reached_seconds = at;
+        reached_eval_seconds = std::chrono::duration<double>(eval_time).count();
+        reached_epoch = rep.value().epoch;
+        std::cerr << fmt::format(
+            "reached test accuracy {:.4f} (target {}) at epoch {} in {:.1f} s "
+            "({:.1f} s of it evaluating)\n",
+            ev.accuracy, o.target_accuracy, reached_epoch, at, *reached_eval_seconds);
+        if (o.stop_at_target) {
+          stop_reason = "target-accuracy";
+          break;
+        }
+      }
     }
     if (o.max_epochs > 0 && opt.local_epoch() >= o.max_epochs) {
       stop_reason = "max-epochs";
@@ -246,15 +298,17 @@ int train_main(const TrainOptions& o) {
     final_status.bytes_received = rx;
   }
 
-  auto ev = optim::evaluate(task.model(), test_data);
+  const auto ev = task.evaluate();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  const std::string hash = parameter_hash(*task.model());
+  const std::string hash = parameter_hash(task.module());
+  const std::string quality = ev.perplexity
+                                  ? fmt::format("heldout_perplexity {:.3f}", *ev.perplexity)
+                                  : fmt::format("test_accuracy {:.4f}", ev.accuracy);
   std::cout << fmt::format(
-                   "done: epoch {} test_accuracy {:.4f} samples {} bytes_sent {} "
+                   "done: epoch {} {} samples {} bytes_sent {} "
                    "rounds {}/{} state_downloads {} seconds {:.1f} param_hash {}",
-                   opt.local_epoch(), ev.accuracy, final_status.samples_total,
-                   final_status.bytes_sent, final_status.rounds_ok,
-                   final_status.rounds_ok + final_status.rounds_failed,
+                   opt.local_epoch(), quality, final_status.samples_total, final_status.bytes_sent,
+                   final_status.rounds_ok, final_status.rounds_ok + final_status.rounds_failed,
                    final_status.state_downloads, secs, hash)
             << std::endl;
   if (!o.report.empty()) {
@@ -273,6 +327,20 @@ int train_main(const TrainOptions& o) {
                         {"seconds", secs},
                         {"step_seconds", step_secs},
                         {"param_hash", hash}};
+    if (ev.perplexity) {
+      j["heldout_perplexity"] = *ev.perplexity;
+      j["heldout_loss"] = ev.loss;
+      j["heldout_accuracy"] = ev.accuracy;
+    }
+    if (o.target_accuracy > 0) {
+      j["target_accuracy"] = o.target_accuracy;
+      j["eval_seconds"] = std::chrono::duration<double>(eval_time).count();
+      if (reached_seconds) {
+        j["target_reached_seconds"] = *reached_seconds;
+        j["target_reached_eval_seconds"] = *reached_eval_seconds;
+        j["target_reached_epoch"] = reached_epoch;
+      }
+    }
     const std::string text = j.dump() + "\n";
     auto w = training::write_file_atomic(o.report, as_bytes(text));
     if (!w) std::cerr << "error: report: " << w.error().message() << "\n";
@@ -285,15 +353,19 @@ int train_main(const TrainOptions& o) {
 void add_train_command(CLI::App& app, Runner& run) {
   auto o = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand(
-      "train", "join or start a collaboration training the built-in Fashion-MNIST task");
+      "train",
+      "join or start a collaboration training a built-in task (Fashion-MNIST, or a language "
+      "model with --task lm)");
   add_train_flags(*cmd, *o);
   cmd->callback([&run, o, cmd] {
-    if (!o->config.empty()) {
-      if (auto r = apply_train_config(*cmd, o->config); !r) {
-        std::cerr << "error: " << r.error().message() << "\n";
-        run = [] { return 2; };
-        return;
-      }
+    auto resolve = [&]() -> result<void> {
+      if (!o->config.empty()) ST_TRY(apply_train_config(*cmd, o->config));
+      return resolve_task_defaults(*o);
+    };
+    if (auto r = resolve(); !r) {
+      std::cerr << "error: " << r.error().message() << "\n";
+      run = [] { return 2; };
+      return;
     }
     run = [o] { return train_main(*o); };
   });

@@ -62,9 +62,13 @@ void TrainerMetrics::step(const optim::StepReport& r) {
   if (r.round_error) ++snap_.round_errors;
 }
 
-void TrainerMetrics::evaluated(double accuracy, double loss, std::uint64_t epoch) {
+void TrainerMetrics::evaluated(double accuracy, double loss, std::uint64_t epoch,
+                               std::optional<double> perplexity) {
   if (!std::isfinite(accuracy) || !std::isfinite(loss)) return;
-  eval_ = monitor::MetricsRecord::Eval{std::clamp(accuracy, 0.0, 1.0), std::max(0.0, loss), epoch};
+  eval_ =
+      monitor::MetricsRecord::Eval{std::clamp(accuracy, 0.0, 1.0), std::max(0.0, loss), epoch, {}};
+  if (perplexity && std::isfinite(*perplexity))
+    eval_->perplexity = std::clamp(*perplexity, 0.0, monitor::MetricsLimits{}.max_perplexity);
 }
 
 void TrainerMetrics::status(const optim::OptimizerStatus& s) {
@@ -87,6 +91,7 @@ void TrainerMetrics::publish(const optim::OptimizerStatus& s, TimePoint now) {
   monitor::MetricsRecord r;
   r.name = monitor::sanitize_name(o_.name);
   r.version = monitor::software_version();
+  r.task = task_;
   r.epoch = s.local_epoch;
   if (loss_n_ > 0) r.loss = loss_sum_ / static_cast<double>(loss_n_);
   r.samples_per_second = static_cast<double>(s.samples_total - samples_at_start_) / window;

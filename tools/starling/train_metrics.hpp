@@ -26,7 +26,10 @@ class TrainerMetrics {
   void loss(double value);
   void step(const optim::StepReport& r);
   // A held-out evaluation at `epoch` (carried by every later record).
-  void evaluated(double accuracy, double loss, std::uint64_t epoch);
+  void evaluated(double accuracy, double loss, std::uint64_t epoch,
+                 std::optional<double> perplexity = std::nullopt);
+  // The task identity every record carries (TrainTask::identity()).
+  void set_task(std::string identity) { task_ = std::move(identity); }
   // After each step: refreshes the endpoint's snapshot; publishes the window's record when due.
   void status(const optim::OptimizerStatus& s);
   // http://HOST:PORT/metrics, or "" without an endpoint.
@@ -56,6 +59,7 @@ class TrainerMetrics {
   std::uint64_t samples_at_start_ = 0;
   bool first_status_ = true;
   std::optional<monitor::MetricsRecord::Eval> eval_;
+  std::string task_;
   // Scrapes read this.
   mutable std::mutex mutex_;
   Snapshot snap_;

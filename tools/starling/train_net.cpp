@@ -2,6 +2,8 @@
 // NetCollaboration (collab/training_node.hpp).
 #include <iostream>
 
+#include <fmt/format.h>
+
 #include "cli.hpp"
 #include "starling/averaging/averager.hpp"
 #include "starling/collab/training_node.hpp"
@@ -37,10 +39,19 @@ struct StopPublisher {
   }
 };
 
+// Reads the run's metrics records on the node's executor.
+struct ReadRecords {
+  std::shared_ptr<dht::DhtNode> node;
+  dht::RecordKey key;
+  awaitable<result<std::vector<monitor::MetricsEntry>>> operator()() const {
+    co_return co_await monitor::read_metrics(node, key);
+  }
+};
+
 class DhtNetwork final : public TrainNetwork {
  public:
   DhtNetwork(std::unique_ptr<collab::TrainingNode> node, const TrainOptions& o)
-      : node_(std::move(node)) {
+      : node_(std::move(node)), run_id_(o.run_id) {
     if (!metrics_enabled(o)) return;
     monitor::PublisherConfig pc;
     pc.run_id = o.run_id;
@@ -67,6 +78,12 @@ class DhtNetwork final : public TrainNetwork {
       std::cerr << "warning: leaving the network: " << r.error().message() << "\n";
   }
   std::pair<std::uint64_t, std::uint64_t> traffic() override { return node_->traffic(); }
+  result<void> check_run_identity(const std::string& identity) override {
+    auto read =
+        block_on(node_->executor(), ReadRecords{node_->dht(), monitor::metrics_key(run_id_)}, 15s);
+    if (!read) return read.error().with_context("reading the run's metrics records");
+    return cli::check_run_identity(read.value(), peer_id(), run_id_, identity);
+  }
   std::vector<std::string> addresses() const override {
     std::vector<std::string> out;
     for (const auto& a : node_->listen_addresses()) out.push_back(a.to_string());
@@ -76,9 +93,28 @@ class DhtNetwork final : public TrainNetwork {
  private:
   std::unique_ptr<collab::TrainingNode> node_;
   std::shared_ptr<monitor::MetricsPublisher> publisher_;
+  std::string run_id_;
 };
 
 }  // namespace
+
+result<void> check_run_identity(const std::vector<monitor::MetricsEntry>& entries,
+                                const std::string& self, const std::string& run_id,
+                                const std::string& identity) {
+  for (const auto& e : entries) {
+    const auto who = e.peer.to_string();
+    if (who == self) continue;
+    auto r = monitor::decode_metrics(e.value);
+    if (!r || r.value().task.empty() || r.value().task == identity) continue;
+    return make_error(errc::invalid_argument,
+                      fmt::format("run '{}' trains \"{}\" (peer {}), this peer would train "
+                                  "\"{}\": the task, data, vocabulary (tokenizer hash), model "
+                                  "or optimizer differ. Use the same flags and data as the run "
+                                  "(delete a stale tokenizer cache), or another --run-id",
+                                  run_id, r.value().task, who, identity));
+  }
+  return success();
+}
 
 result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o) {
   auto key = load_identity_or_exit(o.identity, true);

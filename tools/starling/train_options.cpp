@@ -22,7 +22,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
       ->capture_default_str();
   cmd.add_option("--directory", o.directory,
                  "shared directory that stands in for the DHT (processes on one machine)");
-  cmd.add_option("--run-id", o.run_id, "name of the collaboration")->capture_default_str();
+  cmd.add_option(
+      "--run-id", o.run_id,
+      "name of the collaboration (default: fashion-mnist, or wordnet-lm with --task lm)");
   cmd.add_option("--target-batch-size", o.target_batch_size,
                  "samples the collaboration accumulates per optimizer step")
       ->capture_default_str();
@@ -37,9 +39,32 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
                  "DiLoCo: local steps between outer rounds (0: synchronous DeDLOC steps)")
       ->capture_default_str();
   cmd.add_option("--config", o.config, "JSON file of flags ({\"target-batch-size\": 2048, ...})");
-  cmd.add_option("--model", o.model, "built-in task model: mlp or cnn")->capture_default_str();
-  cmd.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str();
-  cmd.add_option("--data-dir", o.data_dir, "Fashion-MNIST directory (IDX, gzip)");
+  cmd.add_option("--task", o.task,
+                 "built-in task: fashion (Fashion-MNIST) or lm (transformer language model on "
+                 "WordNet's glosses)")
+      ->capture_default_str();
+  cmd.add_option("--model", o.model,
+                 "model: mlp or cnn (fashion, default mlp); tiny or small (lm, default tiny)");
+  cmd.add_option("--optimizer", o.optimizer, "inner optimizer: adam or lamb")
+      ->capture_default_str();
+  cmd.add_option("--lr", o.lr, "learning rate (lamb: the peak of the schedule)")
+      ->capture_default_str();
+  cmd.add_option("--weight-decay", o.weight_decay, "lamb: weight decay")->capture_default_str();
+  cmd.add_option("--max-grad-norm", o.max_grad_norm,
+                 "lamb: clip the averaged gradient to this L2 norm (0: no clipping)")
+      ->capture_default_str();
+  cmd.add_option("--warmup-epochs", o.warmup_epochs,
+                 "lamb: linear learning-rate warm-up over this many collaboration epochs");
+  cmd.add_option("--decay-epochs", o.decay_epochs,
+                 "lamb: cosine decay to 0.1 x lr, ending at this collaboration epoch (0: none)");
+  cmd.add_option("--vocab-size", o.vocab_size, "lm: BPE vocabulary size (all peers must agree)")
+      ->capture_default_str();
+  cmd.add_option("--cache-dir", o.cache_dir, "lm: tokenizer cache (default ~/.cache/starling)");
+  cmd.add_option("--eval-windows", o.eval_windows,
+                 "lm: held-out windows of 128 tokens evaluated (0: all)")
+      ->capture_default_str();
+  cmd.add_option("--data-dir", o.data_dir,
+                 "data directory (fashion: Fashion-MNIST IDX files; lm: WordNet database)");
   cmd.add_option("--model-seed", o.model_seed, "initial parameters (all peers must agree)")
       ->capture_default_str();
   cmd.add_option("--data-seed", o.data_seed, "data order (0: derived from the identity)");
@@ -64,6 +89,10 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
                  "seconds")
       ->capture_default_str();
   cmd.add_option("--eval-every", o.eval_every, "evaluate on the test set every N epochs");
+  cmd.add_option("--target-accuracy", o.target_accuracy,
+                 "report when an evaluation first reaches this test accuracy (needs --eval-every)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd.add_flag("--stop-at-target", o.stop_at_target, "stop once --target-accuracy is reached");
   cmd.add_option("--progress-every", o.progress_every,
                  "seconds between progress lines when stderr is not a terminal")
       ->capture_default_str();
@@ -123,6 +152,19 @@ result<void> apply_train_config(CLI::App& cmd, const std::string& path) {
                         fmt::format("--config {}: '{}': {}", path, key, e.what()));
     }
   }
+  return success();
+}
+
+result<void> resolve_task_defaults(TrainOptions& o) {
+  if (o.task != "fashion" && o.task != "lm")
+    return make_error(errc::invalid_argument,
+                      fmt::format("unknown --task '{}' (fashion|lm)", o.task));
+  if (o.optimizer != "adam" && o.optimizer != "lamb")
+    return make_error(errc::invalid_argument,
+                      fmt::format("unknown --optimizer '{}' (adam|lamb)", o.optimizer));
+  const bool lm = o.task == "lm";
+  if (o.run_id.empty()) o.run_id = lm ? "wordnet-lm" : "fashion-mnist";
+  if (o.model.empty()) o.model = lm ? "tiny" : "mlp";
   return success();
 }
 

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "starling/monitor/aggregator.hpp"
 #include "starling/monitor/metrics_record.hpp"
 #include "starling/optim/optimizer_options.hpp"
 #include "starling/training/collaboration.hpp"
@@ -21,7 +22,7 @@ struct TrainOptions {
   std::vector<std::string> initial_peers;  // multiaddrs of peers (or a bootstrap node) to join
   std::vector<std::string> listen{"/ip4/0.0.0.0/tcp/0"};
   std::string directory;  // FileDirectory root shared by processes on one machine
-  std::string run_id = "fashion-mnist";
+  std::string run_id;     // "": fashion-mnist, or wordnet-lm with --task lm
   std::uint64_t target_batch_size = 1024;
   std::size_t batch_size = 64;
   int threads = 1;
@@ -30,8 +31,17 @@ struct TrainOptions {
   std::uint32_t diloco_steps = 0;
   std::string config;
   // The built-in task.
-  std::string model = "mlp";
+  std::string task = "fashion";    // fashion (Fashion-MNIST) | lm (language model on WordNet)
+  std::string model;               // "": mlp (fashion) or tiny (lm)
+  std::string optimizer = "adam";  // adam | lamb
   double lr = 1e-3;
+  double weight_decay = 0.01;       // lamb
+  double max_grad_norm = 0;         // lamb: clip the averaged gradient (0: no clipping)
+  std::uint64_t warmup_epochs = 0;  // lamb: linear warm-up over these collaboration epochs
+  std::uint64_t decay_epochs = 0;   // lamb: cosine decay to 0.1 lr until this epoch (0: none)
+  std::uint32_t vocab_size = 2048;  // lm: BPE vocabulary
+  std::string cache_dir;            // lm: tokenizer cache ("": ~/.cache/starling)
+  std::size_t eval_windows = 128;   // lm: held-out windows evaluated (0: all)
   std::string data_dir;
   std::uint64_t model_seed = 0;  // peers must agree (same initial parameters)
   std::uint64_t data_seed = 0;   // 0: derived from the identity (each peer its own stream)
@@ -47,8 +57,12 @@ struct TrainOptions {
   double max_seconds = 0;
   double linger = 30;  // networked: seconds to keep serving state to peers behind at the end
   std::uint64_t eval_every = 0;  // evaluate on the test set every N epochs (0: only at the end)
-  double progress_every = 2;     // seconds between progress lines when stderr is not a tty
-  std::string report;            // write a JSON summary here at the end
+  // Time to accuracy: the first evaluation at or above this (0: none) is reported (seconds,
+  // epoch); with stop_at_target the trainer stops there.
+  double target_accuracy = 0;
+  bool stop_at_target = false;
+  double progress_every = 2;  // seconds between progress lines when stderr is not a tty
+  std::string report;         // write a JSON summary here at the end
   double averaging_timeout = 30;
   double matchmaking_time = 2;
   // Run metrics: a signed record in the DHT every interval (networked only), unless
@@ -61,6 +75,8 @@ struct TrainOptions {
 
 // Registers the flags on `cmd` (defaults from `o`).
 void add_train_flags(CLI::App& cmd, TrainOptions& o);
+// Fills the task-dependent defaults (run id, model) and checks --task / --optimizer.
+result<void> resolve_task_defaults(TrainOptions& o);
 // Applies --config FILE (a JSON object whose keys are long flag names without the dashes,
 // e.g. {"target-batch-size": 2048}) to the flags not given on the command line. Errors name
 // the file and the key.
@@ -90,7 +106,16 @@ class TrainNetwork {
   // Networked with --metrics: hands the newest metrics record to the publisher (it publishes
   // at most every --metrics-interval, without blocking the caller). Else ignored.
   virtual void publish_metrics(monitor::MetricsRecord) {}
+  // Networked: reads the run's live metrics records and refuses (errc::invalid_argument, with
+  // a message naming the peer and both identities) if one carries another task identity
+  // (TrainTask::identity(): data, vocabulary, model, optimizer). Peers that publish no record
+  // (--no-metrics) are not checked. Alone: nothing to check.
+  virtual result<void> check_run_identity(const std::string& identity) { return success(); }
 };
+// The check itself, on records already read (`self` is skipped).
+result<void> check_run_identity(const std::vector<monitor::MetricsEntry>& entries,
+                                const std::string& self, const std::string& run_id,
+                                const std::string& identity);
 result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o);
 
 }  // namespace starling::cli

@@ -30,6 +30,9 @@ class ThreadPool;
 }
 
 namespace starling::averaging {
+namespace detail {
+class MatchSession;
+}
 
 struct AveragerConfig {
   GroupKeyConfig key;  // prefix (required), Moshpit grid and dims
@@ -52,6 +55,11 @@ struct AveragerConfig {
   // peer's values in the next step it sends them, so the error does not accumulate.
   bool error_feedback = false;
   std::uint64_t seed = 0;  // for group ids and initial Moshpit digits (0: random)
+  // Intact groups skip the DHT: when a step expects exactly the members of this peer's last
+  // successful group (StepOptions::expected_group_size == its size, one key per prefix), the
+  // members match over their connections from a view predicted from that group, and fall back
+  // to the DHT after matchmaking.refresh_interval without a group (docs/averaging.md).
+  bool reuse_group = true;
   // Part size of blob snapshots (share_blob / blob sources); tensor snapshots use round.part_elems.
   std::size_t blob_part_bytes = 256 * 1024;
   // Test hook: called on the I/O thread when this peer's step enters a phase
@@ -75,6 +83,10 @@ struct StepOptions {
   // (MatchmakingConfig::expected_size): a leader holding that many begins at once instead of
   // after min_wait. Never count low: a peer joining after the leader began is left out.
   std::optional<std::size_t> expected_group_size;
+  // Whether this step may match from the last group without the DHT when it expects exactly
+  // its members (AveragerConfig::reuse_group). The caller says false when a peer outside the
+  // expected ones may join (e.g. it is catching up) and must find the round in the directory.
+  bool reuse_group = true;
   // Skip matchmaking and average with exactly this group (tests, benchmarks, fixed clusters).
   std::optional<GroupInfo> group;
   // begin() only: the data must be supplied (PendingStep::run()) within this of begin();
@@ -95,6 +107,9 @@ struct StepResult {
   std::uint32_t my_index = 0;
   std::vector<MemberContribution> contributions;
   std::uint32_t subrounds = 1;  // > 1 when parts were re-reduced after failures
+  // This peer's matchmaking used no directory operation (AveragerConfig::reuse_group; a
+  // follower of a leader that fell back to the directory still says true).
+  bool matched_directly = false;
   std::uint64_t bytes_sent = 0, bytes_received = 0;
   Duration matchmaking_time{}, allreduce_time{}, total_time{};
   Duration codec_time{};  // worker-thread time spent encoding and decoding (compressed schemas)
@@ -256,6 +271,11 @@ class Averager : public std::enable_shared_from_this<Averager> {
   awaitable<result<void>> supply(std::shared_ptr<PendingStep::State> st, double weight,
                                  StepData data);
   std::span<const float> step_input(const PendingStep::State& st) const;
+  // AveragerConfig::reuse_group: whether this step's matchmaking starts from the last group,
+  // and that group as a view (entries open until `deadline`).
+  bool reuse_last_group(const MatchmakingConfig& m) const;
+  awaitable<std::shared_ptr<detail::MatchSession>> await_match(const PeerKey& who);
+  std::vector<MatchEntry> predicted_view(WallTime deadline) const;
   Averager(std::shared_ptr<net::StreamHost> host, std::shared_ptr<Directory> directory,
            Schema schema, std::vector<TensorView> tensors, AveragerConfig cfg, AddressSink sink);
   awaitable<void> serve_state(net::ByteStreamPtr s, net::PeerId remote);

@@ -52,8 +52,9 @@ struct RunPoint {
   std::size_t peers = 0;
   double samples_per_second = 0;
   std::optional<double> loss;
-  std::optional<double> eval_accuracy;  // RunTotals::eval at this point
-  std::uint64_t bytes = 0;              // sent + received, all contributors
+  std::optional<double> eval_accuracy;    // RunTotals::eval at this point
+  std::optional<double> eval_perplexity;  // its perplexity (language-model task)
+  std::uint64_t bytes = 0;                // sent + received, all contributors
 };
 
 struct AggregatorConfig {

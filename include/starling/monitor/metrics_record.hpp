@@ -25,6 +25,7 @@ const char* to_string(Reachability r) noexcept;
 struct MetricsRecord {
   std::string name;     // display name (untrusted text: see MetricsLimits)
   std::string version;  // software version of the publisher
+  std::string task;     // what it trains (starling train's task identity; untrusted text)
   std::uint64_t epoch = 0;
   std::optional<double> loss;     // mean training loss over the window
   double samples_per_second = 0;  // over the window
@@ -46,6 +47,7 @@ struct MetricsRecord {
     double accuracy = 0;  // [0, 1]
     double loss = 0;
     std::uint64_t epoch = 0;
+    std::optional<double> perplexity;  // language-model task: exp(loss)
     friend bool operator==(const Eval&, const Eval&) = default;
   };
   std::optional<Eval> eval;  // the last held-out evaluation
@@ -58,6 +60,8 @@ struct MetricsLimits {
   std::size_t max_record_bytes = 512;
   std::size_t max_name_bytes = 32;
   std::size_t max_version_bytes = 32;
+  std::size_t max_task_bytes = 128;
+  double max_perplexity = 1e12;
   double max_samples_per_second = 1e9;
   double max_abs_loss = 1e9;
   double max_seconds = 1e10;  // uptime, averaging time, window (~300 years)

@@ -77,6 +77,11 @@ struct RoundOptions {
   // otherwise. A networked implementation begins the round as soon as its group holds that
   // many, instead of waiting for latecomers (CollaborationView::all_at_epoch).
   std::size_t expected_group = 0;
+  // Every live peer the caller knows of, itself included (CollaborationView::num_peers; 0:
+  // unknown). When it equals expected_group nobody outside the expected peers can join, and a
+  // networked implementation may match an intact group without the DHT; otherwise a peer
+  // behind (catching up by a download) must be able to find the round there.
+  std::size_t live_peers = 0;
 };
 
 // A round announced ahead of its data (Collaboration::prepare_round).

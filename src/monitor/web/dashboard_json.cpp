@@ -36,13 +36,15 @@ std::string to_json(const RunAggregator& a, const std::string& run_id,
                  {"eta_s", optional_number(t.eta_s)},
                  {"eval_accuracy", t.eval ? nlohmann::json(t.eval->accuracy) : nullptr},
                  {"eval_loss", t.eval ? nlohmann::json(t.eval->loss) : nullptr},
-                 {"eval_epoch", t.eval ? nlohmann::json(t.eval->epoch) : nullptr}};
+                 {"eval_epoch", t.eval ? nlohmann::json(t.eval->epoch) : nullptr},
+                 {"eval_perplexity", t.eval ? optional_number(t.eval->perplexity) : nullptr}};
   auto& rows = j["contributors"] = nlohmann::json::array();
   for (const auto& [id, c] : a.contributors()) {
     const auto& r = c.record;
     rows.push_back({{"peer", id},
                     {"name", r.name},
                     {"version", r.version},
+                    {"task", r.task},
                     {"epoch", r.epoch},
                     {"loss", optional_number(r.loss)},
                     {"samples_per_second", r.samples_per_second},
@@ -68,6 +70,7 @@ std::string to_json(const RunAggregator& a, const std::string& run_id,
                     {"samples_per_second", p.samples_per_second},
                     {"loss", optional_number(p.loss)},
                     {"eval_accuracy", optional_number(p.eval_accuracy)},
+                    {"eval_perplexity", optional_number(p.eval_perplexity)},
                     {"bytes", p.bytes}});
   // Peer-supplied strings may hold any valid UTF-8; the dump escapes nothing unsafe for JSON
   // itself, and the page inserts every string as text.
@@ -98,6 +101,10 @@ std::string to_prometheus(const RunAggregator& a, const std::string& run_id) {
   if (t.eval)
     gauge("starling_run_eval_accuracy", "Newest held-out accuracy a contributor reports.",
           t.eval->accuracy);
+  if (t.eval && t.eval->perplexity)
+    gauge("starling_run_eval_perplexity",
+          "Newest held-out perplexity a contributor reports (language-model task).",
+          *t.eval->perplexity);
   gauge("starling_monitor_rejected_records", "Metrics records that failed validation.",
         static_cast<double>(a.rejected()));
   out += "# HELP starling_peer_samples_per_second A contributor's samples per second.\n";

@@ -38,6 +38,7 @@ td.peer { font-family: monospace; }
   <div class="card"><div class="k">ETA next step</div><div class="v" id="eta">-</div></div>
   <div class="card"><div class="k">loss</div><div class="v" id="loss">-</div></div>
   <div class="card"><div class="k">held-out accuracy</div><div class="v" id="accuracy">-</div></div>
+  <div class="card"><div class="k">held-out perplexity</div><div class="v" id="perplexity">-</div></div>
   <div class="card"><div class="k">samples (live peers)</div><div class="v" id="samples">-</div></div>
   <div class="card"><div class="k">bytes up / down</div><div class="v" id="bytes">-</div></div>
 </div>
@@ -46,6 +47,7 @@ td.peer { font-family: monospace; }
   <div class="chart"><h2>loss</h2><canvas id="loss-chart" data-points="0"></canvas></div>
   <div class="chart"><h2>samples/s (collaboration)</h2><canvas id="sps-chart" data-points="0"></canvas></div>
   <div class="chart"><h2>held-out accuracy</h2><canvas id="acc-chart" data-points="0"></canvas></div>
+  <div class="chart"><h2>held-out perplexity</h2><canvas id="ppl-chart" data-points="0"></canvas></div>
   <div class="chart"><h2>bytes per epoch</h2><canvas id="bytes-chart" data-points="0"></canvas></div>
 </div>
 <table id="contributors">
@@ -103,6 +105,7 @@ if (typeof Chart !== 'undefined') {
     loss: makeChart('loss-chart', 'loss', '#c0392b'),
     sps: makeChart('sps-chart', 'samples/s', '#2471a3'),
     acc: makeChart('acc-chart', 'accuracy', '#1e8449'),
+    ppl: makeChart('ppl-chart', 'perplexity', '#b9770e'),
     bytes: makeChart('bytes-chart', 'bytes', '#7d3c98', 'bar'),
   };
 } else {
@@ -146,6 +149,7 @@ function render(s) {
   $('eta').textContent = duration(t.eta_s);
   $('loss').textContent = num(t.loss, 4);
   $('accuracy').textContent = t.eval_accuracy === null ? '-' : num(t.eval_accuracy, 4) + ' (epoch ' + t.eval_epoch + ')';
+  $('perplexity').textContent = t.eval_perplexity === null ? '-' : num(t.eval_perplexity, 2) + ' (epoch ' + t.eval_epoch + ')';
   $('samples').textContent = num(t.samples_total, 0);
   $('bytes').textContent = bytes(t.bytes_sent) + ' / ' + bytes(t.bytes_received);
   const rows = [];
@@ -171,6 +175,7 @@ function render(s) {
     setChart(charts.loss, 'loss-chart', s.history.filter((p) => p.loss !== null).map((p) => ({x: p.t, y: p.loss})));
     setChart(charts.sps, 'sps-chart', s.history.map((p) => ({x: p.t, y: p.samples_per_second})));
     setChart(charts.acc, 'acc-chart', s.history.filter((p) => p.eval_accuracy !== null).map((p) => ({x: p.t, y: p.eval_accuracy})));
+    setChart(charts.ppl, 'ppl-chart', s.history.filter((p) => p.eval_perplexity !== null).map((p) => ({x: p.t, y: p.eval_perplexity})));
     setChart(charts.bytes, 'bytes-chart', bytesPerEpoch(s.history));
   }
   updates++;

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Time to accuracy (part of make bench-training): how soon does a collaboration reach a target
+# held-out accuracy, against the same machine training one model alone.
+#  - alone: one `starling train` process (no network), the same recipe and threads as each
+#    collaborating trainer (MLP, target batch 1024, batch 64, Adam lr 0.003, 1 thread);
+#  - per mode (sync, delayed updates, float16 compression, DiLoCo): a `starling dht` bootstrap
+#    node and PEERS `starling train` processes; trainer 1 evaluates every EVAL epochs and stops
+#    at the first evaluation at or above the target; the others are stopped then.
+# The time is trainer 1's wall time from its start to that evaluation (process start, joining
+# the DHT and evaluations included: what a user waits), and the same minus the time trainer 1
+# spent evaluating ("training s": on this small model one evaluation of the 10,000 test images
+# costs about as much as 4 epochs, and a real run evaluates elsewhere or rarely). Ratios use
+# the training seconds. The ideal is alone x (cores used alone) / (cores the peers share) =
+# alone / min(PEERS, nproc). A mode that does not reach the target by DEADLINE seconds prints
+# "not reached" with its best accuracy and epoch.
+# Prints a table and one line `RESULT {json}`.
+# Usage: bench/time_to_accuracy.sh BIN [DEADLINE]
+#   env: TTA_TARGET (0.85), TTA_PEERS (4), TTA_EVAL (2), TTA_MODES ("sync delayed f16 diloco"),
+#        TTA_DILOCO_STEPS (8), TTA_KEEP=DIR keeps the logs.
+set -euo pipefail
+bin=$1
+deadline=${2:-180}
+target=${TTA_TARGET:-0.85}
+k=${TTA_PEERS:-4}
+eval_every=${TTA_EVAL:-2}
+modes=${TTA_MODES:-sync delayed f16 diloco}
+h=${TTA_DILOCO_STEPS:-8}
+cores=$(nproc)
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  if [[ -n ${TTA_KEEP:-} ]]; then mkdir -p "$TTA_KEEP" && cp -r "$dir"/. "$TTA_KEEP"/; fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+field() { sed -n "s/.*\"$2\":\(\"[^\"]*\"\|[0-9.e+-]*\).*/\1/p" "$1" | tr -d '"'; }
+recipe=(--target-batch-size 1024 --batch-size 64 --threads 1 --lr 0.003 --linger 0 --no-metrics)
+
+# best LOG: "accuracy epoch" of the best evaluation printed in a trainer's log.
+best() {
+  sed -n 's/^epoch \([0-9]*\): test accuracy \([0-9.]*\).*/\2 \1/p' "$1" | sort -rn | head -1
+}
+# outcome NAME REPORT LOG: prints "seconds epoch eval_seconds" or "- best_acc best_epoch".
+outcome() {
+  local f=$2
+  if [[ -s $f && -n $(field "$f" target_reached_seconds) ]]; then
+    echo "$(field "$f" target_reached_seconds) $(field "$f" target_reached_epoch) $(field "$f" target_reached_eval_seconds)"
+  else
+    read -r acc ep < <(best "$3" || true)
+    echo "- ${acc:-0} ${ep:-0}"
+  fi
+}
+
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+"$bin" train --identity "$dir/alone.key" --run-id tta-alone "${recipe[@]}" --eval-every "$eval_every" \
+  --target-accuracy "$target" --stop-at-target --max-seconds "$deadline" --report "$dir/alone.json" \
+  > "$dir/alone.out" 2> "$dir/alone.log" || true
+read -r alone_s alone_ep alone_ev < <(outcome alone "$dir/alone.json" "$dir/alone.log")
+echo "alone $(cut -d' ' -f1 /proc/loadavg)" >> "$dir/loads"
+
+"$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addrs" \
+  > "$dir/boot.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [[ -s $dir/boot.addrs ]] && break; sleep 0.1; done
+[[ -s $dir/boot.addrs ]] || { echo "bootstrap node did not start"; cat "$dir/boot.log"; exit 1; }
+boot=$(head -1 "$dir/boot.addrs")
+
+# collab MODE FLAGS...: PEERS trainers; trainer 1 evaluates and stops at the target.
+collab() {
+  local m=$1; shift
+  local ps=() ev=$eval_every
+  [[ $m == diloco ]] && ev=1
+  for i in $(seq "$k"); do
+    local extra=()
+    ((i == 1)) && extra=(--eval-every "$ev" --target-accuracy "$target" --stop-at-target)
+    STARLING_LOG=${TTA_LOG:-warn} "$bin" train --identity "$dir/$m$i.key" --run-id "tta-$m" \
+      --initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 "${recipe[@]}" --max-seconds "$deadline" \
+      --report "$dir/$m$i.json" "${extra[@]}" "$@" > "$dir/$m$i.out" 2> "$dir/$m$i.log" &
+    ps+=($!)
+    pids+=($!)
+  done
+  wait "${ps[0]}" || true
+  for p in "${ps[@]:1}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${ps[@]:1}"; do
+    timeout 15 tail --pid="$p" -f /dev/null || kill -9 "$p" 2>/dev/null || true
+  done
+  echo "$m $(cut -d' ' -f1 /proc/loadavg)" >> "$dir/loads"
+}
+
+declare -A res
+for m in $modes; do
+  case $m in
+    sync) collab sync ;;
+    delayed) collab delayed --delay-step ;;
+    f16) collab f16 --compression float16 ;;
+    diloco) collab diloco --diloco-steps "$h" ;;
+    *) echo "unknown mode $m"; exit 2 ;;
+  esac
+  res[$m]=$(outcome "$m" "$dir/${m}1.json" "$dir/${m}1.log")
+done
+
+share=$((k < cores ? k : cores))
+train_of() { [[ $1 == - ]] && echo - || awk -v s="$1" -v e="$2" 'BEGIN{printf "%.2f", s - e}'; }
+alone_t=$(train_of "$alone_s" "${alone_ev:-0}")
+ideal=$(awk -v a="$alone_t" -v s="$share" 'BEGIN{ if (a == "-") print "-"; else printf "%.2f", a / s }')
+echo "time to test accuracy $target: $k peers vs one process alone, $cores cores, deadline ${deadline} s, load before: $load0"
+printf '  %-28s %9s %8s %8s %11s %9s %9s\n' config "wall s" epoch "eval s" "training s" "vs alone" "vs ideal"
+row() {
+  local name=$1 s=$2 ep=$3 evs=$4
+  if [[ $s == - ]]; then
+    printf '  %-28s %9s %8s %8s %11s %9s %9s   (best %s at epoch %s)\n' "$name" "not reached" - - - - - "$ep" "$evs"
+  else
+    local t
+    t=$(train_of "$s" "$evs")
+    printf '  %-28s %9.1f %8s %8.1f %11.2f %9s %9s\n' "$name" "$s" "$ep" "$evs" "$t" \
+      "$(awk -v x="$t" -v a="$alone_t" 'BEGIN{ if (a == "-") print "-"; else printf "%.2f", x / a }')" \
+      "$(awk -v x="$t" -v i="$ideal" 'BEGIN{ if (i == "-") print "-"; else printf "%.2f", x / i }')"
+  fi
+}
+row "alone (1 process, 1 thread)" $alone_s $alone_ep $alone_ev
+echo "  ideal: alone's training s / $share = $ideal s"
+for m in $modes; do
+  # shellcheck disable=SC2086
+  row "$k peers, $m" ${res[$m]}
+done
+echo "  load average (1 min) after each: $(tr '\n' ' ' < "$dir/loads")"
+json="{\"bench\":\"time_to_accuracy\",\"target\":$target,\"peers\":$k,\"cores\":$cores,\"deadline\":$deadline"
+num() { [[ $1 == - ]] && echo null || echo "$1"; }
+json+=",\"alone_seconds\":$(num "$alone_s"),\"alone_training_seconds\":$(num "$alone_t"),\"ideal_seconds\":$(num "$ideal")"
+for m in $modes; do
+  read -r s ep evs <<<"${res[$m]}"
+  t=$(train_of "$s" "$evs")
+  json+=",\"${m}_seconds\":$(num "$s"),\"${m}_training_seconds\":$(num "$t")"
+  [[ $t == - || $alone_t == - ]] || json+=",\"${m}_vs_alone\":$(awk -v x="$t" -v a="$alone_t" 'BEGIN{printf "%.3f", x / a}')"
+done
+echo "RESULT $json,\"load_before\":\"$load0\"}"
