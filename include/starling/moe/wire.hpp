@@ -1,6 +1,6 @@
 // The /starling/moe/1.0.0 wire (proto/moe.proto): protocol ids, limits, and the checked
 // conversions between protobuf messages and plain float tensors. Torch-free: the torch side
-// (src/moe/torch) wraps these; the fuzz target (fuzz/fuzz_moe.cpp) drives the decoders.
+// (src/moe/torch) wraps these; the fuzz target (fuzz/fuzz_moe_wire.cpp) drives the decoders.
 //
 // Threading: pure functions.
 #pragma once
