@@ -58,14 +58,20 @@ struct Env {
   }
 
   // A server on DHT node i's host, serving `pattern`.
-  std::shared_ptr<ExpertServer> serve(std::size_t i, const std::string& pattern) {
+  std::shared_ptr<ExpertServer> serve(std::size_t i, const std::string& pattern,
+                                      Duration delay = Duration::zero()) {
     auto dir = std::make_shared<averaging::DhtDirectory>(cluster->node_ptr(i));
     auto s = ExpertServer::create(cluster->host_ptr(i), dir, server_config());
     auto uids = expand_pattern(pattern);
     if (!uids) throw std::runtime_error(uids.error().message());
     for (const auto& u : uids.value()) {
-      auto r = s->add_expert(u.to_string(), make_ffn_expert(kDim, kHidden, seed_of(u.to_string())),
-                             sgd_factory(kLr));
+      auto m = make_ffn_expert(kDim, kHidden, seed_of(u.to_string()));
+      if (delay > Duration::zero())
+        m.forward = [f = m.forward, delay](const torch::Tensor& x) {
+          std::this_thread::sleep_for(delay);  // a slow expert (on the server's runtime thread)
+          return f(x);
+        };
+      auto r = s->add_expert(u.to_string(), std::move(m), sgd_factory(kLr));
       if (!r) throw std::runtime_error(r.error().message());
     }
     auto st = block_on(
@@ -236,6 +242,38 @@ TEST(MoeRemote, KilledServerIsSkippedAndExpires) {
       static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()),
       static_cast<long long>(
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()));
+  env.stop(b);
+  env.stop(a);
+}
+
+TEST(MoeRemote, SlowExpertsAreMaskedNotWaitedFor) {
+  Env env;
+  auto a = env.serve(1, "ffn.[0:2].[0:2]");
+  auto b = env.serve(0, "ffn.2.[0:2]", 2s);
+  auto dir = env.directory(2);
+  ASSERT_EQ(env.alive(dir, {3, 2}).size(), 6u);
+  MoeOptions o;
+  o.grid_size = {3, 2};
+  o.in_features = kDim;
+  o.out_features = kDim;
+  o.k = 6;
+  o.k_min = 1;
+  o.forward_timeout = 10s;
+  o.timeout_after_k_min = 300ms;
+  RemoteMixtureOfExperts moe(o, env.cluster->host_ptr(2), dir);
+  auto x = torch::randn({3, kDim}).requires_grad_(true);
+  const auto t0 = Clock::now();
+  auto y = moe->forward(x);
+  const auto took = Clock::now() - t0;
+  EXPECT_LT(took, 1500ms) << "waited for the slow experts";
+  EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+  EXPECT_GE(moe->stats().forward_late, 1u);
+  y.sum().backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_TRUE(torch::isfinite(x.grad()).all().item<bool>());
+  // Backward went only to the experts that answered (the fast server's 4).
+  EXPECT_EQ(b->stats().backward_batches.load(), 0u);
+  EXPECT_GE(a->stats().backward_batches.load(), 1u);
   env.stop(b);
   env.stop(a);
 }
