@@ -4,7 +4,8 @@
 // Host on the same io thread, calling from the bench's thread as a trainer does. Measures
 //   forward only:        p50/p99 of one call, remote and local, and remote minus local;
 //   forward + backward:  p50/p99 of one step (forward, backward, the expert's SGD step),
-//                        and rows/s, for batch sizes 1 and 32.
+//                        and rows/s, for batch sizes 1 and 32;
+//   batching:            the server's mean batch under 64 concurrent one-row forwards.
 // The forward-only figures are taken last (right after the hosts start, calls were observed
 // to take a few ms more for a while). Torch runs on one thread on both sides. Prints the figures
 // and ratios, then `RESULT {json}`.
@@ -87,7 +88,7 @@ int main(int argc, char** argv) {
   ExpertServerConfig cfg;
   cfg.forward_pool.max_wait = 0ms;
   cfg.backward_pool.max_wait = 0ms;
-  auto server = ExpertServer::create(server_host, nullptr, cfg);
+  std::shared_ptr<ExpertServer> server = ExpertServer::create(server_host, nullptr, cfg);
   const std::string uid = "ffn.0.0";
   if (!server->add_expert(uid, make_ffn_expert(kDim, kHidden, 1), sgd_factory(kLr))) return 1;
   if (!block_on(
@@ -151,6 +152,53 @@ int main(int argc, char** argv) {
                       {"overhead_p50_ms", fr.p50 - fl.p50},
                       {"overhead_p99_ms", fr.p99 - fl.p99}};
 
+  // 64 concurrent one-row forward requests: how the server batches them (max_wait 2 ms).
+  {
+    auto s2 = ExpertServer::create(server_host, nullptr, ExpertServerConfig{});
+    (void)block_on(
+        io.executor(),
+        [server]() -> awaitable<result<void>> {
+          co_await server->stop();
+          co_return success();
+        },
+        10s);
+    if (!s2->add_expert(uid, make_ffn_expert(kDim, kHidden, 1), sgd_factory(kLr))) return 1;
+    if (!block_on(
+            io.executor(), [s2] { return s2->start(); }, 10s))
+      return 1;
+    server = s2;
+    TensorData one{{1, kDim}, std::vector<float>(kDim, 0.5f)};
+    ExpertAddress to{uid, server_host->local_peer(), server_host->listen_addresses()};
+    const int rounds = std::max(5, reps / 50);
+    const auto b0 = server->stats().forward_batches.load();
+    const auto r0 = server->stats().forward_rows.load();
+    std::vector<double> round_ms;
+    std::size_t failed = 0;
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<CallFn> calls;
+      for (int i = 0; i < 64; ++i)
+        calls.push_back([client_host, to, one]() {
+          return call_forward(*client_host, to, one, ExpertCallOptions{});
+        });
+      auto t0 = std::chrono::steady_clock::now();
+      auto res = run_calls(io.executor(), std::move(calls), Clock::now() + 20s);
+      round_ms.push_back(ms_since(t0));
+      for (auto& x : res)
+        if (!x || !x->has_value()) ++failed;
+    }
+    const double batches = static_cast<double>(server->stats().forward_batches.load() - b0);
+    const double rows = static_cast<double>(server->stats().forward_rows.load() - r0);
+    auto st = summarize(round_ms);
+    std::printf(
+        "64 concurrent [1,%lld] forwards: mean batch %.1f rows (%d rounds, %zu failed), "
+        "round p50 %.2f ms, %.0f rows/s\n",
+        static_cast<long long>(kDim), rows / batches, rounds, failed, st.p50,
+        64.0 * 1000.0 / st.mean);
+    out["concurrent_64"] = {{"mean_batch", rows / batches},
+                            {"round_p50_ms", st.p50},
+                            {"rows_per_s", 64.0 * 1000.0 / st.mean},
+                            {"failed", failed}};
+  }
   std::printf("server: %llu forward batches, %llu backward batches, %llu optimizer steps\n",
               static_cast<unsigned long long>(server->stats().forward_batches.load()),
               static_cast<unsigned long long>(server->stats().backward_batches.load()),
