@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
+#include <mutex>
 #include <thread>
 
 #include "moe/moe_env.hpp"
@@ -181,6 +183,81 @@ TEST(MoeRemote, SlowExpertsAreMaskedNotWaitedFor) {
   EXPECT_GE(a->stats().backward_batches.load(), 1u);
   env.stop(b);
   env.stop(a);
+}
+
+TEST(MoeRemote, AllExpertsGoneGivesClearErrorWithinDeadline) {
+  Env env;
+  auto a = env.serve(1, "ffn.0.[0:2]");
+  auto dir = env.directory(2, 30s);  // the cache keeps the stale declarations
+  ASSERT_EQ(env.alive(dir, {1, 2}).size(), 2u);
+  env.stop(a);  // the host stays up: calls get "protocol not supported" at once
+  MoeOptions o;
+  o.grid_size = {1, 2};
+  o.in_features = kDim;
+  o.out_features = kDim;
+  o.k = 2;
+  o.forward_timeout = 3s;
+  RemoteMixtureOfExperts moe(o, env.cluster->host_ptr(2), dir);
+  const auto t0 = Clock::now();
+  std::string what;
+  try {
+    (void)moe->forward(torch::randn({2, kDim}));
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  EXPECT_LT(Clock::now() - t0, o.forward_timeout + 1s);
+  EXPECT_NE(what.find("no expert answered"), std::string::npos) << what;
+}
+
+TEST(MoeRemote, StopWithRequestsInFlightIsBounded) {
+  Env env;
+  auto dir = std::make_shared<averaging::DhtDirectory>(env.cluster->node_ptr(1));
+  auto cfg = server_config();
+  cfg.stop_timeout = 1s;
+  auto s = ExpertServer::create(env.cluster->host_ptr(1), dir, cfg);
+  auto started = std::make_shared<std::promise<void>>();
+  auto once = std::make_shared<std::once_flag>();
+  auto m = make_ffn_expert(kDim, kHidden, 1);
+  m.forward = [f = m.forward, started, once](const torch::Tensor& x) {
+    std::call_once(*once, [&] { started->set_value(); });
+    std::this_thread::sleep_for(500ms);  // a slow batch running while stop() is called
+    return f(x);
+  };
+  ASSERT_TRUE(s->add_expert("ffn.0.0", std::move(m), sgd_factory(kLr)));
+  ASSERT_TRUE(block_on(
+      env.io.executor(), [s] { return s->start(); }, 30s));
+  auto host = env.cluster->host_ptr(2);
+  auto to = env.address(1, "ffn.0.0");
+  std::vector<CallFn> calls;
+  for (int i = 0; i < 8; ++i)
+    calls.push_back([host, to]() {
+      TensorData t{{1, kDim}, std::vector<float>(kDim, 0.25f)};
+      ExpertCallOptions o;
+      o.timeout = 10s;
+      return call_forward(*host, to, t, o);
+    });
+  std::vector<std::optional<result<TensorData>>> res;
+  std::thread caller(
+      [&] { res = run_calls(env.io.executor(), std::move(calls), Clock::now() + 15s); });
+  ASSERT_EQ(started->get_future().wait_for(10s), std::future_status::ready);
+  const auto t0 = Clock::now();
+  env.stop(s);
+  const auto stop_took = Clock::now() - t0;
+  caller.join();
+  EXPECT_LT(stop_took, 2 * cfg.stop_timeout + 1s);
+  std::size_t ended = 0;
+  for (auto& r : res)
+    if (r) ++ended;
+  EXPECT_EQ(ended, 8u) << "a call was still running at its deadline";
+  // The server is gone: a new call fails fast instead of hanging.
+  TensorData t{{1, kDim}, std::vector<float>(kDim, 0.25f)};
+  ExpertCallOptions o;
+  o.timeout = 5s;
+  const auto t1 = Clock::now();
+  auto late = block_on(
+      env.io.executor(), [&] { return call_forward(*host, to, t, o); }, 10s);
+  EXPECT_FALSE(late);
+  EXPECT_LT(Clock::now() - t1, 4s);
 }
 
 TEST(MoeRemote, BadRequestsGetErrorsAndServerKeepsServing) {
