@@ -26,7 +26,8 @@ std::optional<BatchScheduler::TaskId> BatchScheduler::push(std::size_t pool, std
 
 bool BatchScheduler::remove(TaskId id) {
   for (auto& p : pools_) {
-    auto it = std::find_if(p.tasks.begin(), p.tasks.end(), [id](const Task& t) { return t.id == id; });
+    auto it =
+        std::find_if(p.tasks.begin(), p.tasks.end(), [id](const Task& t) { return t.id == id; });
     if (it != p.tasks.end()) {
       p.rows -= it->rows;
       p.tasks.erase(it);
@@ -64,7 +65,8 @@ std::optional<TimePoint> BatchScheduler::next_wakeup() const {
   std::optional<TimePoint> out;
   for (const auto& p : pools_) {
     if (p.tasks.empty()) continue;
-    TimePoint t = p.rows >= p.cfg.min_batch ? TimePoint::min() : p.tasks.front().enqueued + p.cfg.max_wait;
+    TimePoint t =
+        p.rows >= p.cfg.min_batch ? TimePoint::min() : p.tasks.front().enqueued + p.cfg.max_wait;
     if (!out || t < *out) out = t;
   }
   return out;

@@ -6,8 +6,9 @@
 
 namespace starling::moe {
 
-BeamSearchCore::BeamSearchCore(std::string grid, std::vector<std::vector<std::vector<float>>> scores,
-                               std::size_t k, std::size_t max_expansions)
+BeamSearchCore::BeamSearchCore(std::string grid,
+                               std::vector<std::vector<std::vector<float>>> scores, std::size_t k,
+                               std::size_t max_expansions)
     : grid_(std::move(grid)), scores_(std::move(scores)), k_(k), max_expansions_(max_expansions) {
   dims_ = scores_.empty() ? 0 : scores_.front().size();
   samples_.resize(scores_.size());

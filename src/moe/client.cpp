@@ -40,15 +40,16 @@ awaitable<result<TensorData>> call(net::Host& host, ExpertAddress to, const char
   auto tensors = decode_response(resp.value(), opts.limits);
   if (!tensors) co_return tensors.error().with_context("expert " + to.uid + " answered");
   if (tensors.value().size() != 1)
-    co_return Error(errc::protocol_violation,
-                    "expert " + to.uid + " answered " + std::to_string(tensors.value().size()) +
-                        " tensors, want 1");
+    co_return Error(errc::protocol_violation, "expert " + to.uid + " answered " +
+                                                  std::to_string(tensors.value().size()) +
+                                                  " tensors, want 1");
   co_return std::move(tensors.value().front());
 }
 
 }  // namespace
 
-awaitable<result<ExpertSchema>> call_info(net::Host& host, ExpertAddress to, ExpertCallOptions opts) {
+awaitable<result<ExpertSchema>> call_info(net::Host& host, ExpertAddress to,
+                                          ExpertCallOptions opts) {
   remember(host, to);
   net::RpcClient client(host);
   pb::ExpertInfoRequest req;
@@ -121,7 +122,8 @@ std::vector<std::optional<result<TensorData>>> run_calls(
         ok[i] = st->results[i] && st->results[i]->has_value();
       if (satisfied(ok)) {
         const auto now = Clock::now();
-        k_min_deadline = timeout_after_k_min >= deadline - now ? deadline : now + timeout_after_k_min;
+        k_min_deadline =
+            timeout_after_k_min >= deadline - now ? deadline : now + timeout_after_k_min;
       }
     }
     const TimePoint until = k_min_deadline ? std::min(*k_min_deadline, deadline) : deadline;

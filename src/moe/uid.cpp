@@ -8,7 +8,8 @@ namespace starling::moe {
 namespace {
 
 Error bad(std::string_view text, const std::string& why) {
-  return Error(errc::invalid_argument, "expert uid '" + std::string(text.substr(0, 128)) + "': " + why);
+  return Error(errc::invalid_argument,
+               "expert uid '" + std::string(text.substr(0, 128)) + "': " + why);
 }
 
 bool valid_grid(std::string_view g) {
@@ -98,8 +99,8 @@ result<std::vector<ExpertUid>> expand_pattern(std::string_view pattern) {
       if (!parse_u32(inner.substr(0, colon), lo) || !parse_u32(inner.substr(colon + 1), hi))
         return bad(pattern, "range bounds must be numbers");
       if (hi > kMaxCoordinate) return bad(pattern, "range bound above 2^20");
-      if (lo >= hi) return bad(pattern, "empty range [" + std::to_string(lo) + ":" +
-                                            std::to_string(hi) + "]");
+      if (lo >= hi)
+        return bad(pattern, "empty range [" + std::to_string(lo) + ":" + std::to_string(hi) + "]");
     } else {
       if (!parse_u32(p, lo) || lo >= kMaxCoordinate)
         return bad(pattern, "coordinate '" + std::string(p.substr(0, 16)) + "' is not a number");

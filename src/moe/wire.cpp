@@ -32,8 +32,8 @@ result<std::uint64_t> check_shape(std::span<const std::int64_t> shape, const Wir
   return n;
 }
 
-result<std::vector<std::int64_t>> read_shape(
-    const google::protobuf::RepeatedField<std::int64_t>& f, const WireLimits& limits) {
+result<std::vector<std::int64_t>> read_shape(const google::protobuf::RepeatedField<std::int64_t>& f,
+                                             const WireLimits& limits) {
   std::vector<std::int64_t> shape(f.begin(), f.end());
   ST_TRY(check_shape(shape, limits));
   return shape;
@@ -150,7 +150,8 @@ result<ExpertSchema> from_proto(const pb::ExpertInfo& msg, const WireLimits& lim
   s.uid = msg.uid();
   ST_TRY(s.input_shape, read_shape(msg.input_shape(), limits));
   ST_TRY(s.output_shape, read_shape(msg.output_shape(), limits));
-  if (msg.dtype() != "float32") return invalid("unsupported dtype '" + msg.dtype().substr(0, 32) + "'");
+  if (msg.dtype() != "float32")
+    return invalid("unsupported dtype '" + msg.dtype().substr(0, 32) + "'");
   s.dtype = msg.dtype();
   auto c = averaging::codec_from_string(msg.codec());
   if (!c) return invalid("unknown codec '" + msg.codec().substr(0, 32) + "'");

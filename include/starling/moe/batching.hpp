@@ -61,7 +61,8 @@ class BatchScheduler {
     std::deque<Task> tasks;
     std::size_t rows = 0;
     bool ready(TimePoint now) const {
-      return !tasks.empty() && (rows >= cfg.min_batch || now >= tasks.front().enqueued + cfg.max_wait);
+      return !tasks.empty() &&
+             (rows >= cfg.min_batch || now >= tasks.front().enqueued + cfg.max_wait);
     }
   };
   std::vector<Pool> pools_;

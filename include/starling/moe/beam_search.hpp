@@ -58,7 +58,7 @@ class BeamSearchCore {
     bool operator<(const Node& o) const { return bound < o.bound; }
   };
   struct Sample {
-    std::vector<Node> heap;  // max-heap on bound
+    std::vector<Node> heap;   // max-heap on bound
     std::vector<float> rest;  // rest[d] = sum of max scores of dims d.. (rest[D] = 0)
     std::size_t expansions = 0;
     bool done = false;

@@ -17,9 +17,9 @@
 namespace starling::moe {
 
 struct ExpertCallOptions {
-  Duration timeout = 10s;              // the RPC deadline of every call
-  averaging::CodecSpec codec;          // codec of the tensors this side sends
-  std::string response_codec;          // codec asked of the server ("": its default)
+  Duration timeout = 10s;      // the RPC deadline of every call
+  averaging::CodecSpec codec;  // codec of the tensors this side sends
+  std::string response_codec;  // codec asked of the server ("": its default)
   WireLimits limits;
   std::size_t max_message_size = 64u << 20;
 };
@@ -34,12 +34,11 @@ struct ExpertAddress {
 awaitable<result<ExpertSchema>> call_info(net::Host& host, ExpertAddress to,
                                           ExpertCallOptions opts);
 // forward: [input] -> output. The input must be finite (else errc::invalid_argument locally).
-awaitable<result<TensorData>> call_forward(net::Host& host, ExpertAddress to,
-                                           TensorData input, ExpertCallOptions opts);
+awaitable<result<TensorData>> call_forward(net::Host& host, ExpertAddress to, TensorData input,
+                                           ExpertCallOptions opts);
 // backward: [input, grad_output] -> grad_input.
-awaitable<result<TensorData>> call_backward(net::Host& host, ExpertAddress to,
-                                            TensorData input, TensorData grad_output,
-                                            ExpertCallOptions opts);
+awaitable<result<TensorData>> call_backward(net::Host& host, ExpertAddress to, TensorData input,
+                                            TensorData grad_output, ExpertCallOptions opts);
 
 // Runs `calls` in parallel on `ex` and blocks until every call ended, or `deadline`, or
 // `timeout_after_k_min` after `satisfied(ok)` first returned true (ok[i]: call i succeeded).

@@ -66,8 +66,8 @@ OptimizerFactory adam_factory(double lr);
 OptimizerFactory sgd_factory(double lr);
 
 struct ExpertServerConfig {
-  PoolConfig forward_pool;   // per expert
-  PoolConfig backward_pool;  // per expert
+  PoolConfig forward_pool;     // per expert
+  PoolConfig backward_pool;    // per expert
   averaging::CodecSpec codec;  // default codec of the answers
   WireLimits limits;
   std::size_t max_queued_tasks = 4096;

@@ -59,8 +59,8 @@ struct MoeOptions {
   Duration forward_timeout = 10s;  // beam search + forward calls
   Duration timeout_after_k_min = 1s;
   Duration backward_timeout = 10s;
-  averaging::CodecSpec codec;      // codec of activations and gradients sent
-  std::string response_codec;      // codec asked of the servers ("": their default)
+  averaging::CodecSpec codec;  // codec of activations and gradients sent
+  std::string response_codec;  // codec asked of the servers ("": their default)
 };
 
 struct MoeStats {

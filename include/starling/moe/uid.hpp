@@ -25,7 +25,7 @@ inline constexpr std::size_t kMaxPatternUids = 1u << 16;
 inline constexpr std::size_t kMaxGridName = 64;
 
 struct ExpertUid {
-  std::string grid;                  // "ffn"
+  std::string grid;                   // "ffn"
   std::vector<std::uint32_t> coords;  // {3, 17}
 
   std::string to_string() const;  // "ffn.3.17"

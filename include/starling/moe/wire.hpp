@@ -32,10 +32,10 @@ inline constexpr const char* kBackwardProtocol = "/starling/moe/1.0.0/backward";
 
 // Limits a decoder applies to anything from a peer.
 struct WireLimits {
-  std::size_t max_dims = 8;                      // tensor rank
-  std::uint64_t max_elements = 16u << 20;         // values in one tensor (64 MiB as float32)
-  std::size_t max_tensors = 4;                    // tensors in one request/response
-  std::size_t max_uid = 256;                      // uid length
+  std::size_t max_dims = 8;                // tensor rank
+  std::uint64_t max_elements = 16u << 20;  // values in one tensor (64 MiB as float32)
+  std::size_t max_tensors = 4;             // tensors in one request/response
+  std::size_t max_uid = 256;               // uid length
 };
 
 // A decoded tensor: row-major float32 values and their shape.

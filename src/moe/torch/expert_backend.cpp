@@ -66,8 +66,7 @@ result<void> check_rows(const std::string& uid, const char* what, const TensorDa
   for (std::size_t i = 0; ok && i < shape.size(); ++i) ok = t.shape[i + 1] == shape[i];
   if (!ok)
     return bad_request(uid, std::string(what) + " has shape " + describe_shape(t.shape) +
-                                ", the expert takes [N, " +
-                                describe_shape(shape).substr(1));
+                                ", the expert takes [N, " + describe_shape(shape).substr(1));
   return success();
 }
 

@@ -97,9 +97,9 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
         got = sched.push(pool, static_cast<std::size_t>(rows64), Clock::now());
       if (!got) {
         ++stats->bad_requests;
-        co_return Error(errc::invalid_argument, "expert " + b->schema.uid + ": " +
-                                                    std::to_string(rows64) + " rows exceed max_batch " +
-                                                    std::to_string(max_batch));
+        co_return Error(errc::invalid_argument,
+                        "expert " + b->schema.uid + ": " + std::to_string(rows64) +
+                            " rows exceed max_batch " + std::to_string(max_batch));
       }
       id = *got;
       Task t;
@@ -129,12 +129,14 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
     rpc = std::make_unique<net::RpcServer>(*host, ro);
     rpc->add_unary<pb::ExpertInfoRequest, pb::ExpertInfo>(
         kInfoProtocol,
-        [weak](const net::RpcContext&, pb::ExpertInfoRequest req) -> awaitable<result<pb::ExpertInfo>> {
+        [weak](const net::RpcContext&,
+               pb::ExpertInfoRequest req) -> awaitable<result<pb::ExpertInfo>> {
           auto self = weak.lock();
           if (!self) co_return Error(errc::unavailable, "expert server stopped");
           auto it = self->by_uid.find(req.uid());
           if (it == self->by_uid.end())
-            co_return Error(errc::not_found, "unknown expert uid '" + req.uid().substr(0, 64) + "'");
+            co_return Error(errc::not_found,
+                            "unknown expert uid '" + req.uid().substr(0, 64) + "'");
           pb::ExpertInfo info;
           to_proto(it->second->schema, info);
           co_return info;
@@ -175,7 +177,8 @@ std::shared_ptr<ExpertServer> ExpertServer::create(std::shared_ptr<net::Host> ho
   s->impl_->cfg = config;
   s->impl_->stats = s->stats_;
   if (directory)
-    s->impl_->experts_dir = std::make_unique<ExpertDirectory>(std::move(directory), config.declare_period);
+    s->impl_->experts_dir =
+        std::make_unique<ExpertDirectory>(std::move(directory), config.declare_period);
   return s;
 }
 
@@ -200,7 +203,8 @@ result<void> ExpertServer::add_expert(const std::string& uid, ExpertModule modul
   if (im.started) return Error(errc::invalid_argument, "add_expert after start()");
   ST_TRY(auto parsed, parse_uid(uid));
   const std::string canonical = parsed.to_string();
-  if (im.by_uid.count(canonical)) return Error(errc::already_exists, "expert " + canonical + " twice");
+  if (im.by_uid.count(canonical))
+    return Error(errc::already_exists, "expert " + canonical + " twice");
   auto b = std::make_unique<Backend>();
   b->schema.uid = canonical;
   b->schema.input_shape = module.input_shape;

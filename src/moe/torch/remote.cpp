@@ -49,9 +49,8 @@ struct RemoteExpertBackward : torch::autograd::Node {
     auto input = st->input;
     auto g = to_data(grads[0]);
     std::vector<CallFn> calls;
-    calls.push_back([host, to, opts, input, g]() {
-      return call_backward(*host, to, input, g, opts);
-    });
+    calls.push_back(
+        [host, to, opts, input, g]() { return call_backward(*host, to, input, g, opts); });
     auto r = run_calls(host->get_executor(), std::move(calls), Clock::now() + opts.timeout + 1s);
     if (!r[0]) throw std::runtime_error("expert " + to.uid + " backward: no answer in time");
     if (!r[0]->has_value())
@@ -308,7 +307,8 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
         r->value().shape[1] != options_.out_features) {
       ++failures;
       if (r->has_value())
-        logger("moe")->debug("expert {} answered shape {}", c.to.uid, describe_shape(r->value().shape));
+        logger("moe")->debug("expert {} answered shape {}", c.to.uid,
+                             describe_shape(r->value().shape));
       else
         logger("moe")->debug("expert {} failed: {}", c.to.uid, r->error().message());
       continue;
@@ -343,10 +343,9 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
   bool any_ok = false;
   for (const auto& c : st->calls) any_ok = any_ok || c.ok;
   if (!any_ok)
-    throw std::runtime_error("RemoteMixtureOfExperts: no expert answered (" +
-                             std::to_string(st->calls.size()) + " called, " +
-                             std::to_string(failures) + " failed, " + std::to_string(late) +
-                             " late)");
+    throw std::runtime_error(
+        "RemoteMixtureOfExperts: no expert answered (" + std::to_string(st->calls.size()) +
+        " called, " + std::to_string(failures) + " failed, " + std::to_string(late) + " late)");
   if (torch::GradMode::is_enabled()) {
     auto node =
         std::shared_ptr<DispatchBackward>(new DispatchBackward(), torch::autograd::deleteNode);
