@@ -82,11 +82,14 @@ class CollabTest(unittest.TestCase):
             self.assertLess(r["loss"], 0.8 * r["loss0"], r)
         return results
 
+    # 15 epochs: a peer that starts last by a few hundred ms on a loaded machine can miss the
+    # first rounds (the others group before it reaches their epoch; docs/training.md, the late
+    # starter) and only download until it catches up; it must still average at least once.
     def test_three_peers_adam(self):
-        self.collaborate("adam")
+        self.collaborate("adam", epochs=15)
 
     def test_three_peers_python_optimizer(self):
-        self.collaborate("python")
+        self.collaborate("python", epochs=15)
 
     def test_late_joiner_downloads_adam_state(self):
         # The late peer downloads parameters and Adam's moments; had it kept fresh moments,
