@@ -83,6 +83,11 @@ averaging::StepOptions NetCollaboration::step_options(const training::RoundOptio
   // succeed, so the parameters of successful peers never fork.
   so.min_group_size =
       std::max<std::size_t>(cfg_.matchmaking.min_group_size, o.expected_members / 2 + 1);
+  // CenteredClip bounds a minority's pull; in a group of two the other member is half of it
+  // (and the median weight cap is the pair's mean): a hostile peer paired with one honest peer
+  // would own the step. Robust rounds therefore need three members.
+  if (cfg_.aggregation.kind == averaging::Aggregation::centered_clip)
+    so.min_group_size = std::max<std::size_t>(*so.min_group_size, 3);
   // Every live peer is at this epoch: the leader begins once all of them joined rather than
   // after min_wait (a group of one is no round, so a hint below 2 says nothing).
   if (o.expected_group >= 2) so.expected_group_size = o.expected_group;
