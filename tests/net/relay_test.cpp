@@ -411,3 +411,38 @@ TEST(Relay, SecondRelayTakesOver) {
     for (auto& h : left) co_await h->stop();
   });
 }
+
+// DCUtR's last step on loopback: A (dialed through the relay) dials B's listening port from
+// its own listening port and upgrades as the client; the direct connection then carries new
+// streams while the relayed one stays open as the fallback.
+TEST(Relay, PunchedDirectConnectionPreferredOverRelay) {
+  Trio t;
+  test::run_with_deadline(t.io, [&]() -> awaitable<void> {
+    auto circuit = co_await t.setup();
+    CO_ASSERT_OK(circuit);
+    const auto bid = t.b->local_peer();
+    CO_ASSERT_OK(co_await t.a->connect(circuit.value()));
+    auto punched = co_await t.a->dial_punched(t.b->listen_addresses().at(0), bid,
+                                              /*as_client=*/true, 5s);
+    CO_ASSERT_OK(punched);
+    auto data = random_bytes(10 * 1024);
+    auto echoed = co_await echo(*t.a, bid, data, 10s);
+    CO_ASSERT_OK(echoed);
+    EXPECT_TRUE(echoed.value() == data);
+    int direct = 0, relayed = 0;
+    for (const auto& c : t.a->connections()) {
+      if (c.peer != bid) continue;
+      ++(c.relayed ? relayed : direct);
+      if (!c.relayed) {
+        EXPECT_TRUE(c.outbound);
+        auto got = c.remote_addr.without_peer_id().to_tcp_endpoint();
+        auto want = t.b->listen_addresses().at(0).to_tcp_endpoint();
+        EXPECT_TRUE(got && want && got.value().port() == want.value().port())
+            << c.remote_addr.to_string() << " vs " << t.b->listen_addresses().at(0).to_string();
+      }
+    }
+    EXPECT_EQ(direct, 1);
+    EXPECT_EQ(relayed, 1);  // kept as the fallback
+    co_await t.teardown();
+  });
+}

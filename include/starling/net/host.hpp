@@ -141,6 +141,13 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   // yamux server) over `stream` (a relayed one: circuit relay /stop) and registers the
   // connection as relayed with `remote` as its address. The authenticated peer must be
   // `expected` (else errc::protocol_violation: the relay lied about the peer).
+  // DCUtR: dials `addr` from our listening port (SO_REUSEPORT; the two sides' dials meet as
+  // one TCP simultaneous-open connection) and upgrades it as the client (`as_client`: the
+  // peer that dialed through the relay) or the server (multistream listener, Noise responder,
+  // yamux server) although our socket called connect(). The peer must be `expected`. The new
+  // direct connection is preferred over the relayed one for new streams.
+  awaitable<result<PeerId>> dial_punched(Multiaddr addr, PeerId expected, bool as_client,
+                                         Duration timeout);
   awaitable<result<PeerId>> accept_relayed(ByteStreamPtr stream, Multiaddr remote, PeerId expected,
                                            Duration timeout);
   const PeerId& local_peer() const override { return id_; }
