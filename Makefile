@@ -4,7 +4,7 @@ BUILD   := build
 JOBS    ?= $(shell nproc)
 CTEST_J ?= 2
 
-.PHONY: all deps dev-deps configure build test test-all test-asan test-tsan demo demo-lm fuzz clean format tidy
+.PHONY: all deps dev-deps configure build test test-all test-asan test-tsan demo demo-lm python-install fuzz clean format tidy
 all: build
 
 deps:
@@ -52,6 +52,10 @@ demo: configure
 demo-lm: configure
 	cmake --build $(BUILD) -j $(JOBS) --target starling_cli
 	scripts/demo_lm.sh $(BUILD)
+
+# The Python module, built and copied into the python3 that imports torch (docs/python.md).
+python-install: configure
+	cmake --build $(BUILD) -j $(JOBS) --target python-install
 
 # make bench-transport, bench-dht, bench-allreduce, bench-training, ...
 bench-%: build

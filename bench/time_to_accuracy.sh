@@ -15,7 +15,8 @@
 # "not reached" with its best accuracy and epoch.
 # Prints a table and one line `RESULT {json}`.
 # Usage: bench/time_to_accuracy.sh BIN [DEADLINE]
-#   env: TTA_TARGET (0.85), TTA_PEERS (4), TTA_EVAL (2), TTA_MODES ("sync delayed f16 diloco"),
+#   env: TTA_TARGET (0.85), TTA_PEERS (4), TTA_EVAL (2), TTA_MODES ("sync delayed f16 diloco"; also delayed-stale:
+#        delayed updates without the staleness correction),
 #        TTA_DILOCO_STEPS (8), TTA_KEEP=DIR keeps the logs.
 set -euo pipefail
 bin=$1
@@ -59,12 +60,8 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
 read -r alone_s alone_ep alone_ev < <(outcome alone "$dir/alone.json" "$dir/alone.log")
 echo "alone $(cut -d' ' -f1 /proc/loadavg)" >> "$dir/loads"
 
-"$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addrs" \
-  > "$dir/boot.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [[ -s $dir/boot.addrs ]] && break; sleep 0.1; done
-[[ -s $dir/boot.addrs ]] || { echo "bootstrap node did not start"; cat "$dir/boot.log"; exit 1; }
-boot=$(head -1 "$dir/boot.addrs")
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/bootstrap_node.sh"
+start_bootstrap "$bin" "$dir"
 
 # collab MODE FLAGS...: PEERS trainers; trainer 1 evaluates and stops at the target.
 collab() {
@@ -93,6 +90,7 @@ for m in $modes; do
   case $m in
     sync) collab sync ;;
     delayed) collab delayed --delay-step ;;
+    delayed-stale) collab delayed-stale --delay-step --delay-correction none ;;
     f16) collab f16 --compression float16 ;;
     diloco) collab diloco --diloco-steps "$h" ;;
     *) echo "unknown mode $m"; exit 2 ;;
@@ -125,6 +123,28 @@ for m in $modes; do
   row "$k peers, $m" ${res[$m]}
 done
 echo "  load average (1 min) after each: $(tr '\n' ' ' < "$dir/loads")"
+# Accuracy at equal epochs: trainer 1 of every mode evaluated every EVAL epochs until it
+# stopped; compare them at the last epoch all of them evaluated (DiLoCo's epochs are outer
+# steps: left out).
+# acc_at LOG E: "accuracy@epoch" of the last evaluation at or before epoch E.
+acc_at() {
+  sed -n 's/^epoch \([0-9]*\): test accuracy \([0-9.]*\).*/\1 \2/p' "$1" |
+    awk -v e="$2" '$1 <= e { a = $2 "@" $1 } END { print a }'
+}
+common=""
+for m in $modes; do
+  [[ $m == diloco ]] && continue
+  last=$(sed -n 's/^epoch \([0-9]*\): test accuracy.*/\1/p' "$dir/${m}1.log" | tail -1)
+  [[ -n $last ]] && { [[ -z $common ]] || ((last < common)); } && common=$last
+done
+if [[ -n $common ]]; then
+  line="  test accuracy at the last evaluation at or before epoch $common:"
+  for m in $modes; do
+    [[ $m == diloco ]] && continue
+    line+=" $m $(acc_at "$dir/${m}1.log" "$common")"
+  done
+  echo "$line"
+fi
 json="{\"bench\":\"time_to_accuracy\",\"target\":$target,\"peers\":$k,\"cores\":$cores,\"deadline\":$deadline"
 num() { [[ $1 == - ]] && echo null || echo "$1"; }
 json+=",\"alone_seconds\":$(num "$alone_s"),\"alone_training_seconds\":$(num "$alone_t"),\"ideal_seconds\":$(num "$ideal")"

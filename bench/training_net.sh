@@ -14,11 +14,16 @@
 # the float32 gradient: 2 (k-1)/k x 4 bytes x parameters per step), and one line
 # `RESULT {json}`.
 # Usage: bench/training_net.sh BIN [SECONDS]   (BENCH_KEEP=DIR keeps the logs)
+# Other tasks (bench/run-lm.sh): TN_RECIPE (the trainers' task flags; default the MLP's),
+# TN_TARGET (target batch; default 1024), TN_PARAMS (the model's parameter count),
+# TN_CONFIGS (a subset of "sync f16 delayed delayed16 sync4096 delayed4096"), TN_NAME.
 set -euo pipefail
 bin=$1
 secs=${2:-60}
 k=4
-params=203530  # the MLP
+params=${TN_PARAMS:-203530}  # the MLP
+read -r -a recipe <<<"${TN_RECIPE:---batch-size 64 --threads 1 --lr 0.002}"
+configs=${TN_CONFIGS:-sync f16 delayed delayed16 sync4096 delayed4096}
 dir=$(mktemp -d)
 pids=()
 # BENCH_KEEP=DIR: the trainers' logs and reports are copied to DIR at the end.
@@ -30,11 +35,8 @@ cleanup() {
 trap cleanup EXIT
 field() { sed -n "s/.*\"$2\":\(\"[^\"]*\"\|[0-9.e+-]*\).*/\1/p" "$1" | tr -d '"'; }
 
-"$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addrs" \
-  > "$dir/boot.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [[ -s $dir/boot.addrs ]] && break; sleep 0.1; done
-boot=$(head -1 "$dir/boot.addrs")
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/bootstrap_node.sh"
+start_bootstrap "$bin" "$dir"
 
 # run NAME EXTRA_ARGS...: k trainers for secs seconds (target batch $TARGET, default 1024);
 # prints "samples_per_s bytes_per_epoch step_share" and appends the load average after the window to $dir/loads. With ANCHOR=1 it also runs k
@@ -52,7 +54,7 @@ run() {
   [[ ${ANCHOR:-0} == 1 ]] || level=warn
   for i in $(seq $k); do
     STARLING_LOG=$level "$bin" train --identity "$dir/$name$i.key" --run-id "bench-$name" --listen /ip4/127.0.0.1/tcp/0 \
-      --target-batch-size "${TARGET:-1024}" --batch-size 64 --threads 1 --lr 0.002 --max-seconds "$secs" \
+      --target-batch-size "${TARGET:-${TN_TARGET:-1024}}" "${recipe[@]}" --max-seconds "$secs" \
       --progress-every 1000 --linger 0 --report "$dir/$name$i.json" "$@" > "$dir/$name$i.log" 2>&1 &
     ps+=($!)
     pids+=($!)
@@ -72,28 +74,47 @@ run() {
 }
 
 load=$(cut -d' ' -f1-3 /proc/loadavg)
+big=$((4 * ${TN_TARGET:-1024}))
+# flags_of CONFIG / label_of CONFIG: each configuration's extra flags and its row label.
+flags_of() {
+  case $1 in
+    sync) echo "" ;;
+    f16) echo "--compression float16" ;;
+    delayed) echo "--delay-step" ;;
+    delayed16) echo "--delay-step --compression float16" ;;
+    sync4096) echo "" ;;
+    delayed4096) echo "--delay-step" ;;
+    *) echo "unknown configuration $1" >&2; exit 2 ;;
+  esac
+}
+label_of() {
+  case $1 in
+    sync) echo "collaborating, float32" ;;
+    f16) echo "collaborating, float16" ;;
+    delayed) echo "delayed updates, float32" ;;
+    delayed16) echo "delayed updates, float16" ;;
+    sync4096) echo "collaborating, float32, target $big" ;;
+    delayed4096) echo "delayed, float32, target $big" ;;
+  esac
+}
 # Every collaborating window runs beside 4 trainers alone (its own anchor, same load).
-read -r sync_sps sync_bpe sync_sh < <(ANCHOR=1 run sync --initial-peers "$boot")
-read -r f16_sps f16_bpe f16_sh < <(ANCHOR=1 run f16 --initial-peers "$boot" --compression float16)
-read -r dl_sps dl_bpe dl_sh < <(ANCHOR=1 run delayed --initial-peers "$boot" --delay-step)
-read -r dl16_sps dl16_bpe dl16_sh < <(ANCHOR=1 run delayed16 --initial-peers "$boot" --delay-step --compression float16)
-read -r big_sps big_bpe big_sh < <(TARGET=4096 ANCHOR=1 run sync4096 --initial-peers "$boot")
-read -r dlbig_sps dlbig_bpe dlbig_sh < <(TARGET=4096 ANCHOR=1 run delayed4096 --initial-peers "$boot" --delay-step)
+declare -A sps bpe sh
+for c in $configs; do
+  t=${TN_TARGET:-1024}
+  [[ $c == *4096 ]] && t=$big
+  # shellcheck disable=SC2046
+  read -r sps[$c] bpe[$c] sh[$c] < <(TARGET=$t ANCHOR=1 run "$c" --initial-peers "$boot" $(flags_of "$c"))
+done
 anchor() { awk -v n="$1" '$1 == n {print $2}' "$dir/anchors"; }
 alone_sps=$(awk '{s += $2} END {print s / NR}' "$dir/anchors")
-dp=$(awk -v n=$params -v k=$k 'BEGIN{print 2*(k-1)/k*4*n}')
-echo "training, $k processes x ${secs} s each, load before: $load"
+dp=$(awk -v n="$params" -v k=$k 'BEGIN{print 2*(k-1)/k*4*n}')
+echo "training${TN_NAME:+ ($TN_NAME)}, $k processes x ${secs} s each, load before: $load"
 printf '  %-34s %10s %14s %8s %8s %16s %8s\n' config samples/s "anchor samp/s" ratio "in step" "bytes/peer/epoch" "vs DP"
-for c in "collaborating, float32:$sync_sps:$sync_bpe:sync:$sync_sh" \
-  "collaborating, float16:$f16_sps:$f16_bpe:f16:$f16_sh" \
-  "delayed updates, float32:$dl_sps:$dl_bpe:delayed:$dl_sh" \
-  "delayed updates, float16:$dl16_sps:$dl16_bpe:delayed16:$dl16_sh" \
-  "collaborating, float32, target 4096:$big_sps:$big_bpe:sync4096:$big_sh" \
-  "delayed, float32, target 4096:$dlbig_sps:$dlbig_bpe:delayed4096:$dlbig_sh"; do
-  IFS=: read -r n s b key sh <<<"$c"
-  a=$(anchor "$key")
-  printf '  %-34s %10.1f %14.1f %8.3f %8.3f %16.0f %8.3f\n' "$n" "$s" "$a" \
-    "$(awk -v x="$s" -v y="$a" 'BEGIN{print x/y}')" "$sh" "$b" "$(awk -v x="$b" -v d="$dp" 'BEGIN{print x/d}')"
+for c in $configs; do
+  a=$(anchor "$c")
+  printf '  %-34s %10.1f %14.1f %8.3f %8.3f %16.0f %8.3f\n' "$(label_of "$c")" "${sps[$c]}" "$a" \
+    "$(awk -v x="${sps[$c]}" -v y="$a" 'BEGIN{print x/y}')" "${sh[$c]}" "${bpe[$c]}" \
+    "$(awk -v x="${bpe[$c]}" -v d="$dp" 'BEGIN{print x/d}')"
 done
 # Median matchmaking and all-reduce seconds of a configuration's rounds (from the info logs).
 median() { sort -n | awk '{v[NR] = $1} END {if (NR) printf "%.2f", v[int((NR + 1) / 2)]; else printf "-"}'; }
@@ -104,8 +125,15 @@ rounds() {
     "all-reduce $(cut -d' ' -f2 <<<"$t" | median) s"
 }
 echo "  round latency (collaborating trainers' logs):"
-for key in sync f16 delayed delayed16 sync4096 delayed4096; do echo "    $key: $(rounds $key)"; done
+for c in $configs; do echo "    $c: $(rounds "$c")"; done
 echo "  plain synchronous data-parallel (ring all-reduce, float32): $dp bytes/peer/epoch"
 echo "  load average (1 min) after each window: $(tr '\n' ' ' < "$dir/loads")"
 ratio() { awk -v a="$1" -v b="$(anchor "$2")" 'BEGIN{print a/b}'; }
-echo "RESULT {\"bench\":\"training_net\",\"peers\":$k,\"seconds\":$secs,\"alone_sps\":$alone_sps,\"sync_sps\":$sync_sps,\"sync_ratio\":$(ratio "$sync_sps" sync),\"f16_sps\":$f16_sps,\"f16_ratio\":$(ratio "$f16_sps" f16),\"sync_bytes_per_peer_epoch\":$sync_bpe,\"f16_bytes_per_peer_epoch\":$f16_bpe,\"delayed_sps\":$dl_sps,\"delayed_ratio\":$(ratio "$dl_sps" delayed),\"delayed_f16_sps\":$dl16_sps,\"delayed_f16_ratio\":$(ratio "$dl16_sps" delayed16),\"delayed_bytes_per_peer_epoch\":$dl_bpe,\"sync4096_sps\":$big_sps,\"sync4096_ratio\":$(ratio "$big_sps" sync4096),\"delayed4096_sps\":$dlbig_sps,\"delayed4096_ratio\":$(ratio "$dlbig_sps" delayed4096),\"step_share\":{\"sync\":$sync_sh,\"f16\":$f16_sh,\"delayed\":$dl_sh,\"delayed16\":$dl16_sh,\"sync4096\":$big_sh,\"delayed4096\":$dlbig_sh},\"dp_bytes_per_peer_epoch\":$dp,\"load_before\":\"$load\"}"
+json="{\"bench\":\"training_net\",\"task\":\"${TN_NAME:-mlp}\",\"peers\":$k,\"seconds\":$secs,\"alone_sps\":$alone_sps"
+shares=""
+for c in $configs; do
+  n=${c/delayed16/delayed_f16}
+  json+=",\"${n}_sps\":${sps[$c]},\"${n}_ratio\":$(ratio "${sps[$c]}" "$c"),\"${n}_bytes_per_peer_epoch\":${bpe[$c]}"
+  shares+="${shares:+,}\"$c\":${sh[$c]}"
+done
+echo "RESULT $json,\"step_share\":{$shares},\"dp_bytes_per_peer_epoch\":$dp,\"load_before\":\"$load\"}"

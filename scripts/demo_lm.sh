@@ -31,13 +31,8 @@ t0=$(date +%s)
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo "== language model together: a DHT bootstrap node and 4 trainers (target batch $target sequences, $epochs epochs, LAMB lr $lr)"
-"$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addrs" \
-  > "$dir/boot.log" 2>&1 &
-boot_pid=$!
-pids+=("$boot_pid")
-for _ in $(seq 100); do [[ -s $dir/boot.addrs ]] && break; sleep 0.1; done
-[[ -s $dir/boot.addrs ]] || { echo "bootstrap node did not start"; cat "$dir/boot.log"; exit 1; }
-boot=$(head -1 "$dir/boot.addrs")
+source "$(dirname "${BASH_SOURCE[0]}")/bootstrap_node.sh"
+start_bootstrap "$bin" "$dir"
 echo "   bootstrap node: $boot"
 
 common=(--task lm --optimizer lamb --lr "$lr" --max-grad-norm 1 --warmup-epochs 5

@@ -24,13 +24,8 @@ trap cleanup EXIT
 t0=$(date +%s)
 
 echo "== collaborative training: a DHT bootstrap node and 4 trainers (MLP, target batch $target, $epochs epochs${delay_flag:+, delayed updates})"
-"$bin" dht --identity "$dir/boot.key" --listen /ip4/127.0.0.1/tcp/0 --addr-file "$dir/boot.addrs" \
-  > "$dir/boot.log" 2>&1 &
-boot_pid=$!
-pids+=("$boot_pid")
-for _ in $(seq 100); do [[ -s $dir/boot.addrs ]] && break; sleep 0.1; done
-[[ -s $dir/boot.addrs ]] || { echo "bootstrap node did not start"; cat "$dir/boot.log"; exit 1; }
-boot=$(head -1 "$dir/boot.addrs")
+source "$(dirname "${BASH_SOURCE[0]}")/bootstrap_node.sh"
+start_bootstrap "$bin" "$dir"
 echo "   bootstrap node: $boot"
 
 declare -A tpid

@@ -26,6 +26,8 @@ PACKAGES=(
   iproute2 iptables procps psmisc nodejs npm
   # test scripts (stdlib only)
   python3
+  # the Python module (python/): pybind11 and the python3 that imports the same libtorch
+  pybind11-dev python3-dev python3-torch
 )
 if [[ ${1:-} == --dev ]]; then PACKAGES+=(clang-format clang-tidy-16); fi
 

@@ -68,6 +68,10 @@ void run_reduce_job(const ReduceJob& job) {
     std::fill(out, out + n, 0.0f);
     return;
   }
+  if (job.aggregation.kind == Aggregation::centered_clip) {
+    centered_clip(job.out, job.inputs, job.weights, job.aggregation);
+    return;
+  }
   std::vector<const float*> in;
   for (const auto& x : job.inputs) in.push_back(x.data());
   reduce_range(out, in.data(), job.coeffs.data(), in.size(), n);
@@ -104,6 +108,7 @@ result<void> RoundCore::start(TimePoint now) {
   if (!local_pending_ && local_.size() != output_.size())
     return make_error(errc::invalid_argument, "all-reduce: local and output sizes differ");
   if (cfg_.part_elems == 0) return make_error(errc::invalid_argument, "all-reduce: part size 0");
+  ST_TRY(validate(cfg_.aggregation));
   for (std::uint32_t i = 0; i < n_; ++i) {
     const auto& m = members_[i];
     if (!std::isfinite(m.weight) || m.weight < 0)

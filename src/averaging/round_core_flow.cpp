@@ -116,7 +116,9 @@ void RoundCore::start_reductions(TimePoint now) {
       job.inputs.push_back(j == self_ ? local_.subspan(spec.begin, spec.size())
                                       : std::span<const float>(s.slots[i][j]));
       job.coeffs.push_back(static_cast<float>(total_w > 0 ? weight_of(j) / total_w : 1.0 / cnt));
+      job.weights.push_back(weight_of(j));
     }
+    job.aggregation = cfg_.aggregation;
     s.part_counted[p] = std::move(tag);
     s.requested[i] = 1;
     if (cfg_.inline_reduce) {

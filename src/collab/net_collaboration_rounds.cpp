@@ -1,6 +1,8 @@
 // NetCollaboration's averaging rounds (net_collaboration.hpp): Averager steps on the gradient
 // averager, begun early by prepare_round() or fresh by average().
 #include <algorithm>
+#include <cmath>
+#include <random>
 
 #include "net_collaboration_impl.hpp"
 #include "starling/averaging/host_address_sink.hpp"
@@ -50,6 +52,7 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, training::Comp
   ac.key = {cfg_.run_id + ".grads", 16, 0};
   ac.matchmaking = cfg_.matchmaking;
   ac.round.stall_timeout = cfg_.stall_timeout;
+  ac.round.aggregation = cfg_.aggregation;
   ac.bandwidth = cfg_.bandwidth;
   ac.upload_pace = cfg_.upload_pace;
   ac.client_mode = cfg_.client_mode;
@@ -209,6 +212,22 @@ awaitable<result<training::RoundResult>> NetCollaboration::average(training::Rou
   impl_->running = step;
   impl_->running_key = options.key;
   impl_->abandoned_key.clear();
+  if (cfg_.attack != NetCollaborationConfig::Attack::none) {
+    // Testing robustness (NetCollaborationConfig::attack), claiming 10x the samples.
+    impl_->attack_buf.assign(data.input.begin(), data.input.end());
+    if (cfg_.attack == NetCollaborationConfig::Attack::sign_flip) {
+      for (auto& x : impl_->attack_buf) x *= -10.0f;
+    } else {
+      double sq = 0;
+      for (float x : impl_->attack_buf) sq += double(x) * x;
+      const double rms = std::sqrt(sq / double(std::max<std::size_t>(1, impl_->attack_buf.size())));
+      std::mt19937 rng(static_cast<std::uint32_t>(std::hash<std::string>{}(options.key)));
+      std::normal_distribution<float> noise(0.0f, static_cast<float>(100 * rms));
+      for (auto& x : impl_->attack_buf) x = noise(rng);
+    }
+    data.input = impl_->attack_buf;
+    options.weight *= 10;
+  }
   // The averager reads the caller's input and writes the result into its output directly.
   // (A named StepData: GCC 12 destroys a braced temporary in a co_await expression twice.)
   averaging::StepData sd{data.input, data.output, data.owner};

@@ -24,7 +24,7 @@ result<std::unique_ptr<Optimizer>> Optimizer::create(
   if (!inner) return make_error(errc::invalid_argument, "optimizer: no inner optimizer");
   // Peers exchange, and checkpoints keep, the optimizer's state in the state format: an
   // optimizer it cannot carry (LBFGS, a user's own) would fail at the first state transfer.
-  if (auto kind = state_torch::kind_of(*inner); !kind)
+  if (auto kind = state_torch::kind_of(*inner); !kind && !options.optimizer_state_in_model)
     return make_error(errc::unsupported, "optimizer: " + kind.error().message());
   auto impl = std::make_unique<Impl>(model, std::move(inner), std::move(options));
   for (const auto& item : model.named_parameters(true)) {
@@ -64,7 +64,7 @@ result<std::unique_ptr<Optimizer>> Optimizer::create(
            training::CheckpointDir::open(impl->opt.checkpoint_dir, impl->opt.checkpoints_kept));
     impl->ckpt = std::move(dir);
     NamedTensors extra = impl->extra_tensors();
-    ST_TRY(auto meta, load_latest_checkpoint(*impl->ckpt, model, impl->inner.get(), &extra));
+    ST_TRY(auto meta, load_latest_checkpoint(*impl->ckpt, model, impl->state_optimizer(), &extra));
     if (meta) {
       if (meta->run_id != impl->opt.run_id)
         Impl::log()->warn("checkpoint is from run '{}', this is run '{}'", meta->run_id,
@@ -260,9 +260,28 @@ result<void> Optimizer::load_state_from_peers() {
 }
 
 void Optimizer::finish_round() {
-  if (!impl_->bg) return;
-  StepReport ignored;
-  impl_->finish_background_round(ignored, true);
+  if (impl_->bg) {
+    StepReport ignored;
+    impl_->finish_background_round(ignored, true);
+  }
+  impl_->settle_master();
+}
+
+void Optimizer::with_collaboration_parameters(const std::function<void()>& f) {
+  auto& m = *impl_;
+  std::vector<torch::Tensor> held;
+  {
+    std::unique_lock<std::mutex> lk;
+    if (m.bg) lk = std::unique_lock(m.master_mu);  // a step may be applied meanwhile
+    held = m.hold_exact_params();
+  }
+  try {
+    f();
+  } catch (...) {
+    m.restore_params(held);
+    throw;
+  }
+  m.restore_params(held);
 }
 
 std::uint64_t Optimizer::state_digest() const {
@@ -287,6 +306,7 @@ result<void> Optimizer::shutdown(Duration timeout) {
     m.failed_rounds = 0;
     m.finish_background_round(ignored, true);
   }
+  m.settle_master();  // the model ends at the collaboration's parameters
   if (m.ckpt) {
     auto r = m.save(0, 0);
     if (!r) {

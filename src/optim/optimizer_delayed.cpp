@@ -59,20 +59,64 @@ void Optimizer::Impl::init_master() {
         if (q.unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) q = m;
     master.push_back(std::move(m));
   }
+  if (predicting())
+    for (const auto& m : master) prev_master.push_back(m.detach().clone());
 }
 
 void Optimizer::Impl::publish_master() {
   if (!delayed()) return;
   torch::NoGradGuard no_grad;
   std::lock_guard lk(master_mu);
-  for (std::size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(master[i]);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto p = params[i].detach();
+    if (predicting()) {
+      // master + (master - prev_master): where the next step is expected to leave master.
+      p.copy_(master[i]);
+      p.mul_(2).sub_(prev_master[i]);
+    } else {
+      p.copy_(master[i]);
+    }
+  }
+  predicted = predicting();
 }
 
 void Optimizer::Impl::reload_master() {
   if (!delayed()) return;
   torch::NoGradGuard no_grad;
   std::lock_guard lk(master_mu);
-  for (std::size_t i = 0; i < params.size(); ++i) master[i].detach().copy_(params[i]);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    master[i].detach().copy_(params[i]);
+    // No step known since the download: no extrapolation until the next one.
+    if (predicting()) prev_master[i].copy_(params[i]);
+  }
+  predicted = false;
+}
+
+void Optimizer::Impl::settle_master() {
+  if (!predicted) return;
+  torch::NoGradGuard no_grad;
+  std::lock_guard lk(master_mu);
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(master[i]);
+  predicted = false;
+}
+
+std::vector<torch::Tensor> Optimizer::Impl::hold_exact_params() {
+  std::vector<torch::Tensor> saved;
+  if (!predicted) return saved;
+  torch::NoGradGuard no_grad;
+  // A step applied in the background (not yet published) moved master past `epoch`; the
+  // parameters of `epoch` are then those it started from.
+  const auto& exact = bg && bg->applied ? prev_master : master;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    saved.push_back(params[i].detach().clone());
+    params[i].detach().copy_(exact[i]);
+  }
+  return saved;
+}
+
+void Optimizer::Impl::restore_params(const std::vector<torch::Tensor>& saved) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < saved.size(); ++i) params[i].detach().copy_(saved[i]);
 }
 
 void Optimizer::Impl::run_background_round(BackgroundRound& b) {

@@ -80,6 +80,11 @@ struct Optimizer::Impl {
   // training thread computes with; the training thread copies master into the parameters
   // (under master_mu) when it applies the finished step. Empty unless delay_optimizer_step.
   std::vector<torch::Tensor> master;
+  // With DelayCorrection::predict: master before the last step applied to it (so the last
+  // step is master - prev_master), and whether the parameters hold the prediction
+  // master + (master - prev_master) rather than master itself.
+  std::vector<torch::Tensor> prev_master;
+  bool predicted = false;
   std::mutex master_mu;
   struct BackgroundRound;
   std::shared_ptr<BackgroundRound> bg;  // the round in flight (training thread)
@@ -90,15 +95,28 @@ struct Optimizer::Impl {
       : model(m), inner(std::move(in)), opt(std::move(o)) {}
   ~Impl();
 
+  // The optimizer whose state the state format carries (null: its state is in the model).
+  torch::optim::Optimizer* state_optimizer() {
+    return opt.optimizer_state_in_model ? nullptr : inner.get();
+  }
   bool delayed() const { return !master.empty(); }
+  bool predicting() const { return delayed() && opt.delay_correction == DelayCorrection::predict; }
   // The tensors the inner optimizer steps.
   std::vector<torch::Tensor>& stepped_params() { return delayed() ? master : params; }
   // --- optimizer_delayed.cpp ---
   // Switches the inner optimizer to master copies of the parameters (moving any state it holds).
   void init_master();
-  // Copies master into the parameters (delayed mode; no-op otherwise), or the other way round.
+  // Copies master (or its prediction, see OptimizerOptions::delay_correction) into the
+  // parameters (delayed mode; no-op otherwise), or the parameters into master.
   void publish_master();
   void reload_master();
+  // Puts master itself into the parameters if they hold a prediction (before the peer stops).
+  void settle_master();
+  // Puts the collaboration's parameters at `epoch` into the model while they hold a prediction
+  // and returns what they held (empty if nothing changed); master_mu held or no round in
+  // flight. restore_params() puts the returned tensors back.
+  std::vector<torch::Tensor> hold_exact_params();
+  void restore_params(const std::vector<torch::Tensor>& saved);
   // Starts the round of this epoch and its step in the background (the accumulators restart
   // at zero for the next epoch).
   void start_background_round(StepReport& rep, const training::CollaborationView& v);

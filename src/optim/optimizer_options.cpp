@@ -3,6 +3,16 @@
 
 namespace starling::optim {
 
+result<DelayCorrection> parse_delay_correction(const std::string& s) {
+  if (s == "none") return DelayCorrection::none;
+  if (s == "predict") return DelayCorrection::predict;
+  return make_error(errc::invalid_argument, "unknown delay correction '" + s + "' (none|predict)");
+}
+
+const char* to_string(DelayCorrection c) {
+  return c == DelayCorrection::predict ? "predict" : "none";
+}
+
 result<void> validate(const OptimizerOptions& o) {
   auto bad = [](std::string why) {
     return make_error(errc::invalid_argument, "optimizer options: " + why);
@@ -26,6 +36,8 @@ result<void> validate(const OptimizerOptions& o) {
   if (o.progress_ttl < o.progress.stale_after)
     return bad("progress_ttl is shorter than stale_after");
   if (o.auxiliary && o.diloco_steps > 0) return bad("an auxiliary peer cannot use DiLoCo");
+  if (o.delay_optimizer_step && o.optimizer_state_in_model)
+    return bad("delay_optimizer_step needs an optimizer whose state the format carries");
   if (o.delay_optimizer_step && o.diloco_steps > 0)
     return bad("delay_optimizer_step is for synchronous steps, not DiLoCo");
   if (!(o.outer.lr > 0) || !(o.outer.momentum >= 0) || !(o.outer.momentum < 1))

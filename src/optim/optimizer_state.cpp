@@ -7,7 +7,8 @@ namespace starling::optim {
 std::uint64_t Optimizer::Impl::compute_digest() {
   torch::NoGradGuard no_grad;
   training::StateDigest d;
-  for (const auto& p : params) {
+  // Delayed updates: master, the collaboration's parameters (the model may hold a prediction).
+  for (const auto& p : stepped_params()) {
     auto t = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     d.update(t.data_ptr<float>(), static_cast<std::size_t>(t.numel()) * sizeof(float));
   }
@@ -50,6 +51,10 @@ void Optimizer::Impl::apply_inner_step(const torch::Tensor& grads_flat) {
         p.mutable_grad() = g.clone();
       off += n;
     }
+  }
+  if (predicting()) {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < master.size(); ++i) prev_master[i].copy_(master[i]);
   }
   inner->step();
   for (auto& p : stepped_params())
@@ -96,7 +101,7 @@ void Optimizer::Impl::download(StepReport& rep, std::uint64_t want_digest) {
         fmt::format("the donors' state (epoch {}) is not newer than this peer's", r.value().epoch));
   if (r) {
     NamedTensors extra = extra_tensors();
-    auto ok = load_training_state(r.value().bytes, model, inner.get(), &extra);
+    auto ok = load_training_state(r.value().bytes, model, state_optimizer(), &extra);
     if (ok) {
       ++stats.state_downloads;
       reload_master();
@@ -134,7 +139,10 @@ result<std::filesystem::path> Optimizer::Impl::save(std::uint64_t pass, std::uin
   m.stream_pass = pass;
   m.stream_position = position;
   m.outer_steps = diloco.outer_steps();
-  return optim::save_checkpoint(*ckpt, m, model, inner.get(), extra_tensors());
+  const auto held = hold_exact_params();
+  auto out = optim::save_checkpoint(*ckpt, m, model, state_optimizer(), extra_tensors());
+  restore_params(held);
+  return out;
 }
 
 void Optimizer::Impl::serve_pending_state_request() {
@@ -144,7 +152,9 @@ void Optimizer::Impl::serve_pending_state_request() {
     lk = std::unique_lock(master_mu);
     if (background_step_applied()) return;
   }
-  auto bytes = save_training_state(model, inner.get(), extra_tensors());
+  const auto held = hold_exact_params();
+  auto bytes = save_training_state(model, state_optimizer(), extra_tensors());
+  restore_params(held);
   if (!bytes) {
     log()->warn("cannot serialise state for a peer: {}", bytes.error().message());
     return;

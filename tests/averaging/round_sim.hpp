@@ -31,6 +31,9 @@ struct SimOptions {
   // A member that finishes (done or failed) ends its streams cleanly: every peer it talks to
   // gets on_peer_closed() after the member's last messages (a stream's EOF follows its data).
   bool close_when_finished = false;
+  AggregationConfig aggregation;  // how owners reduce their parts
+  // Members' values (default: uniform in [-1, 1]); when given, one vector of `elems` per member.
+  std::vector<std::vector<float>> locals;
 };
 
 class RoundSim {
@@ -53,12 +56,14 @@ class RoundSim {
     for (std::size_t i = 0; i < n; ++i) {
       locals_[i].resize(o_.elems);
       for (auto& v : locals_[i]) v = vd(rng_);
+      if (i < o_.locals.size()) locals_[i] = o_.locals[i];
       outputs_[i].assign(o_.elems, std::numeric_limits<float>::quiet_NaN());
     }
     RoundConfig cfg;
     cfg.part_elems = o_.part_elems;
     cfg.stall_timeout = o_.stall_timeout;
     cfg.inline_reduce = o_.inline_reduce;
+    cfg.aggregation = o_.aggregation;
     for (std::size_t i = 0; i < n; ++i)
       cores_.push_back(std::make_unique<RoundCore>(members, static_cast<std::uint32_t>(i),
                                                    locals_[i], outputs_[i], cfg, now_,

@@ -61,6 +61,7 @@ class NodeCluster {
   }
 
   net::Host& host(std::size_t i) { return *hosts_.at(i); }
+  std::shared_ptr<net::Host> host_ptr(std::size_t i) { return hosts_.at(i); }
   net::Multiaddr addr(std::size_t i) const { return hosts_.at(i)->listen_addresses().at(0); }
   DhtNode& node(std::size_t i) { return *nodes_.at(i); }
   std::shared_ptr<DhtNode> node_ptr(std::size_t i) { return nodes_.at(i); }

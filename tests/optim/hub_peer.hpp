@@ -75,7 +75,10 @@ struct HubPeer {
         if (rep.value().stepped && rep.value().group_size < 2) ++solo_steps;
         if (rep.value().stepped || rep.value().action == training::Action::download_state) {
           std::lock_guard lk(mu);
-          record[opt->local_epoch()].push_back(flat_params(*model));
+          // The collaboration's parameters (with delayed updates the model may hold a
+          // prediction of the next step's).
+          opt->with_collaboration_parameters(
+              [&] { record[opt->local_epoch()].push_back(flat_params(*model)); });
         }
         epoch = opt->local_epoch();
         std::this_thread::sleep_for(std::chrono::milliseconds(5));  // <= 1600 samples/s

@@ -75,7 +75,10 @@ struct Peer {
                 .count();
         if (rep.value().stepped || rep.value().action == Action::download_state) {
           std::lock_guard lk(mu);
-          rec[opt->local_epoch()].push_back(flat_params(*model));
+          // The collaboration's parameters (with delayed updates the model may hold a
+          // prediction of the next step's).
+          opt->with_collaboration_parameters(
+              [&] { rec[opt->local_epoch()].push_back(flat_params(*model)); });
         }
         epoch = opt->local_epoch();
         // status() right after a step that moved the epoch says the new one (it once said

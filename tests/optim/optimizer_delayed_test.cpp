@@ -15,6 +15,7 @@
 #include "optim/hub_peer.hpp"
 #include "optim/linear_task.hpp"
 #include "starling/optim/optimizer.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace starling;
 using namespace starling::optim;
@@ -65,9 +66,10 @@ class GatedCollaboration : public test::FakeCollaboration {
   net::PeerId partner_ = net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
 };
 
-OptimizerOptions delayed_options() {
+OptimizerOptions delayed_options(DelayCorrection correction = DelayCorrection::none) {
   OptimizerOptions o = test::hub_options("delayed", 64, 8);
   o.delay_optimizer_step = true;
+  o.delay_correction = correction;
   o.averaging_timeout = 60s;
   o.progress.max_refresh = 200ms;
   o.progress.stale_after = 600s;  // the partner's record below never goes stale
@@ -87,7 +89,8 @@ struct GatedPeer {
   std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;  // every batch fed
   std::vector<torch::Tensor> params_at;  // the parameters each batch's gradient was taken at
 
-  GatedPeer() {
+  explicit GatedPeer(DelayCorrection correction = DelayCorrection::none,
+                     const std::filesystem::path& checkpoint_dir = {}) {
     collab = std::make_shared<GatedCollaboration>(hub, io.executor());
     PeerProgress partner;
     partner.epoch = 0;
@@ -98,8 +101,10 @@ struct GatedPeer {
       auto id = net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
       hub->records[id] = {encode_progress(partner), {Clock::now(), 600s}};
     }
+    auto o = delayed_options(correction);
+    o.checkpoint_dir = checkpoint_dir;
     opt = Optimizer::create(*model, std::make_unique<torch::optim::SGD>(model->parameters(), 0.05),
-                            delayed_options(), collab)
+                            o, collab)
               .value();
   }
   bool knows_partner() { return opt->status().collaboration.num_peers == 2; }
@@ -323,4 +328,84 @@ TEST(DelayedUpdates, RepeatedFailuresStepAloneOnlyWhenReallyAlone) {
   }
   EXPECT_TRUE(stepped);
   EXPECT_EQ(p.opt->local_epoch(), 1u);
+}
+
+namespace {
+std::uint64_t digest_of(const torch::Tensor& flat) {
+  StateDigest d;
+  auto t = flat.contiguous();
+  d.update(t.data_ptr<float>(), static_cast<std::size_t>(t.numel()) * sizeof(float));
+  return d.value();
+}
+}  // namespace
+
+// DelayCorrection::predict: after a step the model holds the collaboration's parameters
+// extrapolated by that step (p + (p - previous p)); the gradients of the next round are taken
+// there, and the next step applies them to p itself. The collaboration's state (the digest,
+// evaluation through with_collaboration_parameters, checkpoints, the parameters after
+// finish_round/shutdown) is p, never the prediction. Reference: two SGD steps computed here.
+TEST(DelayedUpdates, PredictComputesGradientsAtTheExtrapolatedParameters) {
+  test::TempDir dir("delayed-predict");
+  GatedPeer p(DelayCorrection::predict, dir.path);
+  ASSERT_TRUE(wait_until([&] { return p.knows_partner(); }, 30s));
+  const auto p0 = flat_params(*p.model);
+  for (int i = 0; i < 8; ++i) p.feed();  // the round of epoch 0 starts
+  ASSERT_TRUE(wait_until([&] { return p.collab->started == 1; }, 30s));
+  for (int i = 0; i < 3; ++i) p.feed();  // no step known yet: gradients at p0
+  p.collab->open();
+  ASSERT_TRUE(wait_until([&] { return p.collab->finished == 1; }, 30s));
+  // Feed until step 1 is applied and round 1 (the backlog) has started.
+  std::size_t first_applied = 0, second_launch = 0;
+  const auto until = Clock::now() + 30s;
+  while (second_launch == 0 && Clock::now() < until) {
+    auto r = p.feed();
+    if (r.stepped && first_applied == 0) first_applied = p.batches.size();
+    if (r.round_in_background && p.opt->local_epoch() == 1) second_launch = p.batches.size();
+  }
+  ASSERT_GT(first_applied, 0u);
+  ASSERT_GE(second_launch, first_applied);
+  const auto p1 = p0 - 0.05 * mean_gradient(p, 0, 8);
+  const auto predicted1 = p1 + (p1 - p0);
+  // Every batch before the step was applied was computed at p0, and the model now holds the
+  // prediction; the collaboration's state is p1.
+  for (std::size_t i = 0; i < first_applied; ++i) EXPECT_TRUE(torch::equal(p.params_at[i], p0));
+  EXPECT_TRUE(torch::allclose(flat_params(*p.model), predicted1, 1e-5, 1e-6));
+  torch::Tensor seen;
+  p.opt->with_collaboration_parameters([&] { seen = flat_params(*p.model); });
+  EXPECT_TRUE(torch::allclose(seen, p1, 1e-5, 1e-6));
+  EXPECT_EQ(p.opt->state_digest(), digest_of(seen));
+  EXPECT_TRUE(torch::allclose(flat_params(*p.model), predicted1, 1e-5, 1e-6))
+      << "the prediction is restored after with_collaboration_parameters";
+  // Round 1 carries the backlog (batches 8..second_launch): those fed after the step was
+  // applied were computed at the prediction. Step 2 applies their mean gradient to p1.
+  p.collab->open();
+  StepReport r;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        r = p.feed();
+        return p.opt->local_epoch() == 2;
+      },
+      30s));
+  const auto p2 = p1 - 0.05 * mean_gradient(p, 8, second_launch);
+  EXPECT_TRUE(torch::allclose(flat_params(*p.model), p2 + (p2 - p1), 1e-5, 1e-6));
+  // A checkpoint written now (the model holding the prediction) holds p2.
+  ASSERT_TRUE(p.opt->save_checkpoint());
+  EXPECT_TRUE(torch::allclose(flat_params(*p.model), p2 + (p2 - p1), 1e-5, 1e-6));
+  {
+    auto resumed = make_linear(99);
+    auto o = delayed_options(DelayCorrection::predict);
+    o.checkpoint_dir = dir.path;
+    o.delay_optimizer_step = false;
+    auto alone = Optimizer::create(
+                     *resumed, std::make_unique<torch::optim::SGD>(resumed->parameters(), 0.05), o)
+                     .value();
+    ASSERT_TRUE(alone->resumed_from());
+    EXPECT_EQ(alone->local_epoch(), 2u);
+    EXPECT_TRUE(torch::allclose(flat_params(*resumed), p2, 1e-5, 1e-6));
+  }
+  // Leaving: the model ends at p2.
+  p.opt->finish_round();
+  EXPECT_TRUE(torch::allclose(flat_params(*p.model), p2, 1e-5, 1e-6));
+  ASSERT_TRUE(p.opt->shutdown());
+  EXPECT_TRUE(torch::allclose(flat_params(*p.model), p2, 1e-5, 1e-6));
 }

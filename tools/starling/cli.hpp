@@ -22,6 +22,7 @@ void add_dht_command(CLI::App& app, Runner& run);
 void add_monitor_command(CLI::App& app, Runner& run);
 // In starling-train only (built with libtorch).
 void add_train_command(CLI::App& app, Runner& run);
+void add_experts_command(CLI::App& app, Runner& run);  // starling experts serve
 
 // Default identity path: $STARLING_HOME/identity.key or ~/.starling/identity.key.
 std::string default_identity_path();

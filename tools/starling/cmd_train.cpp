@@ -55,6 +55,14 @@ std::string parameter_hash(torch::nn::Module& model) {
   return to_hex(BytesView(h.data(), 8));
 }
 
+// Evaluates the collaboration's parameters (with delayed updates the model may hold the
+// extrapolated parameters gradients are computed at).
+TaskEvaluation evaluate(TrainTask& task, optim::Optimizer& opt) {
+  TaskEvaluation ev;
+  opt.with_collaboration_parameters([&] { ev = task.evaluate(); });
+  return ev;
+}
+
 std::string format_eta(std::optional<double> s) {
   if (!s || !std::isfinite(*s)) return "?";
   if (*s >= 3600) return fmt::format("{:.1f}h", *s / 3600);
@@ -180,7 +188,7 @@ int train_main(const TrainOptions& o) {
   std::optional<double> reached_seconds, reached_eval_seconds;
   std::uint64_t reached_epoch = 0;
   if (o.task == "lm" && o.eval_every > 0) {
-    const auto ev = task.evaluate();
+    const auto ev = evaluate(task, opt);
     std::cerr << fmt::format("epoch {} (start): {}\n", opt.local_epoch(), ev.describe());
     metrics.evaluated(ev.accuracy, ev.loss, opt.local_epoch(), ev.perplexity);
   }
@@ -235,7 +243,7 @@ int train_main(const TrainOptions& o) {
         rep.value().epoch >= last_eval_epoch + o.eval_every) {
       last_eval_epoch = rep.value().epoch;
       const auto e0 = Clock::now();
-      const auto ev = task.evaluate();
+      const auto ev = evaluate(task, opt);
       eval_time += Clock::now() - e0;
       const double at = std::chrono::duration<double>(Clock::now() - t0).count();
       std::cerr << (progress.tty ? "\n" : "")
@@ -298,7 +306,7 @@ int train_main(const TrainOptions& o) {
     final_status.bytes_received = rx;
   }
 
-  const auto ev = task.evaluate();
+  const auto ev = evaluate(task, opt);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const std::string hash = parameter_hash(task.module());
   const std::string quality = ev.perplexity

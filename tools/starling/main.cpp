@@ -14,21 +14,19 @@
 namespace starling::cli {
 namespace {
 
-// `starling train ARGS...` executes `starling-train train ARGS...` from this executable's
-// directory; every flag (including --help) is passed through unparsed.
-void add_train_forwarder(CLI::App& app, Runner& run) {
-  auto* cmd = app.add_subcommand(
-      "train",
-      "join or start a collaboration training the built-in Fashion-MNIST task (starling-train)");
+// `starling train|experts ARGS...` executes `starling-train train|experts ARGS...` from this
+// executable's directory; every flag (including --help) is passed through unparsed.
+void add_forwarder(CLI::App& app, Runner& run, const std::string& name, const std::string& help) {
+  auto* cmd = app.add_subcommand(name, help);
   cmd->prefix_command();
   cmd->set_help_flag();
   cmd->allow_extras();
-  cmd->callback([&run, cmd] {
-    run = [args = cmd->remaining()] {
+  cmd->callback([&run, cmd, name] {
+    run = [args = cmd->remaining(), name] {
       std::error_code ec;
       auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
       const auto exe = (ec ? std::filesystem::path(".") : self.parent_path()) / "starling-train";
-      std::vector<std::string> all{exe.string(), "train"};
+      std::vector<std::string> all{exe.string(), name};
       all.insert(all.end(), args.begin(), args.end());
       std::vector<char*> argv;
       for (auto& a : all) argv.push_back(a.data());
@@ -53,6 +51,9 @@ int main(int argc, char** argv) {
     add_echo_command(app, run);
     add_dht_command(app, run);
     add_monitor_command(app, run);
-    add_train_forwarder(app, run);
+    add_forwarder(app, run, "train",
+                  "join or start a collaboration training the built-in Fashion-MNIST task "
+                  "(starling-train)");
+    add_forwarder(app, run, "experts", "serve mixture-of-experts experts (starling-train)");
   });
 }

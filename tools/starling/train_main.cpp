@@ -4,5 +4,8 @@
 
 int main(int argc, char** argv) {
   using namespace starling::cli;
-  return cli_main(argc, argv, [](CLI::App& app, Runner& run) { add_train_command(app, run); });
+  return cli_main(argc, argv, [](CLI::App& app, Runner& run) {
+    add_train_command(app, run);
+    add_experts_command(app, run);
+  });
 }

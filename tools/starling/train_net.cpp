@@ -134,6 +134,17 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
   }
   cfg.collab.run_id = o.run_id;
   cfg.collab.client_mode = o.client;
+  ST_TRY(cfg.collab.aggregation.kind, averaging::parse_aggregation(o.aggregation));
+  cfg.collab.aggregation.tau = o.clip_tau;
+  ST_TRY(averaging::validate(cfg.collab.aggregation));
+  using Attack = collab::NetCollaborationConfig::Attack;
+  if (o.attack == "sign-flip")
+    cfg.collab.attack = Attack::sign_flip;
+  else if (o.attack == "random")
+    cfg.collab.attack = Attack::random;
+  else if (o.attack != "none")
+    return make_error(errc::invalid_argument,
+                      "--attack " + o.attack + ": expected none, sign-flip or random");
   cfg.relay_service = o.relay;
   cfg.use_relays = o.use_relays;
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));

@@ -70,6 +70,18 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option("--data-seed", o.data_seed, "data order (0: derived from the identity)");
   cmd.add_option("--compression", o.compression, "gradient compression: none, float16, uint8")
       ->capture_default_str();
+  cmd.add_option("--aggregation", o.aggregation,
+                 "how this peer reduces the gradient parts it owns: mean, or centered-clip "
+                 "(bounds what a hostile peer can do; every peer of a run should use the same)")
+      ->capture_default_str();
+  cmd.add_option("--clip-tau", o.clip_tau,
+                 "centered-clip radius per part (0: adaptive, twice the median distance)")
+      ->capture_default_str();
+  cmd.add_option(
+         "--attack", o.attack,
+         "FOR TESTING ROBUSTNESS: send reversed (sign-flip, x -10) or random (noise 100x the "
+         "gradient's RMS) gradients claiming 10x the samples")
+      ->capture_default_str();
   cmd.add_flag("--relay", o.relay,
                "serve circuit relay v2 and AutoNAT to peers behind NATs (needs a public address)");
   cmd.add_flag("--use-relays", o.use_relays,
@@ -81,6 +93,10 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
                "auxiliary peer: computes nothing, only helps the others average (weight 0)");
   cmd.add_flag("--delay-step", o.delay_step,
                "delayed parameter updates: the round and the step run in the background");
+  cmd.add_option("--delay-correction", o.delay_correction,
+                 "with --delay-step: none (gradients one step stale) or predict (gradients at the "
+                 "parameters extrapolated by the last step)")
+      ->capture_default_str();
   cmd.add_option("--max-epochs", o.max_epochs, "stop when the collaboration reaches this epoch");
   cmd.add_option("--max-samples", o.max_samples, "stop after contributing this many samples");
   cmd.add_option("--max-seconds", o.max_seconds, "stop after this many seconds");
@@ -217,6 +233,7 @@ result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o) {
   oo.checkpoint_dir = o.checkpoint_dir;
   oo.diloco_steps = o.diloco_steps;
   oo.delay_optimizer_step = o.delay_step;
+  ST_TRY(oo.delay_correction, optim::parse_delay_correction(o.delay_correction));
   ST_TRY(oo.grad_compression, training::parse_compression(o.compression));
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));  // enforced by the node (train_net.cpp)
   (void)bw;

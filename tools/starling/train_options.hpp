@@ -46,7 +46,11 @@ struct TrainOptions {
   std::uint64_t model_seed = 0;  // peers must agree (same initial parameters)
   std::uint64_t data_seed = 0;   // 0: derived from the identity (each peer its own stream)
   std::string compression = "none";
+  std::string aggregation = "mean";
+  double clip_tau = 0;          // CenteredClip radius (0: adaptive)
+  std::string attack = "none";  // testing robustness: none | sign-flip | random
   bool delay_step = false;
+  std::string delay_correction = "predict";
   bool client = false;      // no incoming connections
   bool relay = false;       // serve circuit relay v2 and AutoNAT to other peers
   bool use_relays = false;  // reachable through relay reservations with the initial peers

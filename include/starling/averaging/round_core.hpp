@@ -46,6 +46,7 @@
 
 #include "starling/averaging/float_buffer.hpp"
 #include "starling/averaging/partition.hpp"
+#include "starling/averaging/robust.hpp"
 #include "starling/averaging/types.hpp"
 #include "starling/core/clock.hpp"
 
@@ -101,13 +102,17 @@ struct FinDecision {
 FinDecision decide_fin(const std::vector<std::optional<FinReport>>& reports, const Bitset& alive,
                        const std::vector<bool>& client, const std::vector<PartSpec>& parts);
 
-// A reduction to run (anywhere): out = sum_j coeffs[j] * inputs[j], summed in j order.
+// A reduction to run (anywhere): with the mean aggregation out = sum_j coeffs[j] * inputs[j],
+// summed in j order; with centered_clip, CenteredClip of the inputs with `weights` (the
+// senders' weights as given; robust.hpp caps them).
 struct ReduceJob {
   std::uint32_t subround = 0;
   std::uint32_t part = 0;
   std::span<float> out;
   std::vector<std::span<const float>> inputs;
   std::vector<float> coeffs;
+  std::vector<double> weights;
+  AggregationConfig aggregation;
 };
 void run_reduce_job(const ReduceJob& job);
 
@@ -123,6 +128,9 @@ struct RoundConfig {
   Duration stall_timeout = 10s;
   // Reject parts/results holding NaN or infinity (treated as malformed).
   bool reject_non_finite = true;
+  // How this member reduces the parts it owns (robust.hpp): the weighted mean, or
+  // CenteredClip, which bounds what any one member can do to the result.
+  AggregationConfig aggregation;
   // Reduce inside the core as soon as ready (tests); otherwise hand out ReduceJobs.
   bool inline_reduce = true;
   // For the networked driver (not the core): balanced progress across this member's writers

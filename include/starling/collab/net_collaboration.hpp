@@ -51,6 +51,15 @@ struct NetCollaborationConfig {
   std::uint64_t max_state_bytes = std::uint64_t{1} << 30;
   std::size_t reduce_threads = 1;
   bool error_feedback = true;  // for lossy gradient compression
+  // How this peer reduces the gradient parts it owns (mean, or CenteredClip against hostile
+  // peers; averaging/robust.hpp). Every peer of a run should use the same.
+  averaging::AggregationConfig aggregation;
+  // Testing robustness only: this peer sends a corrupted gradient (and claims 10x its
+  // samples) in every round; it still applies the group's result. sign_flip: -10 x its
+  // gradient; random: Gaussian noise 100x the gradient's RMS. (A merely scaled gradient is no
+  // attack on Adam-like optimizers, which normalise the step's scale.)
+  enum class Attack : std::uint8_t { none, sign_flip, random };
+  Attack attack = Attack::none;
 
   static averaging::MatchmakingConfig default_matchmaking();
 };

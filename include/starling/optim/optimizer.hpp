@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,9 +74,14 @@ class Optimizer {
   // epoch with other parameters (a fork) are found and download the state most peers hold.
   std::uint64_t state_digest() const;
   // Delayed updates: waits for the round in flight (bounded by averaging_timeout) and applies
-  // its step, as step() would; no-op otherwise. Call before stopping after a last step() so
-  // the peer does not leave with a round it started.
+  // its step, as step() would, and leaves the model at the collaboration's parameters (not
+  // their prediction); no-op otherwise. Call before stopping after a last step() so the peer
+  // does not leave with a round it started.
   void finish_round();
+  // Runs `f` (on the training thread) with the model holding the collaboration's parameters at
+  // local_epoch(): with delayed updates and DelayCorrection::predict, the model otherwise holds
+  // the extrapolated parameters that gradients are computed at. For evaluation and export.
+  void with_collaboration_parameters(const std::function<void()>& f);
   // Serves a pending state request of a peer without training (for a peer that stays a
   // moment after its last step so that peers behind can still download the final state).
   void serve_state_requests();

@@ -21,6 +21,12 @@ struct OuterOptions {
   bool nesterov = true;
 };
 
+// How delayed updates correct for the staleness of their gradients (see
+// OptimizerOptions::delay_correction).
+enum class DelayCorrection { none, predict };
+result<DelayCorrection> parse_delay_correction(const std::string& s);
+const char* to_string(DelayCorrection c);
+
 struct OptimizerOptions {
   // Name of the collaboration; DHT keys and averaging groups derive from it. Required.
   std::string run_id;
@@ -57,6 +63,22 @@ struct OptimizerOptions {
   // for the round in flight; the samples computed meanwhile all go into the next round (so a
   // round slower than an epoch's compute makes the steps larger, not the loop slower).
   bool delay_optimizer_step = false;
+  // The correction of delayed updates' staleness. `predict` (weight prediction): the
+  // parameters the training thread computes gradients at are the collaboration's parameters
+  // extrapolated by the last step (master + (master - previous master)), an estimate of where
+  // the round in flight will leave them, so that the gradients of the next round are taken
+  // near the parameters they are applied to. The collaboration's state (digests, state served
+  // to peers, checkpoints, Optimizer::with_collaboration_parameters) stays the unextrapolated
+  // parameters, identical on every peer. `none`: gradients at the last applied parameters (one
+  // step stale).
+  DelayCorrection delay_correction = DelayCorrection::predict;
+
+  // The inner optimizer's state is not in the state format's optimizer section: its tensors
+  // are buffers of the model (the Python binding registers a Python optimizer's state tensors
+  // there), so state transfer and checkpoints carry them with the model. The inner optimizer
+  // may then be of any type (the Python binding's adapter calls the Python optimizer's
+  // step()). Not with delay_optimizer_step (the background step runs on another thread).
+  bool optimizer_state_in_model = false;
 
   // This peer accepts no incoming connections (behind NAT); it still averages and serves
   // state over its own outgoing connections.

@@ -1,0 +1,53 @@
+// The client side of /starling/moe/1.0.0 without libtorch: one call per coroutine (info,
+// forward, backward), and a blocking fan-out that runs many calls in parallel on a host's
+// io thread for a training thread, with k_min / timeout_after_k_min semantics.
+//
+// Threading rule: the coroutines run on the host's executor. run_calls() is for threads other
+// than the host's io thread (it blocks the caller).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "starling/moe/wire.hpp"
+#include "starling/net/host.hpp"
+#include "starling/net/rpc.hpp"
+
+namespace starling::moe {
+
+struct ExpertCallOptions {
+  Duration timeout = 10s;      // the RPC deadline of every call
+  averaging::CodecSpec codec;  // codec of the tensors this side sends
+  std::string response_codec;  // codec asked of the server ("": its default)
+  WireLimits limits;
+  std::size_t max_message_size = 64u << 20;
+};
+
+// Who to call.
+struct ExpertAddress {
+  std::string uid;
+  net::PeerId peer;
+  std::vector<net::Multiaddr> addrs;  // remembered in the host's address book before dialling
+};
+
+awaitable<result<ExpertSchema>> call_info(net::Host& host, ExpertAddress to,
+                                          ExpertCallOptions opts);
+// forward: [input] -> output. The input must be finite (else errc::invalid_argument locally).
+awaitable<result<TensorData>> call_forward(net::Host& host, ExpertAddress to, TensorData input,
+                                           ExpertCallOptions opts);
+// backward: [input, grad_output] -> grad_input.
+awaitable<result<TensorData>> call_backward(net::Host& host, ExpertAddress to, TensorData input,
+                                            TensorData grad_output, ExpertCallOptions opts);
+
+// Runs `calls` in parallel on `ex` and blocks until every call ended, or `deadline`, or
+// `timeout_after_k_min` after `satisfied(ok)` first returned true (ok[i]: call i succeeded).
+// Entry i of the result is the call's outcome, std::nullopt if it was still running (its
+// late result is dropped; each call ends by its own RPC deadline).
+using CallFn = std::function<awaitable<result<TensorData>>()>;
+std::vector<std::optional<result<TensorData>>> run_calls(
+    asio::any_io_executor ex, std::vector<CallFn> calls, TimePoint deadline,
+    const std::function<bool(const std::vector<char>&)>& satisfied = {},
+    Duration timeout_after_k_min = Duration::max());
+
+}  // namespace starling::moe

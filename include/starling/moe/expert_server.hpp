@@ -1,0 +1,122 @@
+// ExpertServer: hosts experts (torch modules) on a libp2p Host and serves
+// /starling/moe/1.0.0 info / forward / backward (docs/moe.md). Learning@home mode: forward runs
+// without grad; backward recomputes the forward from the inputs it receives, returns the
+// input gradients and steps the expert's optimizer once per backward batch.
+//
+// Batching: one pool per expert and direction (batching.hpp), one runtime thread that takes
+// the oldest ready batch across all pools, concatenates its requests, runs the module once and
+// splits the answer. Requests are decoded, checked and encoded on the runtime thread, never on
+// the io thread.
+//
+// Declarations: with a directory, start() declares every uid and prefix (expert_directory.hpp)
+// and a background task re-declares them every `declare_period` with ttl `declare_ttl`.
+//
+// Limits against hostile peers (config field -> what happens):
+//   limits.max_elements / max_dims / max_tensors  oversized tensors: INVALID_ARGUMENT /
+//                                                 RESOURCE_EXHAUSTED naming the tensor
+//   pool.max_batch          rows in one request beyond it: INVALID_ARGUMENT
+//   max_queued_tasks        queued requests beyond it: RESOURCE_EXHAUSTED (stats.refused)
+//   rpc.max_calls_per_peer  the RPC framework's per-peer bound
+// Wrong shapes, unknown uid, inf/nan, garbage protobuf: an error status naming the problem;
+// the server keeps serving the others (stats.bad_requests).
+//
+// Threading rule: create/add_expert from any thread before start(); start()/stop() are
+// coroutines on the host's executor (BlockingExpertServer wraps them). Modules and optimizers
+// are touched only by the runtime thread after start().
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn.h>
+#include <torch/optim.h>
+
+#include "starling/averaging/directory.hpp"
+#include "starling/moe/batching.hpp"
+#include "starling/moe/uid.hpp"
+#include "starling/moe/wire.hpp"
+#include "starling/net/host.hpp"
+
+namespace starling::moe {
+
+// What a server needs to host one expert: a module mapping [N, in...] -> [N, out...] and its
+// optimizer over the module's parameters.
+struct ExpertModule {
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+  std::shared_ptr<torch::nn::Module> parameters;  // the module itself (for parameters/state)
+  std::vector<std::int64_t> input_shape;
+  std::vector<std::int64_t> output_shape;
+  std::string type = "custom";
+};
+using OptimizerFactory =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+
+// Built-in feed-forward expert: Linear(d, hidden) -> GELU -> Linear(hidden, d), with a
+// residual-free output of width d. Deterministic for a given seed.
+ExpertModule make_ffn_expert(std::int64_t dim, std::int64_t hidden, std::uint64_t seed);
+// Built-in expert types by name ("ffn"): dim, hidden from the arguments.
+result<ExpertModule> make_builtin_expert(const std::string& type, std::int64_t dim,
+                                         std::int64_t hidden, std::uint64_t seed);
+// Adam with learning rate `lr`.
+OptimizerFactory adam_factory(double lr);
+// SGD with learning rate `lr` (momentum 0).
+OptimizerFactory sgd_factory(double lr);
+
+struct ExpertServerConfig {
+  PoolConfig forward_pool;     // per expert
+  PoolConfig backward_pool;    // per expert
+  averaging::CodecSpec codec;  // default codec of the answers
+  WireLimits limits;
+  std::size_t max_queued_tasks = 4096;
+  Duration declare_period = 10s;
+  Duration declare_ttl = 20s;  // about 2x declare_period
+  Duration stop_timeout = 5s;
+  std::size_t max_message_size = 64u << 20;
+};
+
+struct ExpertServerStats {
+  std::atomic<std::uint64_t> forward_batches{0}, forward_rows{0};
+  std::atomic<std::uint64_t> backward_batches{0}, backward_rows{0};
+  std::atomic<std::uint64_t> optimizer_steps{0};
+  std::atomic<std::uint64_t> bad_requests{0}, refused{0}, expired{0};
+  std::atomic<std::uint64_t> declarations{0}, declare_failures{0};
+};
+
+class ExpertServer : public std::enable_shared_from_this<ExpertServer> {
+ public:
+  // `directory` may be null (no declarations: clients are given the address directly).
+  static std::shared_ptr<ExpertServer> create(std::shared_ptr<net::Host> host,
+                                              std::shared_ptr<averaging::Directory> directory,
+                                              ExpertServerConfig config = {});
+  ~ExpertServer();
+
+  // Before start(). errc::already_exists for a duplicate uid, invalid_argument for a bad one.
+  result<void> add_expert(const std::string& uid, ExpertModule module, const OptimizerFactory& opt);
+
+  // Registers the RPC methods, starts the runtime thread, declares the experts once (a
+  // failed first declaration is logged, not fatal) and starts the re-declaring task.
+  awaitable<result<void>> start();
+  // Unregisters the methods, fails queued requests, joins the runtime thread (bounded:
+  // the batch running finishes first) and stops the declaring task.
+  awaitable<void> stop();
+
+  std::vector<std::string> uids() const;
+  const ExpertServerStats& stats() const noexcept { return *stats_; }
+  // The expert's module (for tests that compare with a local copy). Only while stopped or
+  // when no request runs.
+  std::shared_ptr<torch::nn::Module> module_of(const std::string& uid) const;
+  // Declares now (also done periodically after start()).
+  awaitable<result<void>> declare_now();
+
+  struct Impl;
+
+ private:
+  ExpertServer() = default;
+  std::shared_ptr<Impl> impl_;
+  std::shared_ptr<ExpertServerStats> stats_;
+};
+
+}  // namespace starling::moe

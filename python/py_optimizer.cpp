@@ -1,0 +1,352 @@
+// starling.Optimizer: a PyTorch optimizer (any torch.optim.Optimizer, Python-written ones too)
+// inside a Starling collaboration. See docs/python.md.
+//
+// The C++ starling::Optimizer does the collaborative part (accumulating gradients, progress,
+// rounds, state download and serving, checkpoints) over the tensors the Python model owns:
+// the parameters are registered, as the same tensors, in a C++ module (Holder), and the Python
+// optimizer's state tensors as buffers of that module, so state transfer and checkpoints carry
+// them in place (OptimizerOptions::optimizer_state_in_model). Its inner optimizer is an
+// adapter whose step() calls the Python optimizer's step() on the caller's thread with the GIL
+// taken back for that call only; every other wait (rounds, downloads) runs with the GIL
+// released.
+#include <torch/extension.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+
+#include "py_common.hpp"
+#include "starling/collab/net_collaboration.hpp"
+#include "starling/core/log.hpp"
+#include "starling/optim/optimizer.hpp"
+
+namespace starling::python {
+namespace {
+
+struct Holder : torch::nn::Module {};
+
+// The inner optimizer of the C++ Optimizer: its step is the Python optimizer's.
+class PythonStep final : public torch::optim::Optimizer {
+ public:
+  PythonStep(std::vector<torch::Tensor> params, py::object opt)
+      : torch::optim::Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
+                                std::make_unique<torch::optim::SGDOptions>(0.0)),
+        opt_(std::move(opt)) {}
+  ~PythonStep() override {
+    py::gil_scoped_acquire gil;
+    opt_ = py::object();
+  }
+  torch::Tensor step(LossClosure) override {
+    py::gil_scoped_acquire gil;
+    opt_.attr("step")();
+    return {};
+  }
+
+ private:
+  py::object opt_;
+};
+
+// A Python optimizer's state is created by its first step. Every peer creates it the same way
+// before anything is exchanged: one step with zero gradients and learning rate 0 (parameters
+// unchanged), then 'step' counters back to 0.
+void initialise_state(py::object& opt, const std::vector<py::object>& params) {
+  if (py::len(opt.attr("state")) > 0) return;
+  py::object torch = py::module_::import("torch");
+  std::vector<py::object> saved_lr;
+  for (auto g : opt.attr("param_groups")) {
+    auto group = g.cast<py::dict>();
+    if (group.contains("lr")) {
+      saved_lr.push_back(group["lr"]);
+      group["lr"] = 0.0;
+    } else {
+      saved_lr.push_back(py::none());
+    }
+  }
+  std::vector<bool> made;
+  for (const auto& p : params) {
+    const bool none = p.attr("grad").is_none();
+    made.push_back(none);
+    if (none) p.attr("grad") = torch.attr("zeros_like")(p);
+  }
+  {
+    py::object no_grad = torch.attr("no_grad")();
+    no_grad.attr("__enter__")();
+    try {
+      opt.attr("step")();
+    } catch (...) {
+      no_grad.attr("__exit__")(py::none(), py::none(), py::none());
+      throw;
+    }
+    no_grad.attr("__exit__")(py::none(), py::none(), py::none());
+  }
+  std::size_t i = 0;
+  for (auto g : opt.attr("param_groups")) {
+    if (!saved_lr[i].is_none()) g.cast<py::dict>()["lr"] = saved_lr[i];
+    ++i;
+  }
+  for (std::size_t k = 0; k < params.size(); ++k)
+    if (made[k]) params[k].attr("grad") = py::none();
+  py::dict state = opt.attr("state");
+  for (auto item : state) {
+    py::dict st = item.second.cast<py::dict>();
+    if (st.contains("step") && py::isinstance(st["step"], torch.attr("Tensor")))
+      st["step"].attr("zero_")();
+  }
+}
+
+}  // namespace
+
+class PyOptimizer {
+ public:
+  PyOptimizer(std::shared_ptr<Dht> dht, const std::string& run_id, py::object optimizer,
+              std::uint64_t target_batch_size, std::size_t batch_size_per_step,
+              const std::string& compression, std::uint32_t diloco_steps, double matchmaking_time,
+              double averaging_timeout, double load_state_timeout,
+              const std::string& checkpoint_dir, bool auxiliary)
+      : dht_(std::move(dht)), py_opt_(std::move(optimizer)) {
+    dht_->check_open();
+    if (!py::hasattr(py_opt_, "param_groups") || !py::hasattr(py_opt_, "step"))
+      throw py::type_error("optimizer must be a torch.optim.Optimizer");
+    // The parameters, in param_groups order (the same on every peer for the same model).
+    std::vector<torch::Tensor> params;
+    for (auto g : py_opt_.attr("param_groups"))
+      for (auto p : g.cast<py::dict>()["params"]) {
+        auto t = py::cast<torch::Tensor>(p);
+        if (!t.is_leaf() || !t.requires_grad())
+          throw py::value_error("every optimised tensor must be a leaf that requires grad");
+        for (const auto& q : params)
+          if (q.unsafeGetTensorImpl() == t.unsafeGetTensorImpl())
+            throw py::value_error("a tensor appears twice in the optimizer's param_groups");
+        params.push_back(t);
+        py_params_.push_back(py::reinterpret_borrow<py::object>(p));
+      }
+    if (params.empty()) throw py::value_error("the optimizer has no parameters");
+    initialise_state(py_opt_, py_params_);
+    holder_ = std::make_shared<Holder>();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      holder_->register_parameter("p" + std::to_string(i), params[i], true);
+    // The optimizer's state tensors, by parameter and key (sorted: the same on every peer).
+    py::dict state = py_opt_.attr("state");
+    py::object tensor_type = py::module_::import("torch").attr("Tensor");
+    for (std::size_t i = 0; i < py_params_.size(); ++i) {
+      if (!state.contains(py_params_[i])) continue;
+      py::dict st = state[py_params_[i]].cast<py::dict>();
+      std::vector<std::string> keys;
+      for (auto kv : st)
+        if (py::isinstance<py::str>(kv.first) && py::isinstance(kv.second, tensor_type))
+          keys.push_back(kv.first.cast<std::string>());
+      std::sort(keys.begin(), keys.end());
+      for (const auto& k : keys) {
+        auto t = py::cast<torch::Tensor>(st[py::str(k)]);
+        holder_->register_buffer("state" + std::to_string(i) + "_" + k, t);
+        buffers_.push_back({i, k, t});
+      }
+    }
+    optim::OptimizerOptions o;
+    o.run_id = run_id;
+    o.target_batch_size = target_batch_size;
+    o.batch_size = batch_size_per_step;
+    o.diloco_steps = diloco_steps;
+    o.auxiliary = auxiliary;
+    o.client_mode = dht_->client_mode();
+    o.optimizer_state_in_model = true;
+    o.checkpoint_dir = checkpoint_dir;
+    o.grad_compression = unwrap(training::parse_compression(compression));
+    auto secs = [](double s, const char* what) {
+      if (!(s > 0)) throw py::value_error(std::string(what) + " must be > 0");
+      return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
+    };
+    o.matchmaking_time = secs(matchmaking_time, "matchmaking_time");
+    o.averaging_timeout = secs(averaging_timeout, "averaging_timeout");
+    o.load_state_timeout = secs(load_state_timeout, "load_state_timeout");
+    collab::NetCollaborationConfig cfg;
+    cfg.run_id = run_id;
+    cfg.client_mode = dht_->client_mode();
+    auto inner = std::make_unique<PythonStep>(params, py_opt_);
+    py::gil_scoped_release release;
+    collab_ = unwrap(collab::NetCollaboration::create(dht_->host(), dht_->node(), cfg));
+    auto made = optim::Optimizer::create(*holder_, std::move(inner), o, collab_);
+    if (!made) {
+      stop_collaboration();
+      py::gil_scoped_acquire gil;
+      raise(made.error());
+    }
+    opt_ = std::move(made).value();
+  }
+
+  ~PyOptimizer() {
+    try {
+      shutdown();
+    } catch (...) {
+    }
+  }
+
+  bool step(std::optional<std::size_t> batch_size) {
+    check_open();
+    result<optim::StepReport> r = make_error(errc::internal, "no step");
+    {
+      py::gil_scoped_release release;
+      r = opt_->step(batch_size.value_or(0));
+    }
+    last_ = unwrap(std::move(r));
+    return last_.stepped;
+  }
+
+  void zero_grad(bool set_to_none) {
+    py_opt_.attr("zero_grad")(py::arg("set_to_none") = set_to_none);
+  }
+
+  std::uint64_t local_epoch() const {
+    check_open();
+    return opt_->local_epoch();
+  }
+
+  optim::OptimizerStatus status() const {
+    check_open();
+    py::gil_scoped_release release;
+    return opt_->status();
+  }
+
+  bool is_synchronized_with_peers() const {
+    auto s = status();
+    return s.local_epoch >= s.collaboration.global_epoch;
+  }
+
+  void load_state_from_peers() {
+    check_open();
+    result<void> r = success();
+    {
+      py::gil_scoped_release release;
+      r = opt_->load_state_from_peers();
+    }
+    unwrap(std::move(r));
+  }
+
+  py::dict state_dict() const {
+    check_open();
+    py::dict d;
+    d["optimizer"] = py_opt_.attr("state_dict")();
+    d["local_epoch"] = opt_->local_epoch();
+    return d;
+  }
+
+  // Loads the Python optimizer's state and puts it back into the tensors the collaboration
+  // shares (load_state_dict replaces the state's tensor objects).
+  void load_state_dict(const py::dict& d) {
+    check_open();
+    if (!d.contains("optimizer")) throw py::value_error("state dict without 'optimizer'");
+    py_opt_.attr("load_state_dict")(d["optimizer"]);
+    py::dict state = py_opt_.attr("state");
+    torch::NoGradGuard no_grad;
+    for (auto& b : buffers_) {
+      py::dict st = state[py_params_[b.param]].cast<py::dict>();
+      auto loaded = py::cast<torch::Tensor>(st[py::str(b.key)]);
+      if (loaded.sizes() != b.tensor.sizes())
+        throw py::value_error("optimizer state '" + b.key + "' has another shape");
+      b.tensor.copy_(loaded);
+      st[py::str(b.key)] = py::cast(b.tensor);
+    }
+  }
+
+  void serve_state_requests() {
+    check_open();
+    py::gil_scoped_release release;
+    opt_->serve_state_requests();
+  }
+
+  // Leaves the collaboration (bounded). Shut the optimizer down before its DHT: once the DHT
+  // is shut down there is no network left to leave cleanly, and this only releases resources.
+  void shutdown() {
+    if (!opt_) return;
+    {
+      py::gil_scoped_release release;
+      auto r = opt_->shutdown(dht_->closed() ? Duration(200ms) : Duration(10s));
+      if (!r) logger("python")->warn("optimizer shutdown: {}", r.error().message());
+      stop_collaboration();
+    }
+    opt_.reset();  // the adapter releases the Python optimizer (with the GIL)
+  }
+
+ private:
+  struct Buffer {
+    std::size_t param;
+    std::string key;
+    torch::Tensor tensor;
+  };
+
+  void check_open() const {
+    if (!opt_) throw StarlingError("the optimizer is shut down");
+  }
+  void stop_collaboration() {
+    if (!collab_ || dht_->closed()) return;
+    auto c = collab_;
+    auto r = block_on(
+        dht_->executor(),
+        [c]() -> awaitable<result<void>> {
+          co_await c->stop();
+          co_return success();
+        },
+        15s);
+    if (!r) logger("python")->warn("collaboration stop: {}", r.error().message());
+    collab_.reset();
+  }
+
+  std::shared_ptr<Dht> dht_;
+  py::object py_opt_;
+  std::vector<py::object> py_params_;
+  std::shared_ptr<Holder> holder_;
+  std::vector<Buffer> buffers_;
+  std::shared_ptr<collab::NetCollaboration> collab_;
+  std::unique_ptr<optim::Optimizer> opt_;
+  optim::StepReport last_;
+};
+
+void bind_optimizer(py::module_& m) {
+  py::class_<PyOptimizer>(m, "Optimizer", R"doc(
+A torch.optim optimizer inside a Starling collaboration (hivemind.Optimizer's role).
+
+Peers accumulate gradients; when the collaboration has target_batch_size samples, they
+average them and every peer calls your optimizer's step() on the averaged gradients (on the
+thread that called step(), so Python-written optimizers work). Parameters, gradients and the
+optimizer's state tensors are read and written in place.)doc")
+      .def(py::init<std::shared_ptr<Dht>, std::string, py::object, std::uint64_t, std::size_t,
+                    std::string, std::uint32_t, double, double, double, std::string, bool>(),
+           py::arg("dht"), py::arg("run_id"), py::arg("optimizer"), py::arg("target_batch_size"),
+           py::arg("batch_size_per_step") = 0, py::arg("compression") = "none",
+           py::arg("diloco_steps") = 0, py::arg("matchmaking_time") = 5.0,
+           py::arg("averaging_timeout") = 30.0, py::arg("load_state_timeout") = 60.0,
+           py::arg("checkpoint_dir") = "", py::arg("auxiliary") = false)
+      .def("step", &PyOptimizer::step, py::arg("batch_size") = py::none(),
+           "Call after loss.backward() on a batch (batch_size: its samples; default "
+           "batch_size_per_step). Returns True when the collaboration's epoch advanced.")
+      .def("zero_grad", &PyOptimizer::zero_grad, py::arg("set_to_none") = false)
+      .def_property_readonly("local_epoch", &PyOptimizer::local_epoch)
+      .def("is_synchronized_with_peers", &PyOptimizer::is_synchronized_with_peers)
+      .def("load_state_from_peers", &PyOptimizer::load_state_from_peers)
+      .def("serve_state_requests", &PyOptimizer::serve_state_requests,
+           "Answers a peer's pending state download without training (a peer that stays after "
+           "its last step so that others can catch up).")
+      .def("state_dict", &PyOptimizer::state_dict)
+      .def("load_state_dict", &PyOptimizer::load_state_dict, py::arg("state_dict"))
+      .def("status",
+           [](const PyOptimizer& o) {
+             auto s = o.status();
+             py::dict d;
+             d["local_epoch"] = s.local_epoch;
+             d["global_epoch"] = s.collaboration.global_epoch;
+             d["local_samples"] = s.local_samples;
+             d["samples_total"] = s.samples_total;
+             d["num_peers"] = s.collaboration.num_peers;
+             d["samples_per_second"] = s.collaboration.samples_per_second;
+             d["rounds_ok"] = s.rounds_ok;
+             d["rounds_failed"] = s.rounds_failed;
+             d["state_downloads"] = s.state_downloads;
+             d["bytes_sent"] = s.bytes_sent;
+             d["bytes_received"] = s.bytes_received;
+             return d;
+           })
+      .def("shutdown", &PyOptimizer::shutdown)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyOptimizer& o, py::args) { o.shutdown(); });
+}
+
+}  // namespace starling::python

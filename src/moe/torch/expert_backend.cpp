@@ -1,0 +1,177 @@
+// Built-in experts, optimizer factories, and one expert's forward / backward on a batch
+// (the runtime thread's compute; see expert_server.hpp).
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "moe/torch/server_impl.hpp"
+
+namespace starling::moe {
+
+namespace {
+
+void init_uniform(torch::Tensor& t, double bound, at::Generator& gen) {
+  torch::NoGradGuard ng;
+  t.uniform_(-bound, bound, gen);
+}
+
+}  // namespace
+
+ExpertModule make_ffn_expert(std::int64_t dim, std::int64_t hidden, std::uint64_t seed) {
+  torch::nn::Sequential seq(torch::nn::Linear(dim, hidden), torch::nn::GELU(),
+                            torch::nn::Linear(hidden, dim));
+  auto gen = at::detail::createCPUGenerator(seed);
+  for (auto& p : seq->named_parameters()) {
+    const bool first = p.key().rfind("0.", 0) == 0;
+    const double fan_in = static_cast<double>(first ? dim : hidden);
+    init_uniform(p.value(), 1.0 / std::sqrt(fan_in), gen);
+  }
+  ExpertModule m;
+  m.parameters = seq.ptr();
+  m.forward = [seq](const torch::Tensor& x) mutable { return seq->forward(x); };
+  m.input_shape = {dim};
+  m.output_shape = {dim};
+  m.type = "ffn";
+  return m;
+}
+
+result<ExpertModule> make_builtin_expert(const std::string& type, std::int64_t dim,
+                                         std::int64_t hidden, std::uint64_t seed) {
+  if (dim <= 0 || hidden <= 0 || dim > 65536 || hidden > 65536)
+    return Error(errc::invalid_argument, "expert dim and hidden must be in [1, 65536]");
+  if (type == "ffn") return make_ffn_expert(dim, hidden, seed);
+  return Error(errc::invalid_argument, "unknown expert type '" + type + "' (known: ffn)");
+}
+
+OptimizerFactory adam_factory(double lr) {
+  return [lr](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::Adam>(std::move(params), torch::optim::AdamOptions(lr));
+  };
+}
+
+OptimizerFactory sgd_factory(double lr) {
+  return [lr](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(std::move(params), torch::optim::SGDOptions(lr));
+  };
+}
+
+namespace {
+
+Error bad_request(const std::string& uid, const std::string& why) {
+  return Error(errc::invalid_argument, "expert " + uid + ": " + why);
+}
+
+// Checks that `t` is [rows, shape...] for some rows >= 1.
+result<void> check_rows(const std::string& uid, const char* what, const TensorData& t,
+                        const std::vector<std::int64_t>& shape) {
+  bool ok = t.shape.size() == shape.size() + 1 && t.shape[0] >= 1;
+  for (std::size_t i = 0; ok && i < shape.size(); ++i) ok = t.shape[i + 1] == shape[i];
+  if (!ok)
+    return bad_request(uid, std::string(what) + " has shape " + describe_shape(t.shape) +
+                                ", the expert takes [N, " + describe_shape(shape).substr(1));
+  return success();
+}
+
+torch::Tensor view_of(TensorData& t) {
+  return torch::from_blob(t.values.data(), t.shape, torch::kFloat32);
+}
+
+}  // namespace
+
+void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend& b, bool backward,
+               std::vector<Task>& tasks) {
+  std::vector<std::size_t> good;
+  std::vector<TensorData> inputs(tasks.size()), grads(tasks.size());
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    Task& t = tasks[i];
+    auto d = decode_request(t.request, cfg.limits);
+    result<void> ok = success();
+    if (!d) {
+      ok = d.error().with_context("expert " + b.schema.uid);
+    } else if (d.value().tensors.size() != (backward ? 2u : 1u)) {
+      ok = bad_request(b.schema.uid, std::string(backward ? "backward" : "forward") + " takes " +
+                                         (backward ? "2 tensors" : "1 tensor") + ", got " +
+                                         std::to_string(d.value().tensors.size()));
+    } else {
+      auto& ts = d.value().tensors;
+      ok = check_rows(b.schema.uid, "input", ts[0], b.schema.input_shape);
+      if (ok && backward) {
+        ok = check_rows(b.schema.uid, "grad_output", ts[1], b.schema.output_shape);
+        if (ok && ts[1].shape[0] != ts[0].shape[0])
+          ok = bad_request(b.schema.uid, "grad_output rows differ from input rows");
+      }
+      if (ok && static_cast<std::size_t>(ts[0].shape[0]) != t.rows)
+        ok = bad_request(b.schema.uid, "row count changed");
+      if (ok) {
+        t.codec = d.value().codec_given ? d.value().response_codec : cfg.codec;
+        inputs[i] = std::move(ts[0]);
+        if (backward) grads[i] = std::move(ts[1]);
+      }
+    }
+    if (!ok) {
+      ++stats.bad_requests;
+      complete(t, ok.error());
+    } else {
+      good.push_back(i);
+    }
+  }
+  if (good.empty()) return;
+  std::vector<torch::Tensor> xs, gs;
+  std::int64_t rows = 0;
+  for (auto i : good) {
+    xs.push_back(view_of(inputs[i]));
+    if (backward) gs.push_back(view_of(grads[i]));
+    rows += inputs[i].shape[0];
+  }
+  torch::Tensor answer;
+  try {
+    torch::Tensor x = torch::cat(xs, 0);
+    if (!backward) {
+      torch::NoGradGuard ng;
+      answer = b.module.forward(x).contiguous();
+      ++stats.forward_batches;
+      stats.forward_rows += static_cast<std::uint64_t>(rows);
+    } else {
+      torch::AutoGradMode grad_on(true);
+      x.requires_grad_(true);
+      torch::Tensor out = b.module.forward(x);
+      torch::Tensor g = torch::cat(gs, 0);
+      if (out.sizes() != g.sizes())
+        throw std::runtime_error("expert output shape differs from its declared schema");
+      out.backward(g);
+      answer = x.grad().contiguous();
+      b.optimizer->step();
+      b.optimizer->zero_grad();
+      ++stats.optimizer_steps;
+      ++stats.backward_batches;
+      stats.backward_rows += static_cast<std::uint64_t>(rows);
+    }
+    if (answer.dim() < 1 || answer.size(0) != rows)
+      throw std::runtime_error("expert returned " + std::to_string(answer.size(0)) + " rows for " +
+                               std::to_string(rows));
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (what.size() > 512) what.resize(512);
+    for (auto i : good)
+      complete(tasks[i], Error(errc::internal, "expert " + b.schema.uid + " failed: " + what));
+    return;
+  }
+  const std::vector<std::int64_t> out_shape(answer.sizes().begin(), answer.sizes().end());
+  std::int64_t row = 0;
+  const float* base = answer.data_ptr<float>();
+  const std::int64_t per_row = rows ? answer.numel() / rows : 0;
+  for (auto i : good) {
+    const std::int64_t n = inputs[i].shape[0];
+    std::vector<std::int64_t> shape = out_shape;
+    shape[0] = n;
+    pb::ExpertResponse resp;
+    auto r = encode_tensor(tasks[i].codec, shape,
+                           std::span<const float>(base + row * per_row, n * per_row),
+                           *resp.add_tensors());
+    row += n;
+    if (!r)
+      complete(tasks[i], r.error().with_context("expert " + b.schema.uid + " output"));
+    else
+      complete(tasks[i], std::move(resp));
+  }
+}
+
+}  // namespace starling::moe

@@ -1,0 +1,308 @@
+// ExpertServer: RPC handlers, the runtime thread and the declaring task (expert_server.hpp).
+#include <asio/post.hpp>
+
+#include "moe/torch/server_impl.hpp"
+#include "starling/core/log.hpp"
+#include "starling/moe/expert_directory.hpp"
+#include "starling/net/rpc.hpp"
+
+namespace starling::moe {
+
+void complete(Task& t, result<pb::ExpertResponse> r) {
+  auto p = t.pending;
+  auto shared = std::make_shared<result<pb::ExpertResponse>>(std::move(r));
+  asio::post(t.ex, [p, shared] {
+    p->out = std::move(*shared);
+    p->done.set();
+  });
+}
+
+struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
+  std::shared_ptr<net::Host> host;
+  std::shared_ptr<averaging::Directory> directory;
+  ExpertServerConfig cfg;
+  std::shared_ptr<ExpertServerStats> stats;
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::map<std::string, Backend*> by_uid;
+  std::vector<ExpertUid> uids;
+  std::unique_ptr<net::RpcServer> rpc;
+  std::unique_ptr<TaskScope> scope;
+  std::unique_ptr<ExpertDirectory> experts_dir;
+
+  // Runtime thread state (mu guards all of it).
+  std::mutex mu;
+  std::condition_variable cv;
+  BatchScheduler sched;
+  std::map<BatchScheduler::TaskId, Task> queued;
+  std::map<std::size_t, std::pair<Backend*, bool>> pool_owner;  // pool -> (expert, backward)
+  bool stopping = false;
+  std::atomic<bool> runtime_exited{false};
+  std::thread runtime;
+  bool started = false;
+
+  void runtime_loop() {
+    std::unique_lock lk(mu);
+    while (!stopping) {
+      auto batch = sched.next(Clock::now());
+      if (!batch) {
+        auto w = sched.next_wakeup();
+        if (w)
+          cv.wait_until(lk, *w);
+        else
+          cv.wait(lk);
+        continue;
+      }
+      std::vector<Task> tasks;
+      for (auto id : batch->tasks) {
+        auto it = queued.find(id);
+        if (it == queued.end()) continue;
+        tasks.push_back(std::move(it->second));
+        queued.erase(it);
+      }
+      auto [backend, backward] = pool_owner.at(batch->pool);
+      lk.unlock();
+      run_batch(cfg, *stats, *backend, backward, tasks);
+      lk.lock();
+    }
+    runtime_exited = true;
+  }
+
+  awaitable<result<pb::ExpertResponse>> submit(bool backward, const net::RpcContext& ctx,
+                                               pb::ExpertRequest req) {
+    auto it = by_uid.find(req.uid());
+    if (it == by_uid.end()) {
+      ++stats->bad_requests;
+      co_return Error(errc::not_found, "unknown expert uid '" + req.uid().substr(0, 64) + "'");
+    }
+    Backend* b = it->second;
+    if (req.tensors_size() < 1 || req.tensors(0).shape_size() < 1 || req.tensors(0).shape(0) < 1) {
+      ++stats->bad_requests;
+      co_return Error(errc::invalid_argument, "expert " + b->schema.uid + ": request without rows");
+    }
+    const auto rows64 = req.tensors(0).shape(0);
+    const std::size_t pool = backward ? b->backward_pool : b->forward_pool;
+    auto ex = co_await asio::this_coro::executor;
+    auto pending = std::make_shared<Pending>(ex);
+    BatchScheduler::TaskId id = 0;
+    {
+      std::lock_guard lk(mu);
+      if (stopping) co_return Error(errc::unavailable, "expert server is stopping");
+      if (queued.size() >= cfg.max_queued_tasks) {
+        ++stats->refused;
+        co_return Error(errc::too_large, "expert server queue is full");
+      }
+      const std::size_t max_batch = sched.config(pool).max_batch;
+      std::optional<BatchScheduler::TaskId> got;
+      if (static_cast<std::uint64_t>(rows64) <= max_batch)
+        got = sched.push(pool, static_cast<std::size_t>(rows64), Clock::now());
+      if (!got) {
+        ++stats->bad_requests;
+        co_return Error(errc::invalid_argument,
+                        "expert " + b->schema.uid + ": " + std::to_string(rows64) +
+                            " rows exceed max_batch " + std::to_string(max_batch));
+      }
+      id = *got;
+      Task t;
+      t.request = std::move(req);
+      t.rows = static_cast<std::size_t>(rows64);
+      t.ex = ex;
+      t.pending = pending;
+      queued.emplace(id, std::move(t));
+    }
+    cv.notify_one();
+    auto waited = co_await with_timeout(pending->done.wait(), ctx.remaining(), "expert task");
+    if (!waited || !pending->out) {
+      std::lock_guard lk(mu);
+      if (sched.remove(id)) {
+        queued.erase(id);
+        ++stats->expired;
+      }
+      if (!waited) co_return waited.error();
+      co_return Error(errc::internal, "expert task ended without an answer");
+    }
+    co_return std::move(*pending->out);
+  }
+
+  void register_methods(std::weak_ptr<Impl> weak) {
+    net::RpcServerOptions ro;
+    ro.max_message_size = cfg.max_message_size;
+    rpc = std::make_unique<net::RpcServer>(*host, ro);
+    rpc->add_unary<pb::ExpertInfoRequest, pb::ExpertInfo>(
+        kInfoProtocol,
+        [weak](const net::RpcContext&,
+               pb::ExpertInfoRequest req) -> awaitable<result<pb::ExpertInfo>> {
+          auto self = weak.lock();
+          if (!self) co_return Error(errc::unavailable, "expert server stopped");
+          auto it = self->by_uid.find(req.uid());
+          if (it == self->by_uid.end())
+            co_return Error(errc::not_found,
+                            "unknown expert uid '" + req.uid().substr(0, 64) + "'");
+          pb::ExpertInfo info;
+          to_proto(it->second->schema, info);
+          co_return info;
+        });
+    for (bool backward : {false, true}) {
+      rpc->add_unary<pb::ExpertRequest, pb::ExpertResponse>(
+          backward ? kBackwardProtocol : kForwardProtocol,
+          [weak, backward](const net::RpcContext& ctx,
+                           pb::ExpertRequest req) -> awaitable<result<pb::ExpertResponse>> {
+            auto self = weak.lock();
+            if (!self) co_return Error(errc::unavailable, "expert server stopped");
+            auto r = co_await self->submit(backward, ctx, std::move(req));
+            if (!r && r.error() != errc::timeout && r.error() != errc::cancelled)
+              logger("moe")->debug("request from {}: {}", ctx.remote().short_string(),
+                                   r.error().message());
+            co_return r;
+          });
+    }
+  }
+
+  Declaration self_declaration() const {
+    Declaration d;
+    d.peer = host->local_peer();
+    d.addrs = host->announce_addresses();
+    if (d.addrs.size() > 16) d.addrs.resize(16);
+    return d;
+  }
+};
+
+std::shared_ptr<ExpertServer> ExpertServer::create(std::shared_ptr<net::Host> host,
+                                                   std::shared_ptr<averaging::Directory> directory,
+                                                   ExpertServerConfig config) {
+  std::shared_ptr<ExpertServer> s(new ExpertServer());
+  s->impl_ = std::make_shared<Impl>();
+  s->stats_ = std::make_shared<ExpertServerStats>();
+  s->impl_->host = std::move(host);
+  s->impl_->directory = directory;
+  s->impl_->cfg = config;
+  s->impl_->stats = s->stats_;
+  if (directory)
+    s->impl_->experts_dir =
+        std::make_unique<ExpertDirectory>(std::move(directory), config.declare_period);
+  return s;
+}
+
+ExpertServer::~ExpertServer() {
+  auto& im = *impl_;
+  {
+    std::lock_guard lk(im.mu);
+    im.stopping = true;
+  }
+  im.cv.notify_all();
+  if (im.runtime.joinable()) {
+    if (im.runtime.get_id() == std::this_thread::get_id())
+      im.runtime.detach();
+    else
+      im.runtime.join();
+  }
+}
+
+result<void> ExpertServer::add_expert(const std::string& uid, ExpertModule module,
+                                      const OptimizerFactory& opt) {
+  auto& im = *impl_;
+  if (im.started) return Error(errc::invalid_argument, "add_expert after start()");
+  ST_TRY(auto parsed, parse_uid(uid));
+  const std::string canonical = parsed.to_string();
+  if (im.by_uid.count(canonical))
+    return Error(errc::already_exists, "expert " + canonical + " twice");
+  auto b = std::make_unique<Backend>();
+  b->schema.uid = canonical;
+  b->schema.input_shape = module.input_shape;
+  b->schema.output_shape = module.output_shape;
+  b->schema.codec = im.cfg.codec;
+  b->schema.max_batch = static_cast<std::uint32_t>(
+      std::min(im.cfg.forward_pool.max_batch, im.cfg.backward_pool.max_batch));
+  b->schema.expert_type = module.type;
+  b->optimizer = opt(module.parameters->parameters());
+  b->module = std::move(module);
+  b->forward_pool = im.sched.add_pool(im.cfg.forward_pool);
+  b->backward_pool = im.sched.add_pool(im.cfg.backward_pool);
+  im.pool_owner[b->forward_pool] = {b.get(), false};
+  im.pool_owner[b->backward_pool] = {b.get(), true};
+  im.by_uid[canonical] = b.get();
+  im.uids.push_back(parsed);
+  im.backends.push_back(std::move(b));
+  return success();
+}
+
+awaitable<result<void>> ExpertServer::start() {
+  auto& im = *impl_;
+  if (im.started) co_return Error(errc::invalid_argument, "expert server started twice");
+  im.started = true;
+  im.scope = std::make_unique<TaskScope>(im.host->get_executor());
+  std::weak_ptr<Impl> weak = impl_;
+  im.register_methods(weak);
+  auto implp = impl_;
+  im.runtime = std::thread([implp] { implp->runtime_loop(); });
+  if (im.experts_dir) {
+    auto first = co_await declare_now();
+    if (!first) logger("moe")->warn("first declaration failed: {}", first.error().message());
+    auto self = shared_from_this();
+    std::weak_ptr<ExpertServer> ws = self;
+    const Duration period = im.cfg.declare_period;
+    im.scope->spawn([ws, period]() -> awaitable<void> {
+      for (;;) {
+        auto slept = co_await sleep_for(period);
+        if (!slept) co_return;
+        auto s = ws.lock();
+        if (!s) co_return;
+        auto r = co_await s->declare_now();
+        if (!r) logger("moe")->warn("declaration failed: {}", r.error().message());
+      }
+    });
+  }
+  co_return success();
+}
+
+awaitable<result<void>> ExpertServer::declare_now() {
+  auto& im = *impl_;
+  if (!im.experts_dir) co_return success();
+  auto r = co_await im.experts_dir->declare(im.uids, im.self_declaration(), im.cfg.declare_ttl);
+  if (r)
+    ++stats_->declarations;
+  else
+    ++stats_->declare_failures;
+  co_return r;
+}
+
+awaitable<void> ExpertServer::stop() {
+  auto& im = *impl_;
+  im.rpc.reset();
+  std::vector<Task> dropped;
+  {
+    std::lock_guard lk(im.mu);
+    im.stopping = true;
+    for (auto& [id, t] : im.queued) {
+      im.sched.remove(id);
+      dropped.push_back(std::move(t));
+    }
+    im.queued.clear();
+  }
+  im.cv.notify_all();
+  for (auto& t : dropped) complete(t, Error(errc::unavailable, "expert server is stopping"));
+  if (im.scope) (void)co_await im.scope->close(im.cfg.stop_timeout);
+  if (im.runtime.joinable()) {
+    const auto until = Clock::now() + im.cfg.stop_timeout;
+    while (!im.runtime_exited && Clock::now() < until) (void)co_await sleep_for(2ms);
+    if (im.runtime_exited) {
+      im.runtime.join();
+    } else {
+      logger("moe")->warn("expert runtime still busy after {} ms; detached",
+                          std::chrono::duration_cast<Millis>(im.cfg.stop_timeout).count());
+      im.runtime.detach();
+    }
+  }
+}
+
+std::vector<std::string> ExpertServer::uids() const {
+  std::vector<std::string> out;
+  for (const auto& u : impl_->uids) out.push_back(u.to_string());
+  return out;
+}
+
+std::shared_ptr<torch::nn::Module> ExpertServer::module_of(const std::string& uid) const {
+  auto it = impl_->by_uid.find(uid);
+  return it == impl_->by_uid.end() ? nullptr : it->second->module.parameters;
+}
+
+}  // namespace starling::moe

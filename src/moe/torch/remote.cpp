@@ -1,0 +1,370 @@
+// RemoteExpert and RemoteMixtureOfExperts: remote calls as autograd nodes (remote.hpp).
+#include "starling/moe/remote.hpp"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+
+#include "starling/core/blocking.hpp"
+#include "starling/core/log.hpp"
+
+namespace starling::moe {
+
+namespace {
+
+using torch::autograd::variable_list;
+
+TensorData to_data(const torch::Tensor& t) {
+  auto c = t.detach().to(torch::kFloat32).contiguous();
+  TensorData d;
+  d.shape.assign(c.sizes().begin(), c.sizes().end());
+  d.values.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  return d;
+}
+
+torch::Tensor to_tensor(TensorData& d) {
+  return torch::from_blob(d.values.data(), d.shape, torch::kFloat32).clone();
+}
+
+std::string shape_of(const torch::Tensor& t) {
+  std::vector<std::int64_t> s(t.sizes().begin(), t.sizes().end());
+  return describe_shape(s);
+}
+
+// ---------------------------------------------------------------- one expert
+
+struct SingleState {
+  std::shared_ptr<net::Host> host;
+  ExpertAddress to;
+  ExpertCallOptions opts;
+  TensorData input;
+};
+
+struct RemoteExpertBackward : torch::autograd::Node {
+  std::shared_ptr<SingleState> st;
+  std::string name() const override { return "RemoteExpertBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    auto host = st->host;
+    auto to = st->to;
+    auto opts = st->opts;
+    auto input = st->input;
+    auto g = to_data(grads[0]);
+    std::vector<CallFn> calls;
+    calls.push_back(
+        [host, to, opts, input, g]() { return call_backward(*host, to, input, g, opts); });
+    auto r = run_calls(host->get_executor(), std::move(calls), Clock::now() + opts.timeout + 1s);
+    if (!r[0]) throw std::runtime_error("expert " + to.uid + " backward: no answer in time");
+    if (!r[0]->has_value())
+      throw std::runtime_error("expert " + to.uid + " backward: " + r[0]->error().message());
+    return {to_tensor(r[0]->value())};
+  }
+};
+
+}  // namespace
+
+RemoteExpert::RemoteExpert(std::shared_ptr<net::Host> host, ExpertAddress address,
+                           ExpertCallOptions opts)
+    : host_(std::move(host)), address_(std::move(address)), opts_(std::move(opts)) {}
+
+result<ExpertSchema> RemoteExpert::info() {
+  if (schema_) return *schema_;
+  auto host = host_;
+  auto to = address_;
+  auto opts = opts_;
+  auto r = block_on(
+      host_->get_executor(), [host, to, opts] { return call_info(*host, to, opts); },
+      opts_.timeout + 1s);
+  if (r) schema_ = r.value();
+  return r;
+}
+
+torch::Tensor RemoteExpert::forward(const torch::Tensor& x) {
+  auto schema = info();
+  if (!schema) throw std::runtime_error(schema.error().message());
+  const auto& in = schema.value().input_shape;
+  bool ok = x.dim() == static_cast<std::int64_t>(in.size()) + 1;
+  for (std::size_t i = 0; ok && i < in.size(); ++i) ok = x.size(i + 1) == in[i];
+  if (!ok)
+    throw std::runtime_error("expert " + address_.uid + " schema mismatch: it takes [N, " +
+                             describe_shape(in).substr(1) + ", got " + shape_of(x));
+  auto st = std::make_shared<SingleState>();
+  st->host = host_;
+  st->to = address_;
+  st->opts = opts_;
+  st->input = to_data(x);
+  std::vector<CallFn> calls;
+  calls.push_back([st]() { return call_forward(*st->host, st->to, st->input, st->opts); });
+  auto r = run_calls(host_->get_executor(), std::move(calls), Clock::now() + opts_.timeout + 1s);
+  if (!r[0]) throw std::runtime_error("expert " + address_.uid + " forward: no answer in time");
+  if (!r[0]->has_value())
+    throw std::runtime_error("expert " + address_.uid + " forward: " + r[0]->error().message());
+  torch::Tensor out = to_tensor(r[0]->value());
+  if (torch::GradMode::is_enabled()) {
+    auto node = std::shared_ptr<RemoteExpertBackward>(new RemoteExpertBackward(),
+                                                      torch::autograd::deleteNode);
+    node->st = st;
+    node->set_next_edges(torch::autograd::collect_next_edges(x));
+    torch::autograd::set_history(out, node);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- mixture
+
+namespace {
+
+struct PlannedCall {
+  ExpertAddress to;
+  std::vector<std::int64_t> rows;   // sample index of each row
+  std::vector<std::int64_t> slots;  // its slot (0..k-1)
+  TensorData input;
+  bool ok = false;
+};
+
+struct DispatchState {
+  std::shared_ptr<net::Host> host;
+  ExpertCallOptions opts;
+  Duration backward_timeout;
+  std::vector<PlannedCall> calls;
+  std::int64_t batch = 0, in_features = 0;
+  std::shared_ptr<std::mutex> stats_mu;
+  std::shared_ptr<MoeStats> stats;
+};
+
+struct DispatchBackward : torch::autograd::Node {
+  std::shared_ptr<DispatchState> st;
+  std::string name() const override { return "RemoteMoeBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    torch::Tensor g = grads[0].defined() ? grads[0].contiguous() : torch::Tensor();
+    torch::Tensor gx = torch::zeros({st->batch, st->in_features});
+    if (!g.defined()) return {gx};
+    std::vector<CallFn> calls;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < st->calls.size(); ++i) {
+      auto& c = st->calls[i];
+      if (!c.ok) continue;
+      auto rows = torch::tensor(c.rows, torch::kLong);
+      auto slots = torch::tensor(c.slots, torch::kLong);
+      auto gd = to_data(g.index({rows, slots}));
+      auto host = st->host;
+      auto opts = st->opts;
+      opts.timeout = st->backward_timeout;
+      calls.push_back([host, to = c.to, input = c.input, gd, opts]() {
+        return call_backward(*host, to, input, gd, opts);
+      });
+      which.push_back(i);
+    }
+    auto results = run_calls(st->host->get_executor(), std::move(calls),
+                             Clock::now() + st->backward_timeout + 1s);
+    std::uint64_t failures = 0;
+    for (std::size_t j = 0; j < results.size(); ++j) {
+      auto& r = results[j];
+      const auto& c = st->calls[which[j]];
+      if (!r || !r->has_value() || r->value().shape.size() != 2 ||
+          r->value().shape[0] != static_cast<std::int64_t>(c.rows.size()) ||
+          r->value().shape[1] != st->in_features) {
+        ++failures;
+        continue;
+      }
+      auto rows = torch::tensor(c.rows, torch::kLong);
+      gx.index_add_(0, rows, to_tensor(r->value()));
+    }
+    {
+      std::lock_guard lk(*st->stats_mu);
+      st->stats->backward_calls += results.size();
+      st->stats->backward_failures += failures;
+    }
+    return {gx};
+  }
+};
+
+}  // namespace
+
+RemoteMixtureOfExpertsImpl::RemoteMixtureOfExpertsImpl(MoeOptions options,
+                                                       std::shared_ptr<net::Host> host,
+                                                       std::shared_ptr<ExpertDirectory> directory)
+    : options_(std::move(options)),
+      host_(std::move(host)),
+      directory_(std::move(directory)),
+      stats_mu_(std::make_shared<std::mutex>()),
+      stats_(std::make_shared<MoeStats>()) {
+  std::int64_t total = 0;
+  for (auto g : options_.grid_size) total += g;
+  proj = register_module("proj", torch::nn::Linear(options_.in_features, total));
+}
+
+MoeStats RemoteMixtureOfExpertsImpl::stats() const {
+  std::lock_guard lk(*stats_mu_);
+  return *stats_;
+}
+
+torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
+  const TimePoint deadline = Clock::now() + options_.forward_timeout;
+  if (x.dim() != 2 || x.size(1) != options_.in_features)
+    throw std::runtime_error("RemoteMixtureOfExperts takes [B, " +
+                             std::to_string(options_.in_features) + "], got " + shape_of(x));
+  const std::int64_t B = x.size(0);
+  const auto K = static_cast<std::int64_t>(options_.k);
+  const std::size_t D = options_.grid_size.size();
+  torch::Tensor logits = proj->forward(x);
+  std::vector<torch::Tensor> dim_scores;
+  std::int64_t off = 0;
+  for (auto g : options_.grid_size) {
+    dim_scores.push_back(logits.narrow(1, off, g));
+    off += g;
+  }
+  // Beam search on the scores' values.
+  std::vector<std::vector<std::vector<float>>> scores(B, std::vector<std::vector<float>>(D));
+  {
+    auto cpu = logits.detach().to(torch::kFloat32).contiguous();
+    const float* p = cpu.data_ptr<float>();
+    for (std::int64_t b = 0; b < B; ++b) {
+      std::int64_t o = 0;
+      for (std::size_t d = 0; d < D; ++d) {
+        scores[b][d].assign(p + b * off + o, p + b * off + o + options_.grid_size[d]);
+        o += options_.grid_size[d];
+      }
+    }
+  }
+  auto dir = directory_;
+  auto grid = options_.grid;
+  const std::size_t k = options_.k;
+  const Duration search_time = std::max(Duration::zero(), deadline - Clock::now());
+  auto found = block_on(
+      host_->get_executor(),
+      [dir, grid, scores, k, search_time]() mutable {
+        return dir->beam_search(grid, std::move(scores), k, search_time);
+      },
+      search_time + 1s);
+  if (!found) throw std::runtime_error("expert beam search: " + found.error().message());
+  auto& chosen = found.value();
+
+  // One call per chosen expert carrying every row routed to it.
+  auto st = std::make_shared<DispatchState>();
+  st->host = host_;
+  st->opts.timeout = std::max(Duration(1ms), deadline - Clock::now());
+  st->opts.codec = options_.codec;
+  st->opts.response_codec = options_.response_codec;
+  st->backward_timeout = options_.backward_timeout;
+  st->batch = B;
+  st->in_features = options_.in_features;
+  st->stats_mu = stats_mu_;
+  st->stats = stats_;
+  std::map<std::string, std::size_t> call_of;
+  std::vector<std::vector<std::int64_t>> idx_v(D, std::vector<std::int64_t>(B * K, 0));
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::size_t j = 0; j < chosen[b].size() && static_cast<std::int64_t>(j) < K; ++j) {
+      const auto& e = chosen[b][j];
+      auto uid = parse_uid(e.uid);
+      if (!uid || uid.value().coords.size() != D) continue;
+      for (std::size_t d = 0; d < D; ++d) idx_v[d][b * K + j] = uid.value().coords[d];
+      auto [it, fresh] = call_of.emplace(e.uid, st->calls.size());
+      if (fresh) {
+        PlannedCall c;
+        const auto& server = e.servers[static_cast<std::size_t>(b) % e.servers.size()];
+        c.to = ExpertAddress{e.uid, server.peer, server.addrs};
+        st->calls.push_back(std::move(c));
+      }
+      st->calls[it->second].rows.push_back(b);
+      st->calls[it->second].slots.push_back(static_cast<std::int64_t>(j));
+    }
+  }
+  auto xd = x.detach().to(torch::kFloat32).contiguous();
+  std::vector<CallFn> fns;
+  for (auto& c : st->calls) {
+    auto rows = torch::tensor(c.rows, torch::kLong);
+    c.input = to_data(xd.index_select(0, rows));
+    fns.push_back([host = host_, to = c.to, input = c.input, opts = st->opts]() {
+      return call_forward(*host, to, input, opts);
+    });
+  }
+  // Satisfied when every sample with experts has k_min answers (or all its calls failed).
+  std::vector<std::vector<std::size_t>> calls_of_sample(B);
+  for (std::size_t i = 0; i < st->calls.size(); ++i)
+    for (auto r : st->calls[i].rows) calls_of_sample[r].push_back(i);
+  const std::size_t k_min = std::max<std::size_t>(1, options_.k_min);
+  auto satisfied = [&calls_of_sample, k_min](const std::vector<char>& ok) {
+    for (const auto& cs : calls_of_sample) {
+      if (cs.empty()) continue;
+      std::size_t n = 0;
+      for (auto i : cs) n += ok[i] ? 1 : 0;
+      if (n < std::min(k_min, cs.size())) return false;
+    }
+    return true;
+  };
+  auto results = run_calls(host_->get_executor(), std::move(fns), deadline, satisfied,
+                           options_.timeout_after_k_min);
+  torch::Tensor out3 = torch::zeros({B, K, options_.out_features});
+  std::uint64_t failures = 0, late = 0;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    auto& c = st->calls[i];
+    auto& r = results[i];
+    if (!r) {
+      ++late;
+      continue;
+    }
+    if (!r->has_value() || r->value().shape.size() != 2 ||
+        r->value().shape[0] != static_cast<std::int64_t>(c.rows.size()) ||
+        r->value().shape[1] != options_.out_features) {
+      ++failures;
+      if (r->has_value())
+        logger("moe")->debug("expert {} answered shape {}", c.to.uid,
+                             describe_shape(r->value().shape));
+      else
+        logger("moe")->debug("expert {} failed: {}", c.to.uid, r->error().message());
+      continue;
+    }
+    c.ok = true;
+    auto rows = torch::tensor(c.rows, torch::kLong);
+    auto slots = torch::tensor(c.slots, torch::kLong);
+    out3.index_put_({rows, slots}, to_tensor(r->value()));
+  }
+  torch::Tensor mask = torch::zeros({B, K}, torch::kBool);
+  {
+    std::vector<std::uint8_t> m(B * K, 0);
+    for (const auto& c : st->calls)
+      if (c.ok)
+        for (std::size_t r = 0; r < c.rows.size(); ++r) m[c.rows[r] * K + c.slots[r]] = 1;
+    mask = torch::from_blob(m.data(), {B, K}, torch::kUInt8).clone().to(torch::kBool);
+  }
+  std::uint64_t empty = 0;
+  {
+    auto any = mask.any(1);
+    empty = static_cast<std::uint64_t>((~any).sum().item<std::int64_t>());
+  }
+  {
+    std::lock_guard lk(*stats_mu_);
+    stats_->forward_calls += st->calls.size();
+    stats_->forward_failures += failures;
+    stats_->forward_late += late;
+    stats_->empty_rows += empty;
+    for (const auto& c : st->calls)
+      if (c.ok) stats_->rows_per_expert[c.to.uid] += c.rows.size();
+  }
+  bool any_ok = false;
+  for (const auto& c : st->calls) any_ok = any_ok || c.ok;
+  if (!any_ok)
+    throw std::runtime_error(
+        "RemoteMixtureOfExperts: no expert answered (" + std::to_string(st->calls.size()) +
+        " called, " + std::to_string(failures) + " failed, " + std::to_string(late) + " late)");
+  if (torch::GradMode::is_enabled()) {
+    auto node =
+        std::shared_ptr<DispatchBackward>(new DispatchBackward(), torch::autograd::deleteNode);
+    node->st = st;
+    node->set_next_edges(torch::autograd::collect_next_edges(x));
+    torch::autograd::set_history(out3, node);
+  }
+  // Gates: each slot's score is the sum of its coordinates' scores (differentiable).
+  torch::Tensor gate = torch::zeros({B, K});
+  for (std::size_t d = 0; d < D; ++d) {
+    auto id = torch::from_blob(idx_v[d].data(), {B, K}, torch::kLong).clone();
+    gate = gate + dim_scores[d].gather(1, id);
+  }
+  const auto neg_inf = -std::numeric_limits<float>::infinity();
+  auto any = mask.any(1, /*keepdim=*/true);
+  auto masked = gate.masked_fill(~mask, neg_inf);
+  masked = torch::where(any, masked, torch::zeros_like(masked));
+  auto weights = torch::softmax(masked, 1) * mask.to(torch::kFloat32);
+  return (weights.unsqueeze(-1) * out3).sum(1);
+}
+
+}  // namespace starling::moe

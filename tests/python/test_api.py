@@ -1,0 +1,143 @@
+"""starling.Optimizer's contract with Python (ctest python_api, module directory as argv[1]):
+the GIL is released while step() waits for a round (a Python thread keeps running: measured),
+parameters and gradients are the model's own tensors (data pointers compared), and bad input
+is a Python exception."""
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, sys.argv.pop(1) if len(sys.argv) > 1 else "build/python")
+import torch  # noqa: E402
+import starling  # noqa: E402
+
+LISTEN = ["/ip4/127.0.0.1/tcp/0"]
+
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+
+def batch(g):
+    x = torch.randn(16, 8, generator=g)
+    return x, (x.sum(1) > 0).long()
+
+
+class ApiTest(unittest.TestCase):
+    def test_gil_released_while_waiting_for_a_round(self):
+        # Peer "fast" waits in step() for the slow peer at every round; a Python thread that
+        # needs the GIL keeps counting meanwhile.
+        ticks = [0]
+        stop = threading.Event()
+
+        def ticker():
+            while not stop.is_set():
+                ticks[0] += 1
+
+        calls = []  # (seconds inside step(), ticks during it) of the fast peer
+        errors = []
+        with starling.DHT(listen=LISTEN) as a, \
+                starling.DHT(initial_peers=a.get_visible_maddrs(), listen=LISTEN) as b:
+            ready = threading.Barrier(2)
+
+            def peer(dht, slow):
+                try:
+                    model = make_model()
+                    g = torch.Generator().manual_seed(1 + slow)
+                    opt = starling.Optimizer(dht=dht, run_id="gil", target_batch_size=64,
+                                             optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                                             batch_size_per_step=16, matchmaking_time=1.0)
+                    ready.wait(timeout=30)
+                    deadline = time.monotonic() + 60
+                    while opt.local_epoch < 3 and time.monotonic() < deadline:
+                        if slow and done.is_set():
+                            break
+                        x, y = batch(g)
+                        torch.nn.functional.cross_entropy(model(x), y).backward()
+                        if slow:
+                            time.sleep(0.1)  # emulated compute: the fast peer waits for it
+                        t0, n0 = time.monotonic(), ticks[0]
+                        opt.step()
+                        if not slow:
+                            calls.append((time.monotonic() - t0, ticks[0] - n0))
+                    if not slow:
+                        done.set()
+                    opt.shutdown()
+                except BaseException as e:
+                    errors.append(e)
+
+            done = threading.Event()
+            t_ticker = threading.Thread(target=ticker, daemon=True)
+            t_ticker.start()
+            ts = [threading.Thread(target=peer, args=(d, s)) for d, s in ((a, 0), (b, 1))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(timeout=120)
+            stop.set()
+        self.assertEqual(errors, [])
+        waits = [c for c in calls if c[0] > 0.05]
+        print("step() calls over 50 ms (seconds, ticker counts):", waits)
+        self.assertTrue(waits, "the fast peer never waited in step(): %s" % calls[-10:])
+        for secs, n in waits:
+            # Holding the GIL for the whole wait would leave the ticker at ~0 (at most one
+            # switch interval of 5 ms at the start of the call).
+            self.assertGreater(n, 1000, "ticker starved during a %.3f s step()" % secs)
+
+    def test_tensors_are_shared_not_copied(self):
+        model = make_model()
+        params = list(model.parameters())
+        ptrs = [p.data_ptr() for p in params]
+        before = [p.detach().clone() for p in params]
+        sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+        with starling.DHT(listen=LISTEN) as dht:
+            with starling.Optimizer(dht=dht, run_id="ptrs", optimizer=sgd, target_batch_size=32,
+                                    batch_size_per_step=16) as opt:
+                g = torch.Generator().manual_seed(3)
+                grad_ptrs = None
+                deadline = time.monotonic() + 60
+                while opt.local_epoch < 2 and time.monotonic() < deadline:
+                    x, y = batch(g)
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    if grad_ptrs is None:
+                        grad_ptrs = [p.grad.data_ptr() for p in params]
+                    opt.step()
+                    # The C++ side took the gradients from the model's own .grad tensors.
+                    self.assertEqual([p.grad.data_ptr() for p in params], grad_ptrs)
+                self.assertEqual(opt.local_epoch, 2)
+        self.assertEqual([p.data_ptr() for p in model.parameters()], ptrs)
+        self.assertTrue(all(p is q for p, q in zip(model.parameters(), params)))
+        self.assertFalse(all(torch.equal(p, b) for p, b in zip(params, before)),
+                         "the steps did not change the model's own parameters")
+
+    def test_bad_input(self):
+        model = make_model()
+        sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+        with self.assertRaises(TypeError):
+            starling.Optimizer(dht="not a DHT", run_id="x", optimizer=sgd, target_batch_size=8)
+        with self.assertRaises(TypeError):
+            starling.Optimizer(dht=None, run_id=3, optimizer=sgd, target_batch_size=8)
+        closed = starling.DHT(listen=LISTEN)
+        closed.shutdown()
+        with self.assertRaises(starling.StarlingError):
+            starling.Optimizer(dht=closed, run_id="x", optimizer=sgd, target_batch_size=8)
+        with self.assertRaises(starling.StarlingError):
+            closed.store("k", b"v", starling.get_dht_time() + 10)
+
+        class Broken(torch.optim.SGD):
+            def step(self, closure=None):
+                raise ArithmeticError("broken step")
+
+        with starling.DHT(listen=LISTEN) as dht:
+            # The exception of the Python step surfaces (at the optimizer's first step() call
+            # or when the wrapper first runs it to create the optimizer's state).
+            with self.assertRaises(ArithmeticError):
+                opt = starling.Optimizer(dht=dht, run_id="broken", target_batch_size=4,
+                                         optimizer=Broken(model.parameters(), lr=0.1))
+                model(torch.randn(4, 8)).sum().backward()
+                opt.step(batch_size=4)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,111 @@
+// `starling experts serve`: host built-in experts (docs/moe.md) on a DHT node and declare them
+// until Ctrl-C. In starling-train (it links libtorch); `starling experts ...` executes it.
+#include <iostream>
+
+#include "cli.hpp"
+#include "starling/averaging/dht_directory.hpp"
+#include "starling/dht/node.hpp"
+#include "starling/moe/expert_server.hpp"
+
+namespace starling::cli {
+namespace {
+
+struct ExpertsOptions {
+  std::string experts = "ffn.[0:4].[0:4]";
+  std::string type = "ffn";
+  std::int64_t dim = 64, hidden = 256;
+  double lr = 1e-3;
+  std::uint64_t seed = 1;
+  std::vector<std::string> listen{"/ip4/0.0.0.0/tcp/0"};
+  std::vector<std::string> initial_peers;
+  double declare_period_s = 10;
+};
+
+awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
+  auto fail = [](const std::string& what) {
+    std::cerr << "error: " << what << "\n";
+    return 2;
+  };
+  auto uids = moe::expand_pattern(o->experts);
+  if (!uids) co_return fail(uids.error().message());
+  std::vector<net::Multiaddr> peers;
+  for (const auto& p : o->initial_peers) {
+    auto a = net::Multiaddr::parse(p);
+    if (!a) co_return fail("--initial-peers " + p + ": " + a.error().message());
+    peers.push_back(a.value());
+  }
+  net::HostConfig hc;
+  hc.listen = o->listen;
+  auto host =
+      net::Host::create(co_await asio::this_coro::executor, crypto::KeyPair::generate(), hc);
+  if (auto r = co_await host->start(); !r) co_return fail(r.error().message());
+  auto node = dht::DhtNode::create(host, dht::DhtNodeConfig{});
+  auto started = co_await node->start(peers);
+  moe::ExpertServerConfig cfg;
+  cfg.declare_period =
+      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->declare_period_s));
+  cfg.declare_ttl = 2 * cfg.declare_period;
+  auto server =
+      moe::ExpertServer::create(host, std::make_shared<averaging::DhtDirectory>(node), cfg);
+  int rc = 0;
+  if (!started) {
+    rc = fail(started.error().message());
+  } else {
+    for (const auto& u : uids.value()) {
+      auto m = moe::make_builtin_expert(o->type, o->dim, o->hidden,
+                                        o->seed + std::hash<std::string>{}(u.to_string()));
+      if (!m) {
+        rc = fail(m.error().message());
+        break;
+      }
+      if (auto r =
+              server->add_expert(u.to_string(), std::move(m).value(), moe::adam_factory(o->lr));
+          !r) {
+        rc = fail(r.error().message());
+        break;
+      }
+    }
+  }
+  if (rc == 0) {
+    if (auto r = co_await server->start(); !r) rc = fail(r.error().message());
+  }
+  if (rc == 0) {
+    std::cout << "peer id " << host->local_peer().to_string() << "\n";
+    for (const auto& a : host->listen_addresses())
+      std::cout << "listening " << a.to_string() << "\n";
+    std::cout << "serving " << uids.value().size() << " " << o->type << " experts " << o->experts
+              << " (dim " << o->dim << ", hidden " << o->hidden << ")" << std::endl;
+    (void)co_await sleep_for(std::chrono::hours(24 * 365));  // until Ctrl-C
+    co_await asio::this_coro::reset_cancellation_state();    // now clean up, bounded
+  }
+  co_await server->stop();
+  co_await node->stop();
+  co_await host->stop();
+  if (rc == 0) std::cout << "stopped" << std::endl;
+  co_return rc;
+}
+
+}  // namespace
+
+void add_experts_command(CLI::App& app, Runner& run) {
+  auto o = std::make_shared<ExpertsOptions>();
+  auto* cmd = app.add_subcommand("experts", "decentralized mixture-of-experts (docs/moe.md)");
+  cmd->require_subcommand(1);
+  auto* serve = cmd->add_subcommand("serve", "host experts and declare them in the DHT");
+  serve->add_option("--experts", o->experts, "uid pattern, e.g. 'ffn.[0:4].[0:4]'")
+      ->capture_default_str();
+  serve->add_option("--expert-type", o->type, "built-in expert type (ffn)")->capture_default_str();
+  serve->add_option("--dim", o->dim, "input/output width")->capture_default_str();
+  serve->add_option("--hidden-dim", o->hidden, "hidden width")->capture_default_str();
+  serve->add_option("--lr", o->lr, "Adam learning rate of every expert")->capture_default_str();
+  serve->add_option("--seed", o->seed, "initialisation seed")->capture_default_str();
+  serve->add_option("--listen,-l", o->listen, "multiaddr to listen on (repeatable)");
+  serve->add_option("--initial-peers,-p", o->initial_peers,
+                    "DHT node to join through (repeatable)");
+  serve
+      ->add_option("--declare-period", o->declare_period_s, "seconds between declarations (ttl 2x)")
+      ->capture_default_str();
+  serve->callback([&run, o] { run = [o] { return run_main([o] { return serve_main(o); }); }; });
+}
+
+}  // namespace starling::cli
