@@ -104,6 +104,8 @@ awaitable<result<PeerId>> Host::dial_punched(Multiaddr addr, PeerId expected, bo
                                              Duration timeout) {
   auto self = shared_from_this();
   if (stopping_) co_return make_error(errc::cancelled, "host is stopping");
+  if (!cfg_.hole_punching)
+    co_return make_error(errc::unsupported, "dial_punched: HostConfig::hole_punching is off");
   const TimePoint deadline = Clock::now() + timeout;
   ST_CO_TRY(auto ep, addr.without_peer_id().to_tcp_endpoint());
   std::optional<asio::ip::tcp::endpoint> local;

@@ -20,7 +20,9 @@ using namespace starling::net;
 
 namespace {
 std::shared_ptr<Host> make_host(asio::io_context& io) {
-  return Host::create(io.get_executor(), crypto::KeyPair::generate());
+  HostConfig cfg;
+  cfg.hole_punching = true;  // PunchedDirectConnectionPreferredOverRelay dials from the port
+  return Host::create(io.get_executor(), crypto::KeyPair::generate(), cfg);
 }
 
 Bytes random_bytes(std::size_t n) {
@@ -422,6 +424,10 @@ TEST(Relay, PunchedDirectConnectionPreferredOverRelay) {
     CO_ASSERT_OK(circuit);
     const auto bid = t.b->local_peer();
     CO_ASSERT_OK(co_await t.a->connect(circuit.value()));
+    // Without HostConfig::hole_punching (the default) the host refuses to punch.
+    auto plain = Host::create(t.io.get_executor(), crypto::KeyPair::generate());
+    auto refused = co_await plain->dial_punched(t.b->listen_addresses().at(0), bid, true, 1s);
+    EXPECT_TRUE(!refused && refused.error() == errc::unsupported);
     auto punched = co_await t.a->dial_punched(t.b->listen_addresses().at(0), bid,
                                               /*as_client=*/true, 5s);
     CO_ASSERT_OK(punched);

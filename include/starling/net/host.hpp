@@ -51,6 +51,10 @@ struct HostConfig {
   // A connection we dialled with no streams for this long is closed, unless keep_alive() is
   // on for its peer. Inbound ones are left to their dialer (max_connections bounds them).
   Duration idle_timeout = 120s;
+  // DCUtR hole punching: listeners set SO_REUSEPORT so that dial_punched() can dial from the
+  // listening port. Off by default: with it, a second process of the same user can bind the
+  // same fixed port without an error (the kernel then splits incoming connections).
+  bool hole_punching = false;
   std::size_t max_connections = 1024;
   std::size_t max_pending_inbound = 64;  // inbound connections still handshaking
   // Addresses remembered per peer (address_book.hpp: dialled ones first, then the peer's
