@@ -52,7 +52,10 @@ awaitable<result<void>> Host::start() {
     auto acc = std::make_shared<asio::ip::tcp::acceptor>(ex_);
     std::error_code ec;
     acc->open(ep.value().protocol(), ec);
-    if (!ec) acc->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec && cfg_.hole_punching)
+      set_reuse_port(*acc, ec);  // DCUtR dials leave from this port
+    else if (!ec)
+      acc->set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec && ep.value().address().is_v6()) acc->set_option(asio::ip::v6_only(true), ec);
     if (!ec) acc->bind(ep.value(), ec);
     if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);

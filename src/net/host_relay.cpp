@@ -100,4 +100,43 @@ awaitable<result<PeerId>> Host::accept_relayed(ByteStreamPtr stream, Multiaddr r
   co_return conn->peer;
 }
 
+awaitable<result<PeerId>> Host::dial_punched(Multiaddr addr, PeerId expected, bool as_client,
+                                             Duration timeout) {
+  auto self = shared_from_this();
+  if (stopping_) co_return make_error(errc::cancelled, "host is stopping");
+  if (!cfg_.hole_punching)
+    co_return make_error(errc::unsupported, "dial_punched: HostConfig::hole_punching is off");
+  const TimePoint deadline = Clock::now() + timeout;
+  ST_CO_TRY(auto ep, addr.without_peer_id().to_tcp_endpoint());
+  std::optional<asio::ip::tcp::endpoint> local;
+  for (const auto& l : listen_addrs_)
+    if (auto lep = l.to_tcp_endpoint(); lep && lep.value().protocol() == ep.protocol()) {
+      local = lep.value();
+      break;
+    }
+  if (!local) co_return make_error(errc::unsupported, "no listener for " + addr.to_string());
+  ST_CO_TRY(auto tcp, co_await tcp_connect_from(ep, *local, timeout));
+  ByteStreamPtr raw = tcp;
+  result<Upgraded> up = make_error(errc::internal, "punched upgrade");
+  if (as_client) {
+    std::optional<PeerId> want = expected;
+    up = co_await upgrade_outbound(raw, want, deadline);
+  } else {
+    up = co_await with_timeout(upgrade_inbound(raw, timeout, expected), timeout, "punched upgrade");
+  }
+  if (!up) {
+    raw->reset();
+    co_return up.error().with_context("hole punch to " + addr.to_string());
+  }
+  if (up.value().peer != expected) {
+    raw->reset();
+    co_return make_error(errc::protocol_violation,
+                         "punched connection reached " + up.value().peer.short_string());
+  }
+  auto conn = add_connection(up.value().session, up.value().peer, endpoint_addr(ep), as_client,
+                             /*relayed=*/false);
+  ++(as_client ? stats_.outbound_connections : stats_.inbound_connections);
+  co_return conn->peer;
+}
+
 }  // namespace starling::net

@@ -134,4 +134,34 @@ awaitable<result<std::shared_ptr<TcpStream>>> tcp_connect(asio::ip::tcp::endpoin
   co_return co_await with_timeout(op(ex, ep), timeout, "connect to " + ep_str(ep));
 }
 
+void set_reuse_port(asio::ip::tcp::socket& s, std::error_code& ec) {
+  s.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) s.set_option(ReusePort(true), ec);
+}
+
+void set_reuse_port(asio::ip::tcp::acceptor& a, std::error_code& ec) {
+  a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.set_option(ReusePort(true), ec);
+}
+
+awaitable<result<std::shared_ptr<TcpStream>>> tcp_connect_from(asio::ip::tcp::endpoint ep,
+                                                               asio::ip::tcp::endpoint local,
+                                                               Duration timeout) {
+  auto ex = co_await asio::this_coro::executor;
+  auto op = [](asio::any_io_executor ex, asio::ip::tcp::endpoint ep,
+               asio::ip::tcp::endpoint local) -> awaitable<result<std::shared_ptr<TcpStream>>> {
+    asio::ip::tcp::socket s(ex);
+    std::error_code ec;
+    s.open(ep.protocol(), ec);
+    if (!ec) set_reuse_port(s, ec);
+    if (!ec) s.bind(local, ec);
+    if (ec) co_return from_asio(ec, "bind to " + ep_str(local));
+    auto [cec] = co_await s.async_connect(ep, use_nothrow);
+    if (cec) co_return from_asio(cec, "connect to " + ep_str(ep) + " from " + ep_str(local));
+    tune_socket(s);
+    co_return std::make_shared<TcpStream>(std::move(s));
+  };
+  co_return co_await with_timeout(op(ex, ep, local), timeout, "connect to " + ep_str(ep));
+}
+
 }  // namespace starling::net

@@ -20,7 +20,9 @@ using namespace starling::net;
 
 namespace {
 std::shared_ptr<Host> make_host(asio::io_context& io) {
-  return Host::create(io.get_executor(), crypto::KeyPair::generate());
+  HostConfig cfg;
+  cfg.hole_punching = true;  // PunchedDirectConnectionPreferredOverRelay dials from the port
+  return Host::create(io.get_executor(), crypto::KeyPair::generate(), cfg);
 }
 
 Bytes random_bytes(std::size_t n) {
@@ -409,5 +411,44 @@ TEST(Relay, SecondRelayTakesOver) {
     co_await client->stop();
     co_await s2->stop();
     for (auto& h : left) co_await h->stop();
+  });
+}
+
+// DCUtR's last step on loopback: A (dialed through the relay) dials B's listening port from
+// its own listening port and upgrades as the client; the direct connection then carries new
+// streams while the relayed one stays open as the fallback.
+TEST(Relay, PunchedDirectConnectionPreferredOverRelay) {
+  Trio t;
+  test::run_with_deadline(t.io, [&]() -> awaitable<void> {
+    auto circuit = co_await t.setup();
+    CO_ASSERT_OK(circuit);
+    const auto bid = t.b->local_peer();
+    CO_ASSERT_OK(co_await t.a->connect(circuit.value()));
+    // Without HostConfig::hole_punching (the default) the host refuses to punch.
+    auto plain = Host::create(t.io.get_executor(), crypto::KeyPair::generate());
+    auto refused = co_await plain->dial_punched(t.b->listen_addresses().at(0), bid, true, 1s);
+    EXPECT_TRUE(!refused && refused.error() == errc::unsupported);
+    auto punched = co_await t.a->dial_punched(t.b->listen_addresses().at(0), bid,
+                                              /*as_client=*/true, 5s);
+    CO_ASSERT_OK(punched);
+    auto data = random_bytes(10 * 1024);
+    auto echoed = co_await echo(*t.a, bid, data, 10s);
+    CO_ASSERT_OK(echoed);
+    EXPECT_TRUE(echoed.value() == data);
+    int direct = 0, relayed = 0;
+    for (const auto& c : t.a->connections()) {
+      if (c.peer != bid) continue;
+      ++(c.relayed ? relayed : direct);
+      if (!c.relayed) {
+        EXPECT_TRUE(c.outbound);
+        auto got = c.remote_addr.without_peer_id().to_tcp_endpoint();
+        auto want = t.b->listen_addresses().at(0).to_tcp_endpoint();
+        EXPECT_TRUE(got && want && got.value().port() == want.value().port())
+            << c.remote_addr.to_string() << " vs " << t.b->listen_addresses().at(0).to_string();
+      }
+    }
+    EXPECT_EQ(direct, 1);
+    EXPECT_EQ(relayed, 1);  // kept as the fallback
+    co_await t.teardown();
   });
 }

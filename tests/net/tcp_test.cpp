@@ -82,3 +82,33 @@ TEST(TcpStream, ZeroWriteTimeoutMeansNoDeadline) {
     EXPECT_EQ(r.error().message().find("peer took no bytes"), std::string::npos);
   });
 }
+
+// DCUtR needs dials that leave from the listening port: listeners set SO_REUSEADDR and
+// SO_REUSEPORT, and tcp_connect_from binds the dial socket to the listener's endpoint.
+TEST(TcpStream, ConnectFromListeningPort) {
+  asio::io_context io;
+  auto listener = [&] {
+    asio::ip::tcp::acceptor acc(io);
+    std::error_code ec;
+    acc.open(asio::ip::tcp::v4(), ec);
+    set_reuse_port(acc, ec);
+    EXPECT_FALSE(ec) << ec.message();
+    acc.bind({asio::ip::make_address("127.0.0.1"), 0}, ec);
+    acc.listen(16, ec);
+    EXPECT_FALSE(ec) << ec.message();
+    return acc;
+  };
+  auto a = listener(), b = listener();
+  const auto a_ep = a.local_endpoint(), b_ep = b.local_endpoint();
+  test::run_with_deadline(io, [&]() -> awaitable<void> {
+    auto s = co_await tcp_connect_from(b_ep, a_ep, 5s);
+    CO_ASSERT_OK(s);
+    EXPECT_EQ(s.value()->local_endpoint(), a_ep);  // left from A's listening port
+    auto [ec, peer] = co_await b.async_accept(use_nothrow);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(peer.remote_endpoint(), a_ep);
+    // A second dial from the same port to the same peer is the same 4-tuple: refused.
+    auto again = co_await tcp_connect_from(b_ep, a_ep, 5s);
+    EXPECT_FALSE(again);
+  });
+}

@@ -51,6 +51,10 @@ struct HostConfig {
   // A connection we dialled with no streams for this long is closed, unless keep_alive() is
   // on for its peer. Inbound ones are left to their dialer (max_connections bounds them).
   Duration idle_timeout = 120s;
+  // DCUtR hole punching: listeners set SO_REUSEPORT so that dial_punched() can dial from the
+  // listening port. Off by default: with it, a second process of the same user can bind the
+  // same fixed port without an error (the kernel then splits incoming connections).
+  bool hole_punching = false;
   std::size_t max_connections = 1024;
   std::size_t max_pending_inbound = 64;  // inbound connections still handshaking
   // Addresses remembered per peer (address_book.hpp: dialled ones first, then the peer's
@@ -141,6 +145,13 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   // yamux server) over `stream` (a relayed one: circuit relay /stop) and registers the
   // connection as relayed with `remote` as its address. The authenticated peer must be
   // `expected` (else errc::protocol_violation: the relay lied about the peer).
+  // DCUtR: dials `addr` from our listening port (SO_REUSEPORT; the two sides' dials meet as
+  // one TCP simultaneous-open connection) and upgrades it as the client (`as_client`: the
+  // peer that dialed through the relay) or the server (multistream listener, Noise responder,
+  // yamux server) although our socket called connect(). The peer must be `expected`. The new
+  // direct connection is preferred over the relayed one for new streams.
+  awaitable<result<PeerId>> dial_punched(Multiaddr addr, PeerId expected, bool as_client,
+                                         Duration timeout);
   awaitable<result<PeerId>> accept_relayed(ByteStreamPtr stream, Multiaddr remote, PeerId expected,
                                            Duration timeout);
   const PeerId& local_peer() const override { return id_; }

@@ -69,6 +69,17 @@ ByteStreamPtr rate_limited(ByteStreamPtr inner, std::shared_ptr<TokenBucket> up,
 // Connects to `ep` within `timeout`. Sets TCP_NODELAY and large socket buffers.
 awaitable<result<std::shared_ptr<TcpStream>>> tcp_connect(asio::ip::tcp::endpoint ep,
                                                           Duration timeout);
+// SO_REUSEPORT, for the options below.
+using ReusePort = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
+// SO_REUSEADDR + SO_REUSEPORT: set on every listener and on hole-punch dial sockets, so that
+// a dial can leave from the listening port (the mapping a NAT and the relay observed).
+void set_reuse_port(asio::ip::tcp::socket& s, std::error_code& ec);
+void set_reuse_port(asio::ip::tcp::acceptor& a, std::error_code& ec);
+// As tcp_connect, from the local endpoint `local` (typically a listening port; DCUtR). Two
+// such dials towards each other at the same time make one TCP simultaneous-open connection.
+awaitable<result<std::shared_ptr<TcpStream>>> tcp_connect_from(asio::ip::tcp::endpoint ep,
+                                                               asio::ip::tcp::endpoint local,
+                                                               Duration timeout);
 // Applies Starling's socket options (no-delay, buffer sizes) to a connected socket, and the
 // congestion control named by the environment variable STARLING_TCP_CONGESTION (e.g. "cubic",
 // "bbr"; unset: the kernel's default), per socket. Setting one that is not in
