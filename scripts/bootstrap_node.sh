@@ -1,4 +1,6 @@
-# Sourced by the demo and benchmark scripts. start_bootstrap BIN DIR: starts a `starling dht`
+# Sourced by the demo and benchmark scripts.
+#
+# start_bootstrap BIN DIR: starts a `starling dht`
 # bootstrap node on loopback (port 0) in the background with its files in DIR, appends its pid
 # to the caller's `pids` array and sets `boot_pid`, waits up to 10 s for its address and sets
 # `boot` (exits with the node's log if it did not start).
@@ -11,4 +13,20 @@ start_bootstrap() {
   for _ in $(seq 100); do [[ -s $d/boot.addrs ]] && break; sleep 0.1; done
   [[ -s $d/boot.addrs ]] || { echo "bootstrap node did not start"; cat "$d/boot.log"; exit 1; }
   boot=$(head -1 "$d/boot.addrs")
+}
+
+# wait_trainers LIMIT T0 I...: waits for the trainers whose pids are ${tpid[I]} (the caller's
+# associative array; logs in $dir/tI.log) to exit, until LIMIT seconds after T0 in all;
+# exits with the trainer's log tail if one is still running then or failed.
+wait_trainers() {
+  local limit=$1 t0=$2 i left
+  shift 2
+  for i in "$@"; do
+    left=$((limit - ($(date +%s) - t0)))
+    ((left > 0)) || left=1
+    if ! timeout "$left" tail --pid="${tpid[$i]}" -f /dev/null; then
+      echo "trainer $i still running at the time limit"; tail -5 "$dir/t$i.log"; exit 1
+    fi
+    wait "${tpid[$i]}" || { echo "trainer $i failed"; tail -20 "$dir/t$i.log"; exit 1; }
+  done
 }

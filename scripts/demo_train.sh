@@ -54,14 +54,7 @@ kill -9 "${tpid[2]}"
 start_trainer 5
 
 live=(1 3 4 5)
-for i in "${live[@]}"; do
-  left=$((limit - ($(date +%s) - t0)))
-  (( left > 0 )) || left=1
-  if ! timeout "$left" tail --pid="${tpid[$i]}" -f /dev/null; then
-    echo "trainer $i still running at the time limit"; tail -5 "$dir/t$i.log"; exit 1
-  fi
-  wait "${tpid[$i]}" || { echo "trainer $i failed"; tail -20 "$dir/t$i.log"; exit 1; }
-done
+wait_trainers "$limit" "$t0" "${live[@]}"
 kill -INT "$boot_pid" 2>/dev/null || true
 secs=$(($(date +%s) - t0))
 
