@@ -3,18 +3,21 @@
 //
 // The C++ starling::Optimizer does the collaborative part (accumulating gradients, progress,
 // rounds, state download and serving, checkpoints) over the tensors the Python model owns:
-// the parameters are registered, as the same tensors, in a C++ module (Holder), and the Python
-// optimizer's state tensors as buffers of that module, so state transfer and checkpoints carry
-// them in place (OptimizerOptions::optimizer_state_in_model). Its inner optimizer is an
-// adapter whose step() calls the Python optimizer's step() on the caller's thread with the GIL
-// taken back for that call only; every other wait (rounds, downloads) runs with the GIL
-// released.
+// the parameters are registered, as the same tensors, in a C++ module (ModelView) under the
+// model's own dotted names when the user passes model= (so the gradient layout, the averaging
+// schema and the state format match a C++ model of the same architecture, e.g. `starling
+// train`'s), else as p0, p1, ... Its inner optimizer (py_inner.hpp) calls the Python
+// optimizer's step() on the caller's thread with the GIL taken back for that call only; every
+// other wait (rounds, downloads) runs with the GIL released. Optimizer state: torch.optim.SGD,
+// Adam and AdamW share it through the state format's optimizer section (the bridge in
+// py_inner.hpp); any other optimizer's state tensors are carried as buffers of the module
+// (OptimizerOptions::optimizer_state_in_model), which only Python peers understand.
 #include <torch/extension.h>
-#include <torch/optim/sgd.h>
 
 #include <algorithm>
 
 #include "py_common.hpp"
+#include "py_inner.hpp"
 #include "starling/collab/net_collaboration.hpp"
 #include "starling/core/log.hpp"
 #include "starling/optim/optimizer.hpp"
@@ -22,27 +25,34 @@
 namespace starling::python {
 namespace {
 
-struct Holder : torch::nn::Module {};
-
-// The inner optimizer of the C++ Optimizer: its step is the Python optimizer's.
-class PythonStep final : public torch::optim::Optimizer {
+// A C++ module whose parameters and buffers are the Python model's tensors (the same
+// TensorImpls) under dotted names (nested submodules), registered in the Python model's order:
+// named_parameters() then yields the same names in the same order as a C++ module of the same
+// structure, so the flat gradient layout and the state format agree with it.
+class ModelView : public torch::nn::Module {
  public:
-  PythonStep(std::vector<torch::Tensor> params, py::object opt)
-      : torch::optim::Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
-                                std::make_unique<torch::optim::SGDOptions>(0.0)),
-        opt_(std::move(opt)) {}
-  ~PythonStep() override {
-    py::gil_scoped_acquire gil;
-    opt_ = py::object();
+  void add(const std::string& dotted, const at::Tensor& t, bool parameter) {
+    torch::nn::Module* m = this;
+    std::string rest = dotted;
+    for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+      const auto head = rest.substr(0, dot);
+      rest = rest.substr(dot + 1);
+      if (head.empty()) throw py::value_error("parameter name '" + dotted + "' is malformed");
+      auto* child = m->named_children().find(head);
+      if (!child) {
+        m->register_module(head, std::make_shared<ModelView>());
+        child = m->named_children().find(head);
+      }
+      m = child->get();
+    }
+    if (rest.empty()) throw py::value_error("parameter name '" + dotted + "' is malformed");
+    if (m->named_parameters(false).find(rest) || m->named_buffers(false).find(rest))
+      throw py::value_error("the name '" + dotted + "' is given twice");
+    if (parameter)
+      m->register_parameter(rest, t, t.requires_grad());
+    else
+      m->register_buffer(rest, t);
   }
-  torch::Tensor step(LossClosure) override {
-    py::gil_scoped_acquire gil;
-    opt_.attr("step")();
-    return {};
-  }
-
- private:
-  py::object opt_;
 };
 
 // A Python optimizer's state is created by its first step. Every peer creates it the same way
@@ -101,11 +111,14 @@ class PyOptimizer {
               std::uint64_t target_batch_size, std::size_t batch_size_per_step,
               const std::string& compression, std::uint32_t diloco_steps, double matchmaking_time,
               double averaging_timeout, double load_state_timeout,
-              const std::string& checkpoint_dir, bool auxiliary)
+              const std::string& checkpoint_dir, bool auxiliary, const py::object& model,
+              const py::object& names)
       : dht_(std::move(dht)), py_opt_(std::move(optimizer)) {
     dht_->check_open();
     if (!py::hasattr(py_opt_, "param_groups") || !py::hasattr(py_opt_, "step"))
       throw py::type_error("optimizer must be a torch.optim.Optimizer");
+    if (!model.is_none() && !names.is_none())
+      throw py::value_error("pass model= or names=, not both");
     // The parameters, in param_groups order (the same on every peer for the same model).
     std::vector<torch::Tensor> params;
     for (auto g : py_opt_.attr("param_groups"))
@@ -120,26 +133,17 @@ class PyOptimizer {
         py_params_.push_back(py::reinterpret_borrow<py::object>(p));
       }
     if (params.empty()) throw py::value_error("the optimizer has no parameters");
-    initialise_state(py_opt_, py_params_);
-    holder_ = std::make_shared<Holder>();
-    for (std::size_t i = 0; i < params.size(); ++i)
-      holder_->register_parameter("p" + std::to_string(i), params[i], true);
-    // The optimizer's state tensors, by parameter and key (sorted: the same on every peer).
-    py::dict state = py_opt_.attr("state");
-    py::object tensor_type = py::module_::import("torch").attr("Tensor");
-    for (std::size_t i = 0; i < py_params_.size(); ++i) {
-      if (!state.contains(py_params_[i])) continue;
-      py::dict st = state[py_params_[i]].cast<py::dict>();
-      std::vector<std::string> keys;
-      for (auto kv : st)
-        if (py::isinstance<py::str>(kv.first) && py::isinstance(kv.second, tensor_type))
-          keys.push_back(kv.first.cast<std::string>());
-      std::sort(keys.begin(), keys.end());
-      for (const auto& k : keys) {
-        auto t = py::cast<torch::Tensor>(st[py::str(k)]);
-        holder_->register_buffer("state" + std::to_string(i) + "_" + k, t);
-        buffers_.push_back({i, k, t});
-      }
+    view_ = std::make_shared<ModelView>();
+    name_parameters(params, model, names);
+
+    auto inner = make_inner(py_opt_, params, py_params_);
+    bridge_ = inner.bridge;
+    const bool state_in_model = std::string(bridge_->kind()) == "local";
+    if (state_in_model) {
+      initialise_state(py_opt_, py_params_);
+      register_state_buffers();
+    } else {
+      bridge_->to_cpp();  // state the Python optimizer already has (a loaded state_dict)
     }
     optim::OptimizerOptions o;
     o.run_id = run_id;
@@ -148,7 +152,7 @@ class PyOptimizer {
     o.diloco_steps = diloco_steps;
     o.auxiliary = auxiliary;
     o.client_mode = dht_->client_mode();
-    o.optimizer_state_in_model = true;
+    o.optimizer_state_in_model = state_in_model;
     o.checkpoint_dir = checkpoint_dir;
     o.grad_compression = unwrap(training::parse_compression(compression));
     auto secs = [](double s, const char* what) {
@@ -161,16 +165,18 @@ class PyOptimizer {
     collab::NetCollaborationConfig cfg;
     cfg.run_id = run_id;
     cfg.client_mode = dht_->client_mode();
-    auto inner = std::make_unique<PythonStep>(params, py_opt_);
-    py::gil_scoped_release release;
-    collab_ = unwrap(collab::NetCollaboration::create(dht_->host(), dht_->node(), cfg));
-    auto made = optim::Optimizer::create(*holder_, std::move(inner), o, collab_);
-    if (!made) {
-      stop_collaboration();
-      py::gil_scoped_acquire gil;
-      raise(made.error());
+    {
+      py::gil_scoped_release release;
+      collab_ = unwrap(collab::NetCollaboration::create(dht_->host(), dht_->node(), cfg));
+      auto made = optim::Optimizer::create(*view_, std::move(inner.optimizer), o, collab_);
+      if (!made) {
+        stop_collaboration();
+        py::gil_scoped_acquire gil;
+        raise(made.error());
+      }
+      opt_ = std::move(made).value();
     }
-    opt_ = std::move(made).value();
+    bridge_->to_python();  // a checkpoint's optimizer state
   }
 
   ~PyOptimizer() {
@@ -187,6 +193,8 @@ class PyOptimizer {
       py::gil_scoped_release release;
       r = opt_->step(batch_size.value_or(0));
     }
+    if (auto e = bridge_->take_error()) std::rethrow_exception(e);
+    bridge_->to_python();  // a state download replaced the optimizer state
     last_ = unwrap(std::move(r));
     return last_.stepped;
   }
@@ -206,6 +214,11 @@ class PyOptimizer {
     return opt_->status();
   }
 
+  const char* state_sharing() const {
+    check_open();
+    return bridge_->kind();
+  }
+
   bool is_synchronized_with_peers() const {
     auto s = status();
     return s.local_epoch >= s.collaboration.global_epoch;
@@ -218,6 +231,7 @@ class PyOptimizer {
       py::gil_scoped_release release;
       r = opt_->load_state_from_peers();
     }
+    bridge_->to_python();
     unwrap(std::move(r));
   }
 
@@ -235,6 +249,7 @@ class PyOptimizer {
     check_open();
     if (!d.contains("optimizer")) throw py::value_error("state dict without 'optimizer'");
     py_opt_.attr("load_state_dict")(d["optimizer"]);
+    bridge_->to_cpp();
     py::dict state = py_opt_.attr("state");
     torch::NoGradGuard no_grad;
     for (auto& b : buffers_) {
@@ -263,6 +278,7 @@ class PyOptimizer {
       if (!r) logger("python")->warn("optimizer shutdown: {}", r.error().message());
       stop_collaboration();
     }
+    bridge_ = nullptr;
     opt_.reset();  // the adapter releases the Python optimizer (with the GIL)
   }
 
@@ -275,6 +291,67 @@ class PyOptimizer {
 
   void check_open() const {
     if (!opt_) throw StarlingError("the optimizer is shut down");
+  }
+
+  // Registers the parameters in view_: under the model's names, the given names, or p0, p1...
+  void name_parameters(const std::vector<torch::Tensor>& params, const py::object& model,
+                       const py::object& names) {
+    if (!names.is_none()) {
+      auto list = names.cast<std::vector<std::string>>();
+      if (list.size() != params.size())
+        throw py::value_error("names: " + std::to_string(list.size()) + " names for " +
+                              std::to_string(params.size()) + " optimised tensors");
+      for (std::size_t i = 0; i < params.size(); ++i) view_->add(list[i], params[i], true);
+      return;
+    }
+    if (model.is_none()) {
+      for (std::size_t i = 0; i < params.size(); ++i)
+        view_->add("p" + std::to_string(i), params[i], true);
+      return;
+    }
+    if (!py::hasattr(model, "named_parameters") || !py::hasattr(model, "named_buffers"))
+      throw py::type_error("model must be a torch.nn.Module");
+    std::vector<bool> seen(params.size(), false);
+    for (auto item : model.attr("named_parameters")()) {
+      auto pair = item.cast<py::tuple>();
+      const auto name = pair[0].cast<std::string>();
+      const auto t = pair[1].cast<torch::Tensor>();
+      std::size_t i = 0;
+      while (i < params.size() && params[i].unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) ++i;
+      if (i == params.size())
+        throw py::value_error("the model's parameter '" + name +
+                              "' is not in the optimizer (the collaboration trains every "
+                              "parameter of the model)");
+      seen[i] = true;
+      view_->add(name, t, true);
+    }
+    if (std::find(seen.begin(), seen.end(), false) != seen.end())
+      throw py::value_error("the optimizer holds a tensor that is not a parameter of the model");
+    for (auto item : model.attr("named_buffers")()) {
+      auto pair = item.cast<py::tuple>();
+      view_->add(pair[0].cast<std::string>(), pair[1].cast<torch::Tensor>(), false);
+    }
+  }
+
+  // The Python optimizer's state tensors as buffers of view_, by parameter and key (sorted:
+  // the same on every peer).
+  void register_state_buffers() {
+    py::dict state = py_opt_.attr("state");
+    py::object tensor_type = py::module_::import("torch").attr("Tensor");
+    for (std::size_t i = 0; i < py_params_.size(); ++i) {
+      if (!state.contains(py_params_[i])) continue;
+      py::dict st = state[py_params_[i]].cast<py::dict>();
+      std::vector<std::string> keys;
+      for (auto kv : st)
+        if (py::isinstance<py::str>(kv.first) && py::isinstance(kv.second, tensor_type))
+          keys.push_back(kv.first.cast<std::string>());
+      std::sort(keys.begin(), keys.end());
+      for (const auto& k : keys) {
+        auto t = py::cast<torch::Tensor>(st[py::str(k)]);
+        view_->register_buffer("state" + std::to_string(i) + "_" + k, t);
+        buffers_.push_back({i, k, t});
+      }
+    }
   }
   void stop_collaboration() {
     if (!collab_ || dht_->closed()) return;
@@ -293,8 +370,9 @@ class PyOptimizer {
   std::shared_ptr<Dht> dht_;
   py::object py_opt_;
   std::vector<py::object> py_params_;
-  std::shared_ptr<Holder> holder_;
-  std::vector<Buffer> buffers_;
+  std::shared_ptr<ModelView> view_;
+  std::vector<Buffer> buffers_;    // the Python state's tensors ("local" optimizers only)
+  InnerBridge* bridge_ = nullptr;  // owned by opt_
   std::shared_ptr<collab::NetCollaboration> collab_;
   std::unique_ptr<optim::Optimizer> opt_;
   optim::StepReport last_;
@@ -307,19 +385,28 @@ A torch.optim optimizer inside a Starling collaboration (hivemind.Optimizer's ro
 Peers accumulate gradients; when the collaboration has target_batch_size samples, they
 average them and every peer calls your optimizer's step() on the averaged gradients (on the
 thread that called step(), so Python-written optimizers work). Parameters, gradients and the
-optimizer's state tensors are read and written in place.)doc")
+optimizer's state tensors are read and written in place. Pass model= (the module the
+optimizer trains) to name the parameters as the model does: peers of one run must agree on
+names and shapes, and `starling train` peers use the model's names.)doc")
       .def(py::init<std::shared_ptr<Dht>, std::string, py::object, std::uint64_t, std::size_t,
-                    std::string, std::uint32_t, double, double, double, std::string, bool>(),
+                    std::string, std::uint32_t, double, double, double, std::string, bool,
+                    py::object, py::object>(),
            py::arg("dht"), py::arg("run_id"), py::arg("optimizer"), py::arg("target_batch_size"),
            py::arg("batch_size_per_step") = 0, py::arg("compression") = "none",
            py::arg("diloco_steps") = 0, py::arg("matchmaking_time") = 5.0,
            py::arg("averaging_timeout") = 30.0, py::arg("load_state_timeout") = 60.0,
-           py::arg("checkpoint_dir") = "", py::arg("auxiliary") = false)
+           py::arg("checkpoint_dir") = "", py::arg("auxiliary") = false,
+           py::arg("model") = py::none(), py::arg("names") = py::none())
       .def("step", &PyOptimizer::step, py::arg("batch_size") = py::none(),
            "Call after loss.backward() on a batch (batch_size: its samples; default "
            "batch_size_per_step). Returns True when the collaboration's epoch advanced.")
       .def("zero_grad", &PyOptimizer::zero_grad, py::arg("set_to_none") = false)
       .def_property_readonly("local_epoch", &PyOptimizer::local_epoch)
+      .def_property_readonly("state_sharing", &PyOptimizer::state_sharing,
+                             "How the optimizer's state travels: 'sgd', 'adam', 'adamw' "
+                             "(torch.optim.SGD/Adam/AdamW: the state format's optimizer section, "
+                             "shared with C++ peers) or 'local' (any other optimizer: its state "
+                             "tensors as model buffers, shared with Python peers only)")
       .def("is_synchronized_with_peers", &PyOptimizer::is_synchronized_with_peers)
       .def("load_state_from_peers", &PyOptimizer::load_state_from_peers)
       .def("serve_state_requests", &PyOptimizer::serve_state_requests,
