@@ -15,7 +15,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/bootstrap_node.sh"
 start_bootstrap "$bin" "$dir"
-common=(--target-batch-size 1024 --batch-size 64)  # the example's Adam lr is 0.003
+common=(--target-batch-size 1024 --batch-size 64)  # both: Adam lr 0.001 (the defaults)
 echo "== load before: $(uptime)"
 
 run() {  # run NAME: $peers trainers for $seconds; prints the summed samples/s
@@ -23,10 +23,10 @@ run() {  # run NAME: $peers trainers for $seconds; prints the summed samples/s
   for i in $(seq "$peers"); do
     if [[ $name == cpp ]]; then
       STARLING_LOG=warn "$bin" train --identity "$dir/c$i.key" --initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 \
-        --run-id bench-cpp "${common[@]}" --lr 0.003 --threads 1 --max-seconds "$seconds" --linger 0 --report "$dir/$name$i.json" > "$dir/$name$i.log" 2>&1 &
+        --run-id bench-cpp "${common[@]}" --threads 1 --max-seconds "$seconds" --linger 0 --report "$dir/$name$i.json" > "$dir/$name$i.log" 2>&1 &
     else
       STARLING_LOG=warn PYTHONPATH=$build/python OMP_NUM_THREADS=1 "$py" examples/python/fashion_mnist.py --initial-peers "$boot" \
-        --run-id bench-py "${common[@]}" --max-seconds "$seconds" --epochs 1000000000 --seed "$i" > "$dir/$name$i.log" 2>&1 &
+        --run-id bench-py "${common[@]}" --max-seconds "$seconds" --epochs 1000000000 --linger 0 --seed "$i" > "$dir/$name$i.log" 2>&1 &
     fi
     ps+=($!)
   done

@@ -423,6 +423,7 @@ names and shapes, and `starling train` peers use the model's names.)doc")
              d["local_samples"] = s.local_samples;
              d["samples_total"] = s.samples_total;
              d["num_peers"] = s.collaboration.num_peers;
+             d["peers_at_global_epoch"] = s.collaboration.peers_at_global_epoch;
              d["samples_per_second"] = s.collaboration.samples_per_second;
              d["rounds_ok"] = s.rounds_ok;
              d["rounds_failed"] = s.rounds_failed;
