@@ -7,6 +7,8 @@ requests until the parent writes a line to stdin or closes it.
 --wait-go: once its DHT node runs and the data is loaded, prints {"ready": ...} and builds
 the optimizer only when the parent writes "go" (the C++ trainers of the test are fast: a peer
 that joins on cue then joins at the epoch the parent saw).
+--plain-steps N: no Starling at all: N steps of torch.optim.Adam on the mean gradient of 1,024
+samples (16 batches of 64), the collaboration's recipe for one process alone.
 --load-only: builds the optimizer, calls load_state_from_peers() once and prints what
 happened (the parameter hash, or the error's type and message) instead of training."""
 import argparse
@@ -27,6 +29,24 @@ def say(**kw):
     print(json.dumps(kw), flush=True)
 
 
+def accuracy_of(model):
+    xt, yt = fm.load("t10k")
+    with torch.no_grad():
+        return (model(xt).argmax(1) == yt).float().mean().item()
+
+
+def plain(a, model, adam, x, y):
+    gen = torch.Generator().manual_seed(a.seed)
+    for _ in range(a.plain_steps):
+        adam.zero_grad()
+        for _ in range(16):
+            idx = torch.randint(0, len(x), (64,), generator=gen)
+            (torch.nn.functional.cross_entropy(model(x[idx]), y[idx]) / 16).backward()
+        adam.step()
+    say(epoch=a.plain_steps, hash=fm.parameter_hash(model), accuracy=accuracy_of(model),
+        samples=a.plain_steps * 1024)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--initial-peers", nargs="*", default=[])
@@ -37,6 +57,7 @@ def main():
     ap.add_argument("--hidden", type=int, default=256, help="another width: another architecture")
     ap.add_argument("--load-only", action="store_true")
     ap.add_argument("--wait-go", action="store_true")
+    ap.add_argument("--plain-steps", type=int, default=0)
     a = ap.parse_args()
     deadline = time.monotonic() + a.deadline
     torch.set_num_threads(1)
@@ -48,6 +69,8 @@ def main():
                                     torch.nn.ReLU(), torch.nn.Linear(a.hidden, 10))
     adam = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, y = (None, None) if a.load_only else fm.load("train")
+    if a.plain_steps:
+        return plain(a, model, adam, x, y)
     dht = starling.DHT(initial_peers=a.initial_peers, listen=["/ip4/127.0.0.1/tcp/0"])
     say(maddrs=dht.visible_maddrs, initial_hash=fm.parameter_hash(model))
     if a.wait_go:
@@ -79,7 +102,9 @@ def main():
             epoch = opt.local_epoch
             say(epoch_reached=epoch)
     st = opt.status()
+    accuracy = accuracy_of(model)
     say(epoch=opt.local_epoch, hash=fm.parameter_hash(model), sharing=opt.state_sharing,
+        accuracy=accuracy, samples=st["samples_total"],
         state_downloads=st["state_downloads"], rounds_ok=st["rounds_ok"],
         adam_steps=sorted({int(s["step"]) for s in adam.state.values()}))
     while time.monotonic() < deadline:
