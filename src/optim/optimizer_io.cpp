@@ -109,14 +109,19 @@ result<T> OptimizerIo::wait_for_io(std::function<awaitable<result<T>>()> make, D
         });
   }
   const TimePoint until = Clock::now() + bound;
+  // Rounds and downloads (scoped) can be interrupted; stop() cannot.
+  const bool interruptible = scoped && options_.interrupted;
+  const bool poll = while_waiting || interruptible;
   for (;;) {
     const Duration left = until - Clock::now();
-    const Duration slice = while_waiting ? std::min<Duration>(left, kServePoll) : left;
+    const Duration slice = poll ? std::min<Duration>(left, kServePoll) : left;
     if (fut.wait_for(std::max<Duration>(slice, Duration::zero())) == std::future_status::ready)
       break;
     if (Clock::now() >= until)
       return make_error(errc::timeout, fmt::format("{}: the io thread did not answer", what));
-    while_waiting();
+    if (interruptible && options_.interrupted())
+      return make_error(errc::cancelled, fmt::format("{}: interrupted", what));
+    if (while_waiting) while_waiting();
   }
   try {
     return fut.get();

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -106,6 +107,13 @@ struct OptimizerOptions {
   // target, matchmaking time, auxiliary/client flags are filled from the fields above).
   Duration progress_ttl = 60s;
   training::ProgressConfig progress;
+
+  // Training thread: if set, polled every 20 ms while step() or load_state_from_peers() waits
+  // for the io thread (a round, a download); returning true abandons that wait
+  // (errc::cancelled; the round fails, as one that timed out). The Python binding checks for
+  // Ctrl-C here, so that KeyboardInterrupt is raised within ~20 ms instead of at the end of the
+  // round.
+  std::function<bool()> interrupted;
 };
 
 // Validates options: run_id set, target > 0, timeouts > 0, stale_after > publish interval...
