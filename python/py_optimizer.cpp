@@ -154,6 +154,7 @@ class PyOptimizer {
     o.client_mode = dht_->client_mode();
     o.optimizer_state_in_model = state_in_model;
     o.checkpoint_dir = checkpoint_dir;
+    o.interrupted = [this] { return check_signals(); };
     o.grad_compression = unwrap(training::parse_compression(compression));
     auto secs = [](double s, const char* what) {
       if (!(s > 0)) throw py::value_error(std::string(what) + " must be > 0");
@@ -184,6 +185,9 @@ class PyOptimizer {
       shutdown();
     } catch (...) {
     }
+    Py_XDECREF(interrupt_type_);
+    Py_XDECREF(interrupt_value_);
+    Py_XDECREF(interrupt_tb_);
   }
 
   bool step(std::optional<std::size_t> batch_size) {
@@ -195,6 +199,7 @@ class PyOptimizer {
     }
     if (auto e = bridge_->take_error()) std::rethrow_exception(e);
     bridge_->to_python();  // a state download replaced the optimizer state
+    raise_pending_interrupt();
     last_ = unwrap(std::move(r));
     return last_.stepped;
   }
@@ -232,6 +237,7 @@ class PyOptimizer {
       r = opt_->load_state_from_peers();
     }
     bridge_->to_python();
+    raise_pending_interrupt();
     unwrap(std::move(r));
   }
 
@@ -291,6 +297,25 @@ class PyOptimizer {
 
   void check_open() const {
     if (!opt_) throw StarlingError("the optimizer is shut down");
+  }
+
+  // OptimizerOptions::interrupted: called on the training thread (GIL released) while step()
+  // or load_state_from_peers() waits for the network. Runs Python's signal handlers (on the
+  // main thread only: Ctrl-C raises KeyboardInterrupt there) and keeps the exception they
+  // raised for the binding to re-raise once the C++ call has returned.
+  bool check_signals() {
+    if (interrupt_type_) return true;
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() == 0) return false;
+    PyErr_Fetch(&interrupt_type_, &interrupt_value_, &interrupt_tb_);
+    if (!interrupt_type_) interrupt_type_ = Py_NewRef(PyExc_KeyboardInterrupt);
+    return true;
+  }
+  void raise_pending_interrupt() {
+    if (!interrupt_type_) return;
+    PyErr_Restore(std::exchange(interrupt_type_, nullptr), std::exchange(interrupt_value_, nullptr),
+                  std::exchange(interrupt_tb_, nullptr));
+    throw py::error_already_set();
   }
 
   // Registers the parameters in view_: under the model's names, the given names, or p0, p1...
@@ -371,6 +396,9 @@ class PyOptimizer {
   py::object py_opt_;
   std::vector<py::object> py_params_;
   std::shared_ptr<ModelView> view_;
+  PyObject* interrupt_type_ = nullptr;  // a signal handler's exception (check_signals)
+  PyObject* interrupt_value_ = nullptr;
+  PyObject* interrupt_tb_ = nullptr;
   std::vector<Buffer> buffers_;    // the Python state's tensors ("local" optimizers only)
   InnerBridge* bridge_ = nullptr;  // owned by opt_
   std::shared_ptr<collab::NetCollaboration> collab_;

@@ -2,12 +2,17 @@
 the GIL is released while step() waits for a round (a Python thread keeps running: measured),
 parameters and gradients are the model's own tensors (data pointers compared), and bad input
 is a Python exception."""
+import json
+import os
+import signal
+import subprocess
 import sys
 import threading
 import time
 import unittest
 
-sys.path.insert(0, sys.argv.pop(1) if len(sys.argv) > 1 else "build/python")
+MODULE_DIR = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else "build/python")
+sys.path.insert(0, MODULE_DIR)
 import torch  # noqa: E402
 import starling  # noqa: E402
 
@@ -137,6 +142,36 @@ class ApiTest(unittest.TestCase):
                                          optimizer=Broken(model.parameters(), lr=0.1))
                 model(torch.randn(4, 8)).sum().backward()
                 opt.step(batch_size=4)
+
+    def test_ctrl_c_during_a_round(self):
+        # interrupt_peer.py's step() waits for a round its partner never joins (matchmaking
+        # 30 s, averaging timeout 60 s); SIGINT must raise KeyboardInterrupt within a second
+        # and the optimizer must leave the collaboration (bounded shutdown), exit code 0.
+        peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "interrupt_peer.py")
+        p = subprocess.Popen([sys.executable, "-u", peer, MODULE_DIR], stdout=subprocess.PIPE,
+                             text=True)
+        try:
+            events = {}
+            for line in p.stdout:  # bounded: interrupt_peer.py stops by itself after 120 s
+                if not line.startswith("{"):
+                    continue
+                events.update(json.loads(line))
+                if "blocked" in events and "sent" not in events:
+                    events["sent"] = time.monotonic()
+                    p.send_signal(signal.SIGINT)
+                if "interrupted_after" in events and "seen" not in events:
+                    events["seen"] = time.monotonic()
+            self.assertEqual(p.wait(timeout=60), 0)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+        print("ctrl-c", events, file=sys.stderr)
+        self.assertNotIn("never_blocked", events)
+        self.assertIn("interrupted_after", events)
+        self.assertLess(events["seen"] - events["sent"], 1.0)
+        self.assertLess(events["left_in"], 15.0)
 
 
 if __name__ == "__main__":
