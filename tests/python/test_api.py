@@ -143,6 +143,37 @@ class ApiTest(unittest.TestCase):
                 model(torch.randn(4, 8)).sum().backward()
                 opt.step(batch_size=4)
 
+    def test_parameter_names_and_state_sharing(self):
+        model = make_model()
+        other = make_model()
+        with starling.DHT(listen=LISTEN) as dht:
+            def make(opt, **kw):
+                return starling.Optimizer(dht=dht, run_id="names", optimizer=opt,
+                                          target_batch_size=8, **kw)
+
+            # The optimizer's parameters must be exactly the model's.
+            with self.assertRaisesRegex(ValueError, "not in the optimizer"):
+                make(torch.optim.SGD(list(model.parameters())[:2], lr=0.1), model=model)
+            with self.assertRaisesRegex(ValueError, "not in the optimizer"):
+                make(torch.optim.SGD(model.parameters(), lr=0.1), model=other)
+            extra = torch.zeros(3, requires_grad=True)
+            with self.assertRaisesRegex(ValueError, "not a parameter of the model"):
+                make(torch.optim.SGD(list(model.parameters()) + [extra], lr=0.1), model=model)
+            with self.assertRaisesRegex(ValueError, "names"):
+                make(torch.optim.SGD(model.parameters(), lr=0.1), names=["a", "b"])
+            with self.assertRaisesRegex(ValueError, "not both"):
+                make(torch.optim.SGD(model.parameters(), lr=0.1), model=model, names=["a"] * 4)
+            with self.assertRaisesRegex(ValueError, "given twice"):
+                make(torch.optim.SGD(model.parameters(), lr=0.1), names=["a.w"] * 4)
+            # SGD/Adam/AdamW travel in the state format (C++ peers read them); others locally.
+            for opt, kind in [(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), "sgd"),
+                              (torch.optim.Adam(model.parameters()), "adam"),
+                              (torch.optim.AdamW(model.parameters()), "adamw"),
+                              (torch.optim.Adam(model.parameters(), maximize=True), "local"),
+                              (torch.optim.RMSprop(model.parameters()), "local")]:
+                with make(opt, model=model) as o:
+                    self.assertEqual(o.state_sharing, kind)
+
     def test_ctrl_c_during_a_round(self):
         # interrupt_peer.py's step() waits for a round its partner never joins (matchmaking
         # 30 s, averaging timeout 60 s); SIGINT must raise KeyboardInterrupt within a second
