@@ -174,6 +174,35 @@ class ApiTest(unittest.TestCase):
                 with make(opt, model=model) as o:
                     self.assertEqual(o.state_sharing, kind)
 
+    def test_checkpoint_resumes_parameters_and_adam_state(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as ckpt, starling.DHT(listen=LISTEN) as dht:
+            model = make_model()
+            adam = torch.optim.Adam(model.parameters(), lr=0.01)
+            g = torch.Generator().manual_seed(3)
+            with starling.Optimizer(dht=dht, run_id="ckpt", optimizer=adam, model=model,
+                                    target_batch_size=16, batch_size_per_step=16,
+                                    checkpoint_dir=ckpt) as opt:
+                while opt.local_epoch < 3:
+                    x, y = batch(g)
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    opt.step()
+                    opt.zero_grad()
+            # A fresh process's objects: the checkpoint (saved at shutdown) is loaded into them.
+            model2 = make_model()
+            adam2 = torch.optim.Adam(model2.parameters(), lr=0.01)
+            with starling.Optimizer(dht=dht, run_id="ckpt", optimizer=adam2, model=model2,
+                                    target_batch_size=16, batch_size_per_step=16,
+                                    checkpoint_dir=ckpt) as opt2:
+                self.assertEqual(opt2.local_epoch, 3)
+                for p, q in zip(model.parameters(), model2.parameters()):
+                    self.assertTrue(torch.equal(p, q))
+                    s, s2 = adam.state[p], adam2.state[q]
+                    self.assertEqual(float(s["step"]), 3.0)
+                    self.assertEqual(float(s2["step"]), 3.0)
+                    self.assertTrue(torch.equal(s["exp_avg"], s2["exp_avg"]))
+                    self.assertTrue(torch.equal(s["exp_avg_sq"], s2["exp_avg_sq"]))
+
     def test_ctrl_c_during_a_round(self):
         # interrupt_peer.py's step() waits for a round its partner never joins (matchmaking
         # 30 s, averaging timeout 60 s); SIGINT must raise KeyboardInterrupt within a second
