@@ -4,7 +4,8 @@
 # the same task (Fashion-MNIST MLP), PEERS peers (default 4) on loopback, the same flags:
 # (1) C++ peers alone in a run, (2) Python peers alone in a run, one after the other, and
 # (3) PEERS C++ and PEERS Python peers in ONE run (the same rounds and load for both: the
-# fairest comparison). Prints the figures and the ratios.
+# fairest comparison). Then the wrapper's own per-step cost (bench/python_step.py). Prints
+# the figures and the ratios.
 set -euo pipefail
 build=${1:-build}
 peers=${PEERS:-4}
@@ -76,3 +77,5 @@ echo "Python starling.Optimizer: $peers peers, $pyr samples/s (sum)"
 awk -v a="$pyr" -v b="$cpp" 'BEGIN {printf "ratio Python / C++ (separate runs): %.3f\n", a / b}'
 echo "one run of $peers C++ + $peers Python peers: C++ $mixc samples/s, Python $mixp samples/s (sums)"
 awk -v a="$mixp" -v b="$mixc" 'BEGIN {printf "ratio Python / C++ (same run): %.3f\n", a / b}'
+# The Python wrapper's own cost per step() call (bench/python_step.py), one peer alone.
+PYTHONPATH=$build/python OMP_NUM_THREADS=1 STARLING_LOG=warn "$py" "$(dirname "${BASH_SOURCE[0]}")/python_step.py" "$build/python" 3000
