@@ -103,9 +103,11 @@ class MixedTest(unittest.TestCase):
         c1.wait_line(lambda l: True if (cpp_epoch(l) or 0) >= 2 else None, 120)
         self.go(p1)
         first = p1.json("epoch_reached", 120)["epoch_reached"]
-        # p1 is averaging with the C++ peers (two more steps), then c1 dies mid-run.
+        # p1 is averaging with the C++ peers (two more steps, and a third of the run), then
+        # c1 dies mid-run.
+        kill_at = max(first + 2, epochs // 3)
         p1.wait_line(lambda l: True if '"epoch_reached": ' in l and
-                     json.loads(l)["epoch_reached"] >= first + 2 else None, 120)
+                     json.loads(l)["epoch_reached"] >= kill_at else None, 120)
         c1.p.kill()
         c1.p.wait()
         self.go(p2)
