@@ -193,8 +193,8 @@ inline RoundOutcome Group::round(std::uint64_t seed, TimePoint& now) {
       r.seed = rseed;
       r.result_hash = res_receipt[p].data_hash;
       r.weight = 1.0;
-      const Projection pj = project(rseed, 0, static_cast<std::uint32_t>(p), slice(g[m], p),
-                                    result[p]);
+      const Projection pj =
+          project(rseed, 0, static_cast<std::uint32_t>(p), slice(g[m], p), result[p]);
       r.proj = pj.proj;
       r.dist = pj.dist;
       if (attack_ == Attack::false_report && attacker(m) && !attacker(p)) r.proj += 10 * pj.dist;
@@ -258,7 +258,8 @@ inline RoundOutcome Group::round(std::uint64_t seed, TimePoint& now) {
 
   for (std::size_t i = 0; i < n; ++i) {
     std::vector<float> o(elems_);
-    for (std::size_t p = 0; p < n; ++p) std::copy(result[p].begin(), result[p].end(), o.begin() + lo(p));
+    for (std::size_t p = 0; p < n; ++p)
+      std::copy(result[p].begin(), result[p].end(), o.begin() + lo(p));
     out.outputs.push_back(std::move(o));
   }
   return out;
