@@ -401,3 +401,26 @@ TEST(Acct, AccusationsBanTheAccusedOrTheFalseAccuser) {
   EXPECT_TRUE(bans.banned(f.info.members[1]));
   EXPECT_FALSE(bans.banned(f.info.members[0]));
 }
+
+TEST(Acct, ProjectionMatchesItsVector) {
+  std::vector<float> g(1000), r(1000), z(1000);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> nd(0, 1);
+  for (auto& x : g) x = nd(rng);
+  for (auto& x : r) x = nd(rng);
+  const Hash32 seed{7};
+  projection_vector(seed, 1, 2, z);
+  double p = 0, d = 0;
+  int plus = 0;
+  for (std::size_t j = 0; j < g.size(); ++j) {
+    p += z[j] * (static_cast<double>(g[j]) - r[j]);
+    d += (static_cast<double>(g[j]) - r[j]) * (static_cast<double>(g[j]) - r[j]);
+    plus += z[j] > 0;
+  }
+  const auto pj = project(seed, 1, 2, g, r);
+  EXPECT_NEAR(pj.proj, p, 1e-9 * std::sqrt(d));
+  EXPECT_NEAR(pj.dist, std::sqrt(d), 1e-9 * std::sqrt(d));
+  EXPECT_GT(plus, 420);  // about half of the signs are +1
+  EXPECT_LT(plus, 580);
+  EXPECT_NE(project(Hash32{8}, 1, 2, g, r).proj, pj.proj);  // another seed, another z
+}
