@@ -4,6 +4,8 @@
 // banned, and the honest peers hold identical results every round.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "acct_sim.hpp"
 
 using namespace starling;
@@ -17,6 +19,7 @@ struct AttackRun {
   std::size_t honest_banned = 0;
 };
 
+// Stops one round after every attacker is banned (that round checks the group without them).
 AttackRun run(sim::Attack attack, Aggregation agg, std::uint64_t seed, int max_rounds = 10) {
   sim::Group g(7, {2, 5}, attack, agg);
   TimePoint now{};
@@ -27,7 +30,8 @@ AttackRun run(sim::Attack attack, Aggregation agg, std::uint64_t seed, int max_r
       EXPECT_EQ(out.outputs[i], out.outputs[0]) << "member " << i << " differs in round " << k;
     r.honest_banned = std::max(r.honest_banned, g.honest_peers_banned());
     const bool all = g.honest_bans_of(g.peer(2).pub) == 5 && g.honest_bans_of(g.peer(5).pub) == 5;
-    if (all && r.rounds_to_ban < 0) r.rounds_to_ban = k;
+    if (r.rounds_to_ban > 0) break;
+    if (all) r.rounds_to_ban = k;
   }
   return r;
 }
@@ -89,4 +93,22 @@ TEST(AcctAttack, BannedPeersLeaveTheGroup) {
   const auto out = g.round(2, now);
   EXPECT_EQ(out.members, (std::vector<std::uint32_t>{0, 1, 3, 4, 6}));
   EXPECT_EQ(out.accusations, 0u);
+}
+
+// The figures of docs/benchmarks.md: rounds until both attackers are banned, over 20 runs.
+TEST(AcctAttack, RoundsToBan) {
+  for (auto attack : {sim::Attack::different_parts, sim::Attack::wrong_average,
+                      sim::Attack::false_report, sim::Attack::false_accusation}) {
+    int worst = 0, total = 0;
+    for (std::uint64_t s = 1; s <= 20; ++s) {
+      const AttackRun r = run(attack, Aggregation::centered_clip, 100 + s);
+      ASSERT_GE(r.rounds_to_ban, 1);
+      EXPECT_EQ(r.honest_banned, 0u);
+      worst = std::max(worst, r.rounds_to_ban);
+      total += r.rounds_to_ban;
+    }
+    EXPECT_LE(worst, 3);
+    std::printf("attack %s: rounds to ban mean %.2f max %d (20 runs, 7 peers, 2 attackers)\n",
+                sim::to_string(attack), total / 20.0, worst);
+  }
 }

@@ -16,6 +16,11 @@
 namespace starling::averaging::acct::sim {
 
 enum class Attack { none, different_parts, wrong_average, false_report, false_accusation };
+inline const char* to_string(Attack a) {
+  const char* names[] = {"none", "different-parts", "wrong-average", "false-report",
+                         "false-accusation"};
+  return names[static_cast<int>(a)];
+}
 
 struct Peer {
   crypto::KeyPair key;
