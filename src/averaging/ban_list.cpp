@@ -85,12 +85,18 @@ result<Verdict> BanList::add_evidence(const Evidence& e, TimePoint now) {
   return v;
 }
 
+bool BanList::seen(const Accusation& a) const {
+  return seen_.count(crypto::sha256(BytesView(a.sig.data(), a.sig.size()))) != 0;
+}
+
 result<Verdict> BanList::add_accusation(const Accusation& a, TimePoint now) {
   if (!verify_sig(a)) {
     logger("averaging")->info("accusation ignored: bad signature");
     return make_error(errc::invalid_argument, "accusation: bad signature");
   }
   if (banned(a.accuser)) return make_error(errc::invalid_argument, "accusation: accuser banned");
+  // Ed25519 signatures are deterministic and bind the whole record: one judgement each.
+  seen_[crypto::sha256(BytesView(a.sig.data(), a.sig.size()))] = true;
   auto v = add_evidence(a.evidence, now);
   if (!v) {
     ban(a.accuser, "false accusation", now);

@@ -58,6 +58,8 @@ class BanList {
   bool suspected(const PubKey& k) const;
   std::vector<BanRecord> bans() const;
   std::size_t pending() const { return pending_.size(); }
+  // True once add_accusation() has judged this exact accusation (later copies are skipped).
+  bool seen(const Accusation& a) const;
 
  private:
   using Slot = std::tuple<Hash32, std::uint32_t, std::uint32_t>;  // round, sub-round, part
@@ -72,6 +74,7 @@ class BanList {
   std::map<PubKey, BanRecord> bans_;
   std::map<Slot, Pending> pending_;
   std::map<Slot, bool> cleared_;  // slots answered with false_report evidence
+  std::map<Hash32, bool> seen_;   // accusations judged (by their signature's hash)
 };
 
 }  // namespace starling::averaging::acct
