@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "averaging/acct_codec.hpp"
 #include "starling/averaging/accountability.hpp"
@@ -39,6 +40,15 @@ std::uint64_t stream_seed(const Hash32& seed, std::uint32_t subround, std::uint3
 double norm(std::span<const float> v) {
   double s = 0;
   for (float x : v) s += static_cast<double>(x) * x;
+  return std::sqrt(s);
+}
+
+double norm_diff(std::span<const float> a, std::span<const float> b) {
+  double s = 0;
+  for (std::size_t j = 0; j < a.size() && j < b.size(); ++j) {
+    const double d = static_cast<double>(a[j]) - b[j];
+    s += d * d;
+  }
   return std::sqrt(s);
 }
 
@@ -87,7 +97,7 @@ result<Verdict> verify_wrong_average(const Evidence& e, const CheckConfig& cfg) 
         rp.seed != seed)
       return bad("wrong_average: a report is about something else");
   }
-  const auto fp = check_fixed_point(e.reports, res.tau, res.norm, cfg);
+  const auto fp = check_fixed_point(e.reports, res.clip, res.tau, res.norm, cfg);
   if (fp.ok()) return bad("wrong_average: the result satisfies the fixed-point check");
   return Verdict{res.key, e.kind, round, res.subround, res.part, true};
 }
@@ -181,26 +191,81 @@ Projection project(const Hash32& seed, std::uint32_t subround, std::uint32_t par
   return p;
 }
 
-FixedPointCheck check_fixed_point(std::span<const ProjectionReport> reports, double tau,
+FixedPointCheck check_fixed_point(std::span<const ProjectionReport> reports, bool clip, double tau,
                                   double result_norm, const CheckConfig& cfg) {
+  FixedPointCheck out;
+  out.bound = cfg.sigmas * (cfg.rel_tol * result_norm + cfg.abs_tol);
   std::vector<double> w;
   for (const auto& r : reports) w.push_back(r.weight);
-  if (tau > 0) w = cap_weights(w, cfg.max_weight_ratio);
+  if (clip) {
+    w = cap_weights(w, cfg.max_weight_ratio);
+    if (cfg.fixed_tau > 0) {
+      out.tau_ok = near(tau, cfg.fixed_tau, 1e-12, 0);
+    } else {
+      std::vector<double> d;
+      for (const auto& r : reports) d.push_back(r.dist);
+      std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
+      const double med = d.empty() ? 0 : d[d.size() / 2];
+      out.tau_ok = tau >= cfg.tau_slack * cfg.tau_scale * med;
+    }
+  }
   double total = 0;
   for (double x : w) total += x;
-  const bool equal = total <= 0;
-  if (equal) total = static_cast<double>(reports.size());
-  FixedPointCheck out;
-  double sum = 0;
+  if (!(total > 0)) w.assign(w.size(), 1.0);
+  double sum = 0, wsum = 0;
   for (std::size_t i = 0; i < reports.size(); ++i) {
-    const double wi = equal ? 1.0 : w[i];
     const double d = reports[i].dist;
-    const double c = tau > 0 && d > tau ? tau / d : 1.0;
-    sum += wi * c * reports[i].proj;
+    const double c = !clip || d <= tau ? 1.0 : tau / d;
+    sum += w[i] * c * reports[i].proj;
+    wsum += w[i] * c;
   }
-  out.statistic = total > 0 ? sum / total : 0;
-  out.bound = cfg.sigmas * (cfg.rel_tol * result_norm + cfg.abs_tol);
+  if (wsum > 0) {
+    out.statistic = sum / wsum;
+  } else {
+    out.statistic = std::numeric_limits<double>::infinity();  // nobody counts: not a fixed point
+  }
   return out;
+}
+
+double fixed_point_residual(std::span<const float> result,
+                            const std::vector<std::span<const float>>& inputs,
+                            std::span<const double> weights, bool clip, double tau,
+                            double max_weight_ratio) {
+  std::vector<double> w(weights.begin(), weights.end());
+  if (clip) w = cap_weights(w, max_weight_ratio);
+  double total = 0;
+  for (double x : w) total += x;
+  if (!(total > 0)) w.assign(inputs.size(), 1.0);
+  std::vector<double> acc(result.size(), 0.0);
+  double wsum = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const double d = norm_diff(inputs[i], result);
+    const double c = !clip || d <= tau ? 1.0 : tau / d;
+    if (w[i] * c == 0) continue;
+    wsum += w[i] * c;
+    for (std::size_t j = 0; j < result.size(); ++j)
+      acc[j] += w[i] * c * (static_cast<double>(inputs[i][j]) - result[j]);
+  }
+  if (!(wsum > 0)) return std::numeric_limits<double>::infinity();
+  double s = 0;
+  for (double x : acc) s += x * x;
+  return std::sqrt(s) / wsum;
+}
+
+CheckedClip centered_clip_checked(std::span<float> out,
+                                  const std::vector<std::span<const float>>& inputs,
+                                  std::span<const double> weights, AggregationConfig cfg,
+                                  const CheckConfig& check, std::uint32_t max_iterations_cap) {
+  CheckedClip r;
+  for (;;) {
+    r.stats = centered_clip(out, inputs, weights, cfg);
+    r.residual =
+        fixed_point_residual(out, inputs, weights, true, r.stats.tau, cfg.max_weight_ratio);
+    r.within = r.residual <= check.rel_tol * norm(out);
+    if (r.within || cfg.max_iterations >= max_iterations_cap) return r;
+    cfg.max_iterations = std::min(max_iterations_cap, cfg.max_iterations * 2);
+    cfg.tolerance = std::min(cfg.tolerance, check.rel_tol * 1e-2);
+  }
 }
 
 const char* to_string(EvidenceKind k) {
@@ -252,7 +317,7 @@ result<Verdict> verify_evidence(const Evidence& e, const CheckConfig& cfg) {
           a.part != b.part || a.signer != b.signer)
         return bad("receipt_conflict: not the same signer and part");
       if (a.data_hash == b.data_hash && a.weight == b.weight && a.tau == b.tau &&
-          a.norm == b.norm && a.counted == b.counted)
+          a.clip == b.clip && a.norm == b.norm && a.counted == b.counted)
         return bad("receipt_conflict: same content");
       if (!verify_sig(a) || !verify_sig(b)) return bad("receipt_conflict: bad signature");
       return Verdict{a.key, e.kind, a.round, a.subround, a.part, false};

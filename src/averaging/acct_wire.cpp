@@ -145,6 +145,7 @@ Bytes encode(const DataReceipt& s) {
   w.fixed(s.key);
   w.fixed(s.data_hash);
   w.f64(s.weight);
+  w.u8(s.clip ? 1 : 0);
   w.f64(s.tau);
   w.f64(s.norm);
   w.u32(static_cast<std::uint32_t>(s.counted.size()));
@@ -167,6 +168,9 @@ result<DataReceipt> decode_receipt(BytesView b) {
   r.fixed(s.key);
   r.fixed(s.data_hash);
   s.weight = r.f64();
+  const std::uint8_t clip = r.u8();
+  if (clip > 1) return r.fail("receipt: bad aggregation flag");
+  s.clip = clip == 1;
   s.tau = r.f64();
   s.norm = r.f64();
   const std::uint32_t n = r.u32();

@@ -161,7 +161,8 @@ inline RoundOutcome Group::round(std::uint64_t seed, TimePoint& now) {
     }
     result[o].assign(len(o), 0.f);
     if (cfg_.kind == Aggregation::centered_clip) {
-      rr.tau = centered_clip(result[o], inputs, weights, cfg_).tau;
+      rr.clip = true;
+      rr.tau = centered_clip_checked(result[o], inputs, weights, cfg_, check).stats.tau;
     } else {
       for (std::size_t j = 0; j < len(o); ++j) {
         double s = 0;
@@ -210,7 +211,8 @@ inline RoundOutcome Group::round(std::uint64_t seed, TimePoint& now) {
 
   // 5. The aggregation check by every member; owners check the reports of their parts.
   for (std::size_t p = 0; p < n; ++p) {
-    const auto fp = check_fixed_point(reports[p], res_receipt[p].tau, res_receipt[p].norm, check);
+    const auto fp = check_fixed_point(reports[p], res_receipt[p].clip, res_receipt[p].tau,
+                                      res_receipt[p].norm, check);
     for (std::size_t i = 0; i < n && !fp.ok(); ++i) {
       Evidence e;
       e.kind = EvidenceKind::wrong_average;

@@ -232,7 +232,9 @@ struct CheckCase {
     res.signer = 0;
     for (std::uint32_t i = 0; i < n; ++i) res.counted.push_back(i);
     if (agg == Aggregation::centered_clip) {
-      res.tau = centered_clip(result, in, std::vector<double>(n, 1.0), cfg).tau;
+      res.clip = true;
+      res.tau = centered_clip_checked(result, in, std::vector<double>(n, 1.0), cfg, CheckConfig{})
+                    .stats.tau;
     } else {
       for (std::size_t j = 0; j < m; ++j) {
         double t = 0;
@@ -295,7 +297,7 @@ TEST(Acct, FixedPointCheckPassesHonestOwners) {
     for (std::uint64_t s = 1; s <= 20; ++s) {
       CheckCase c(7, 3000, agg, s);
       const auto rs = c.reports();
-      const auto fp = check_fixed_point(rs, c.res.tau, c.res.norm, CheckConfig{});
+      const auto fp = check_fixed_point(rs, c.res.clip, c.res.tau, c.res.norm, CheckConfig{});
       EXPECT_TRUE(fp.ok()) << to_string(agg) << " seed " << s << ": " << fp.statistic << " > "
                            << fp.bound;
       EXPECT_FALSE(verify_evidence(c.wrong_average(rs), {}));  // false accusation
@@ -423,4 +425,65 @@ TEST(Acct, ProjectionMatchesItsVector) {
   EXPECT_GT(plus, 420);  // about half of the signs are +1
   EXPECT_LT(plus, 580);
   EXPECT_NE(project(Hash32{8}, 1, 2, g, r).proj, pj.proj);  // another seed, another z
+}
+
+TEST(Acct, HonestOwnerIteratesUntilTheCheckHolds) {
+  // Many members far apart and a small radius: CenteredClip converges slowly.
+  const std::size_t n = 7, m = 500;
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<std::vector<float>> g(n, std::vector<float>(m));
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j) g[i][j] = nd(rng) + (i < 3 ? 5.f : 0.f);
+  std::vector<std::span<const float>> in(g.begin(), g.end());
+  const std::vector<double> w(n, 1.0);
+  AggregationConfig cfg;
+  cfg.kind = Aggregation::centered_clip;
+  cfg.tau_scale = 0.3;
+  cfg.max_iterations = 2;
+  std::vector<float> r(m);
+  const auto st = centered_clip(r, in, w, cfg);
+  double rn = 0;
+  for (float x : r) rn += static_cast<double>(x) * x;
+  const CheckConfig check;
+  EXPECT_GT(fixed_point_residual(r, in, w, true, st.tau, 1.0), check.rel_tol * std::sqrt(rn));
+  const auto ck = centered_clip_checked(r, in, w, cfg, check);
+  EXPECT_TRUE(ck.within);
+  EXPECT_GT(ck.stats.iterations, 2u);
+  rn = 0;
+  for (float x : r) rn += static_cast<double>(x) * x;
+  EXPECT_LE(ck.residual, check.rel_tol * std::sqrt(rn));
+}
+
+TEST(Acct, DeclaredTauMustBePlausible) {
+  CheckCase c(7, 2000, Aggregation::centered_clip, 11);
+  const auto rs = c.reports();
+  EXPECT_TRUE(check_fixed_point(rs, true, c.res.tau, c.res.norm, CheckConfig{}).ok());
+  // A tiny radius would make any result look like a fixed point: refused.
+  const auto tiny = check_fixed_point(rs, true, c.res.tau * 1e-6, c.res.norm, CheckConfig{});
+  EXPECT_FALSE(tiny.tau_ok);
+  EXPECT_FALSE(tiny.ok());
+  CheckConfig fixed;
+  fixed.fixed_tau = c.res.tau;
+  EXPECT_TRUE(check_fixed_point(rs, true, c.res.tau, c.res.norm, fixed).ok());
+  EXPECT_FALSE(check_fixed_point(rs, true, c.res.tau * 2, c.res.norm, fixed).ok());
+}
+
+TEST(Acct, MajorityIdenticalValuesPass) {
+  // 4 of 7 members send the same values: the adaptive radius is 0 and the result is theirs.
+  CheckCase c(7, 1000, Aggregation::centered_clip, 12);
+  for (std::size_t i = 1; i < 4; ++i) c.g[i] = c.g[0];
+  std::vector<std::span<const float>> in(c.g.begin(), c.g.end());
+  AggregationConfig cfg;
+  cfg.kind = Aggregation::centered_clip;
+  c.res.tau = centered_clip_checked(c.result, in, std::vector<double>(7, 1.0), cfg, CheckConfig{})
+                  .stats.tau;
+  EXPECT_EQ(c.res.tau, 0.0);
+  EXPECT_EQ(c.result, c.g[0]);
+  c.seal();
+  const auto rs = c.reports();
+  EXPECT_TRUE(check_fixed_point(rs, true, c.res.tau, c.res.norm, CheckConfig{}).ok());
+  c.result = c.g[4];  // an owner returning one outsider's values with radius 0: refused
+  c.seal();
+  EXPECT_FALSE(check_fixed_point(c.reports(), true, 0.0, c.res.norm, CheckConfig{}).ok());
 }

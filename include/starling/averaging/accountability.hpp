@@ -22,9 +22,10 @@
 //                        an owner sent different results to different members;
 //   bad_result_norm      a signed result whose values do not have the norm it declares;
 //   wrong_average        the owner's signed result and every counted member's signed report,
-//                        whose clipped weighted sum sum_i w_i min(1, tau/d_i) p_i / sum_i w_i
-//                        (CenteredClip's fixed-point equation projected on z; tau 0: the mean's)
-//                        exceeds the bound: the owner did not return the aggregate. Pending:
+//                        whose clipped weighted mean sum_i w_i c_i p_i / sum_i w_i c_i, with
+//                        c_i = min(1, tau/d_i) (CenteredClip's fixed-point equation projected
+//                        on z; c_i = 1 for the mean) exceeds the bound, or whose declared tau
+//                        is implausibly small: the owner did not return the aggregate. Pending:
 //                        the owner may answer with false_report evidence against a member;
 //   false_report         a member's signed part and values, the signed result and values, and
 //                        the member's report, which the values contradict: the member lied.
@@ -41,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "starling/averaging/robust.hpp"
 #include "starling/core/bytes.hpp"
 #include "starling/core/result.hpp"
 #include "starling/crypto/keys.hpp"
@@ -90,7 +92,8 @@ struct DataReceipt {
   PubKey key{};
   Hash32 data_hash{};
   double weight = 1.0;                 // part: the sender's weight
-  double tau = 0;                      // result: CenteredClip's radius (0: the weighted mean)
+  bool clip = false;                   // result: CenteredClip (else the weighted mean)
+  double tau = 0;                      // result: CenteredClip's radius
   double norm = 0;                     // result: |values|
   std::vector<std::uint32_t> counted;  // result: members in the reduction, ascending
   Sig sig{};
@@ -160,9 +163,14 @@ struct CheckConfig {
   double sigmas = 8;      // the bound is sigmas x (rel_tol x |r| + abs_tol)
   double rel_tol = 1e-4;  // allowed fixed-point residual relative to the result's norm
   double abs_tol = 1e-6;
-  double norm_tol = 1e-5;         // relative: a declared result norm must match its values
-  double report_tol = 1e-6;       // relative: a report must match the values it was computed from
-  double max_weight_ratio = 1.0;  // AggregationConfig::max_weight_ratio of the run
+  double norm_tol = 1e-5;    // relative: a declared result norm must match its values
+  double report_tol = 1e-6;  // relative: a report must match the values it was computed from
+  // The run's AggregationConfig: a CenteredClip result must use tau == fixed_tau (> 0), or
+  // (adaptive) tau >= tau_slack x tau_scale x the median of the members' distances to it.
+  double max_weight_ratio = 1.0;
+  double fixed_tau = 0;
+  double tau_scale = 1.0;
+  double tau_slack = 0.5;
 };
 
 // The round's seed: BLAKE2b over the round id and the nonces in member order.
@@ -177,15 +185,36 @@ struct Projection {
 // <z, g - r> and |g - r| (summed in double, in index order).
 Projection project(const Hash32& seed, std::uint32_t subround, std::uint32_t part,
                    std::span<const float> g, std::span<const float> r);
-// The statistic sum_i w_i c_i p_i / sum_i w_i and its bound; weights capped like the owner's
-// (tau > 0) or as given (tau 0).
+// The statistic sum_i w_i c_i p_i / sum_i w_i c_i and its bound; with `clip`, weights capped
+// like the owner's and c_i = min(1, tau/d_i) (1 at d_i == 0), else weights as given and c_i = 1.
 struct FixedPointCheck {
   double statistic = 0;
   double bound = 0;
-  bool ok() const { return std::abs(statistic) <= bound; }
+  bool tau_ok = true;  // the declared tau is plausible (see CheckConfig)
+  bool ok() const { return tau_ok && std::abs(statistic) <= bound; }
 };
-FixedPointCheck check_fixed_point(std::span<const ProjectionReport> reports, double tau,
+FixedPointCheck check_fixed_point(std::span<const ProjectionReport> reports, bool clip, double tau,
                                   double result_norm, const CheckConfig& cfg);
+
+// The owner's side. |sum_i w_i c_i (g_i - r)| / sum_i w_i c_i: the full residual whose
+// projection the members check (clip: CenteredClip's with radius tau; else the mean's).
+double fixed_point_residual(std::span<const float> result,
+                            const std::vector<std::span<const float>>& inputs,
+                            std::span<const double> weights, bool clip, double tau,
+                            double max_weight_ratio);
+// CenteredClip (robust.hpp) with its iteration limit doubled until the residual is within
+// check.rel_tol x |result| (at most max_iterations_cap), so an honest owner passes the
+// aggregation check. Returns the stats of the last run and the residual.
+struct CheckedClip {
+  ClipStats stats;
+  double residual = 0;
+  bool within = false;
+};
+CheckedClip centered_clip_checked(std::span<float> out,
+                                  const std::vector<std::span<const float>>& inputs,
+                                  std::span<const double> weights, AggregationConfig cfg,
+                                  const CheckConfig& check,
+                                  std::uint32_t max_iterations_cap = 1280);
 
 // --- evidence ---
 enum class EvidenceKind : std::uint8_t {
