@@ -51,7 +51,7 @@ result<void> get_floats(Reader& r, std::vector<float>& v) {
   if (!r.has(std::size_t{n} * 4)) return r.fail("evidence: truncated values");
   const BytesView b = r.raw(std::size_t{n} * 4);
   v.resize(n);
-  std::memcpy(v.data(), b.data(), b.size());
+  if (n > 0) std::memcpy(v.data(), b.data(), b.size());
   for (float x : v)
     if (!std::isfinite(x)) return r.fail("evidence: non-finite value");
   return success();
