@@ -86,6 +86,14 @@ TEST(AcctAttack, FalseAccusersAreBanned) {
   }
 }
 
+TEST(AcctAttack, DifferentCommitmentsToDifferentMembers) {
+  for (std::uint64_t s = 1; s <= 3; ++s) {
+    const AttackRun r = run(sim::Attack::different_commitments, Aggregation::centered_clip, s, 3);
+    EXPECT_EQ(r.rounds_to_ban, 1) << "seed " << s;
+    EXPECT_EQ(r.honest_banned, 0u);
+  }
+}
+
 TEST(AcctAttack, BannedPeersLeaveTheGroup) {
   sim::Group g(7, {2, 5}, sim::Attack::different_parts, Aggregation::centered_clip);
   TimePoint now{};
@@ -97,8 +105,9 @@ TEST(AcctAttack, BannedPeersLeaveTheGroup) {
 
 // The figures of docs/benchmarks.md: rounds until both attackers are banned, over 20 runs.
 TEST(AcctAttack, RoundsToBan) {
-  for (auto attack : {sim::Attack::different_parts, sim::Attack::wrong_average,
-                      sim::Attack::false_report, sim::Attack::false_accusation}) {
+  for (auto attack :
+       {sim::Attack::different_parts, sim::Attack::wrong_average, sim::Attack::false_report,
+        sim::Attack::false_accusation, sim::Attack::different_commitments}) {
     int worst = 0, total = 0;
     for (std::uint64_t s = 1; s <= 20; ++s) {
       const AttackRun r = run(attack, Aggregation::centered_clip, 100 + s);

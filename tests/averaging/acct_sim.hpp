@@ -15,10 +15,17 @@
 
 namespace starling::averaging::acct::sim {
 
-enum class Attack { none, different_parts, wrong_average, false_report, false_accusation };
+enum class Attack {
+  none,
+  different_parts,
+  wrong_average,
+  false_report,
+  false_accusation,
+  different_commitments,
+};
 inline const char* to_string(Attack a) {
-  const char* names[] = {"none", "different-parts", "wrong-average", "false-report",
-                         "false-accusation"};
+  const char* names[] = {"none",         "different-parts",  "wrong-average",
+                         "false-report", "false-accusation", "different-commitments"};
   return names[static_cast<int>(a)];
 }
 
@@ -119,6 +126,29 @@ inline RoundOutcome Group::round(std::uint64_t seed, TimePoint& now) {
     sign(com[i], K(i));
   }
   std::vector<std::vector<Evidence>> found(n);
+  // What each member receives: the same commitment from every sender, except that a
+  // different-commitments attacker commits its tampered part to that part's owner.
+  std::vector<CommitmentLedger> ledger;
+  for (std::size_t i = 0; i < n; ++i) ledger.emplace_back(rid, info.members);
+  auto tampered = [&](std::size_t s, std::size_t o) {
+    return (attack_ == Attack::different_parts || attack_ == Attack::different_commitments) &&
+           attacker(s) && o == (s + 1) % n;
+  };
+  auto tamper = [](std::vector<float>& d) {
+    for (auto& x : d) x = -1000.f * x;
+  };
+  for (std::size_t o = 0; o < n; ++o) {
+    for (std::size_t s = 0; s < n; ++s) {
+      Commitment c = com[s];
+      if (attack_ == Attack::different_commitments && tampered(s, o)) {
+        std::vector<float> d(slice(g[s], o).begin(), slice(g[s], o).end());
+        tamper(d);
+        c.parts[o] = hash_floats(d);
+        sign(c, K(s));
+      }
+      (void)ledger[o].add(c);
+    }
+  }
 
   // 2. Parts to owners, checked against the commitment.
   std::vector<std::vector<float>> result(n);
@@ -135,20 +165,19 @@ inline RoundOutcome Group::round(std::uint64_t seed, TimePoint& now) {
     rr.signer = static_cast<std::uint32_t>(o);
     for (std::size_t s = 0; s < n; ++s) {
       std::vector<float> data(slice(g[s], o).begin(), slice(g[s], o).end());
-      if (attack_ == Attack::different_parts && attacker(s) && o == (s + 1) % n)
-        for (auto& x : data) x = -1000.f * x;  // this owner gets other values than committed
+      if (tampered(s, o)) tamper(data);  // this owner gets other values than the others
       DataReceipt pr;
       pr.round = rid;
       pr.part = static_cast<std::uint32_t>(o);
       pr.signer = static_cast<std::uint32_t>(s);
       pr.data_hash = hash_floats(data);
       sign(pr, K(s));
-      if (!check_commitment(com[s], rid, 0, static_cast<std::uint32_t>(s), info.members[s]) ||
-          !check_part(pr, rid, 0, static_cast<std::uint32_t>(o), static_cast<std::uint32_t>(s),
+      const Commitment& cs = *ledger[o].get(0, static_cast<std::uint32_t>(s));
+      if (!check_part(pr, rid, 0, static_cast<std::uint32_t>(o), static_cast<std::uint32_t>(s),
                       info.members[s], data))
         continue;
-      if (contradicts(com[s], pr)) {
-        found[o].push_back(part_mismatch(com[s], pr));
+      if (contradicts(cs, pr)) {
+        found[o].push_back(part_mismatch(cs, pr));
         continue;  // dropped from the reduction (the real round fences the sender)
       }
       held[o][s] = std::move(data);
@@ -179,6 +208,17 @@ inline RoundOutcome Group::round(std::uint64_t seed, TimePoint& now) {
     sign(rr, K(o));
     res_receipt[o] = rr;
   }
+
+  // Members compare the digests of the commitments they hold (in their fin reports) and relay
+  // a copy where they differ.
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t k = 0; k < n; ++k)
+      for (std::uint32_t s = 0; s < n; ++s) {
+        const auto d = ledger[k].digest(0, s);
+        if (i == k || !d || !ledger[i].differs(0, s, *d)) continue;
+        auto e = ledger[i].add(*ledger[k].get(0, s));
+        if (e && e.value()) found[i].push_back(std::move(*e.value()));
+      }
 
   // 3. Reveals and the seed; 4. reports from every counted member.
   std::vector<Reveal> reveals(n);

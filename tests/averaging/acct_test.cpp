@@ -487,3 +487,28 @@ TEST(Acct, MajorityIdenticalValuesPass) {
   c.seal();
   EXPECT_FALSE(check_fixed_point(c.reports(), true, 0.0, c.res.norm, CheckConfig{}).ok());
 }
+
+TEST(Acct, LedgerCatchesDifferentCommitments) {
+  Fixture f(3);
+  CommitmentLedger a(f.rid, f.info.members), b(f.rid, f.info.members);
+  const auto c1 = f.commit(2, {vec(4, 1), vec(4, 2), vec(4, 3)});
+  const auto c2 = f.commit(2, {vec(4, 1), vec(4, -2), vec(4, 3)});  // to another member
+  ASSERT_TRUE(a.add(c1));
+  ASSERT_TRUE(b.add(c2));
+  EXPECT_FALSE(a.differs(0, 2, *a.digest(0, 2)));
+  ASSERT_TRUE(a.differs(0, 2, *b.digest(0, 2)));
+  auto e = a.add(*b.get(0, 2));
+  ASSERT_TRUE(e);
+  ASSERT_TRUE(e.value().has_value());
+  auto v = verify_evidence(*e.value(), {});
+  ASSERT_TRUE(v) << v.error().message();
+  EXPECT_EQ(v.value().guilty, f.info.members[2]);
+  auto same = a.add(c1);  // the same copy again: nothing
+  ASSERT_TRUE(same);
+  EXPECT_FALSE(same.value().has_value());
+  Fixture other(3, "run/grads/8");  // another round's commitment is refused
+  EXPECT_FALSE(a.add(other.commit(0, {vec(4, 1)})));
+  auto forged = c1;
+  forged.sender = 1;  // claims to be another member
+  EXPECT_FALSE(a.add(forged));
+}

@@ -38,6 +38,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -261,5 +263,32 @@ result<Verdict> verify_evidence(const Evidence& e, const CheckConfig& cfg);
 Evidence commitment_conflict(const Commitment& a, const Commitment& b);
 Evidence part_mismatch(const Commitment& c, const DataReceipt& part);
 Evidence receipt_conflict(const DataReceipt& a, const DataReceipt& b);
+
+}  // namespace starling::averaging::acct
+
+namespace starling::averaging::acct {
+
+// The commitments one member holds for a round, received from their senders or relayed by
+// other members. A sender that commits differently to different members is caught when the
+// members compare digests (each reports the digest it holds per sender, e.g. in its fin
+// report) and one relays its copy to a member whose digest differs: add() then returns
+// commitment_conflict evidence.
+class CommitmentLedger {
+ public:
+  CommitmentLedger(Hash32 round, std::vector<PubKey> members)
+      : round_(round), members_(std::move(members)) {}
+  // Errors: not a valid commitment of this round by that member (check_commitment()).
+  // Returns evidence when it conflicts with the one held for (sub-round, sender).
+  result<std::optional<Evidence>> add(const Commitment& c);
+  const Commitment* get(std::uint32_t subround, std::uint32_t sender) const;
+  std::optional<Hash32> digest(std::uint32_t subround, std::uint32_t sender) const;
+  // True iff we hold a commitment for (subround, sender) whose digest is not `other`.
+  bool differs(std::uint32_t subround, std::uint32_t sender, const Hash32& other) const;
+
+ private:
+  Hash32 round_;
+  std::vector<PubKey> members_;
+  std::map<std::pair<std::uint32_t, std::uint32_t>, Commitment> held_;
+};
 
 }  // namespace starling::averaging::acct
