@@ -298,6 +298,7 @@ result<Verdict> verify_evidence(const Evidence& e, const CheckConfig& cfg) {
       if (a.parts == b.parts && a.weight == b.weight && a.nonce_hash == b.nonce_hash)
         return bad("commitment_conflict: same content");
       if (!verify_sig(a) || !verify_sig(b)) return bad("commitment_conflict: bad signature");
+      ST_TRY(member_signed(a, e.info, round_id(e.info), a.sender, "commitment"));
       return Verdict{a.key, e.kind, a.round, a.subround, 0, false};
     }
     case EvidenceKind::part_mismatch: {
@@ -307,6 +308,7 @@ result<Verdict> verify_evidence(const Evidence& e, const CheckConfig& cfg) {
       const auto& p = e.receipts[0];
       if (!contradicts(c, p)) return bad("part_mismatch: the part matches its commitment");
       if (!verify_sig(c) || !verify_sig(p)) return bad("part_mismatch: bad signature");
+      ST_TRY(member_signed(c, e.info, round_id(e.info), c.sender, "commitment"));
       return Verdict{c.key, e.kind, c.round, c.subround, p.part, false};
     }
     case EvidenceKind::receipt_conflict: {
@@ -320,6 +322,7 @@ result<Verdict> verify_evidence(const Evidence& e, const CheckConfig& cfg) {
           a.clip == b.clip && a.norm == b.norm && a.counted == b.counted)
         return bad("receipt_conflict: same content");
       if (!verify_sig(a) || !verify_sig(b)) return bad("receipt_conflict: bad signature");
+      ST_TRY(member_signed(a, e.info, round_id(e.info), a.signer, "receipt"));
       return Verdict{a.key, e.kind, a.round, a.subround, a.part, false};
     }
     case EvidenceKind::bad_result_norm: {
@@ -330,6 +333,7 @@ result<Verdict> verify_evidence(const Evidence& e, const CheckConfig& cfg) {
       if (near(norm(e.data), r.norm, cfg.norm_tol, 0))
         return bad("bad_result_norm: the norm is right");
       if (!verify_sig(r)) return bad("bad_result_norm: bad signature");
+      ST_TRY(member_signed(r, e.info, round_id(e.info), r.signer, "result"));
       return Verdict{r.key, e.kind, r.round, r.subround, r.part, false};
     }
     case EvidenceKind::wrong_average:
@@ -340,23 +344,26 @@ result<Verdict> verify_evidence(const Evidence& e, const CheckConfig& cfg) {
   return bad("evidence: unknown kind");
 }
 
-Evidence commitment_conflict(const Commitment& a, const Commitment& b) {
+Evidence commitment_conflict(const RoundInfo& info, const Commitment& a, const Commitment& b) {
   Evidence e;
+  e.info = info;
   e.kind = EvidenceKind::commitment_conflict;
   e.commitments = {a, b};
   return e;
 }
 
-Evidence part_mismatch(const Commitment& c, const DataReceipt& part) {
+Evidence part_mismatch(const RoundInfo& info, const Commitment& c, const DataReceipt& part) {
   Evidence e;
+  e.info = info;
   e.kind = EvidenceKind::part_mismatch;
   e.commitments = {c};
   e.receipts = {part};
   return e;
 }
 
-Evidence receipt_conflict(const DataReceipt& a, const DataReceipt& b) {
+Evidence receipt_conflict(const RoundInfo& info, const DataReceipt& a, const DataReceipt& b) {
   Evidence e;
+  e.info = info;
   e.kind = EvidenceKind::receipt_conflict;
   e.receipts = {a, b};
   return e;

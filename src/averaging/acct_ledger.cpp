@@ -5,9 +5,9 @@
 namespace starling::averaging::acct {
 
 result<std::optional<Evidence>> CommitmentLedger::add(const Commitment& c) {
-  if (c.sender >= members_.size())
+  if (c.sender >= info_.members.size())
     return make_error(errc::invalid_argument, "commitment from a non-member");
-  ST_TRY(check_commitment(c, round_, c.subround, c.sender, members_[c.sender]));
+  ST_TRY(check_commitment(c, round_, c.subround, c.sender, info_.members[c.sender]));
   const auto slot = std::make_pair(c.subround, c.sender);
   auto it = held_.find(slot);
   if (it == held_.end()) {
@@ -15,7 +15,7 @@ result<std::optional<Evidence>> CommitmentLedger::add(const Commitment& c) {
     return std::optional<Evidence>{};
   }
   if (encode(it->second) == encode(c)) return std::optional<Evidence>{};
-  return std::optional<Evidence>{commitment_conflict(it->second, c)};
+  return std::optional<Evidence>{commitment_conflict(info_, it->second, c)};
 }
 
 const Commitment* CommitmentLedger::get(std::uint32_t subround, std::uint32_t sender) const {

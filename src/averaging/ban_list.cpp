@@ -64,7 +64,17 @@ result<Accusation> decode_accusation(BytesView b) {
   return a;
 }
 
+bool BanList::known_round(const Evidence& e) const {
+  const auto& c = e.info.context;
+  return c.size() >= run_prefix_.size() &&
+         std::equal(run_prefix_.begin(), run_prefix_.end(), c.begin());
+}
+
 result<Verdict> BanList::add_evidence(const Evidence& e, TimePoint now) {
+  if (!known_round(e)) {
+    logger("averaging")->info("evidence rejected: a round of another run");
+    return make_error(errc::not_found, "evidence about a round of another run");
+  }
   auto v = verify_evidence(e, cfg_);
   if (!v) {
     logger("averaging")->info("evidence rejected: {}", v.error().message());
@@ -95,6 +105,10 @@ result<Verdict> BanList::add_accusation(const Accusation& a, TimePoint now) {
     return make_error(errc::invalid_argument, "accusation: bad signature");
   }
   if (banned(a.accuser)) return make_error(errc::invalid_argument, "accusation: accuser banned");
+  if (!known_round(a.evidence)) {
+    logger("averaging")->info("accusation ignored: a round of another run");
+    return make_error(errc::not_found, "accusation about a round of another run");
+  }
   // Ed25519 signatures are deterministic and bind the whole record: one judgement each.
   seen_[crypto::sha256(BytesView(a.sig.data(), a.sig.size()))] = true;
   auto v = add_evidence(a.evidence, now);

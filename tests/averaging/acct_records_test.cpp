@@ -74,13 +74,13 @@ TEST(AcctRecords, EveryPeerJudgesEveryAccusation) {
   const auto expires = WallClock::now() + std::chrono::minutes(10);
   // Peer 0 caught peer 1 sending a part other than its commitment.
   const auto c1 = p.commit(1, honest);
-  const auto true_acc = make_accusation(part_mismatch(c1, p.part(1, other)), p.keys[0]);
+  const auto true_acc = make_accusation(part_mismatch(p.info, c1, p.part(1, other)), p.keys[0]);
   ASSERT_TRUE(run(io, publish_accusation(dir, "run", true_acc, expires)));
   // Peer 3 accuses peer 2 with a receipt it altered.
   const auto c2 = p.commit(2, honest);
   auto forged = p.part(2, honest);
   forged.data_hash = hash_floats(other);
-  const auto false_acc = make_accusation(part_mismatch(c2, forged), p.keys[3]);
+  const auto false_acc = make_accusation(part_mismatch(p.info, c2, forged), p.keys[3]);
   ASSERT_TRUE(run(io, publish_accusation(dir, "run", false_acc, expires)));
   // Garbage under the same key, and another run's record.
   ASSERT_TRUE(run(io, dir.put(accusation_key("run"), to_bytes("junk"), to_bytes("junk"), expires)));

@@ -129,7 +129,7 @@ inline RoundOutcome Group::round(std::uint64_t seed, TimePoint& now) {
   // What each member receives: the same commitment from every sender, except that a
   // different-commitments attacker commits its tampered part to that part's owner.
   std::vector<CommitmentLedger> ledger;
-  for (std::size_t i = 0; i < n; ++i) ledger.emplace_back(rid, info.members);
+  for (std::size_t i = 0; i < n; ++i) ledger.emplace_back(info);
   auto tampered = [&](std::size_t s, std::size_t o) {
     return (attack_ == Attack::different_parts || attack_ == Attack::different_commitments) &&
            attacker(s) && o == (s + 1) % n;
@@ -177,7 +177,7 @@ inline RoundOutcome Group::round(std::uint64_t seed, TimePoint& now) {
                       info.members[s], data))
         continue;
       if (contradicts(cs, pr)) {
-        found[o].push_back(part_mismatch(cs, pr));
+        found[o].push_back(part_mismatch(info, cs, pr));
         continue;  // dropped from the reduction (the real round fences the sender)
       }
       held[o][s] = std::move(data);
@@ -285,7 +285,7 @@ inline RoundOutcome Group::round(std::uint64_t seed, TimePoint& now) {
       const std::size_t victim = (i + 1) % n;
       DataReceipt forged = part_receipt[i][victim];
       forged.data_hash[0] ^= 1;
-      found[i].push_back(part_mismatch(com[victim], forged));
+      found[i].push_back(part_mismatch(info, com[victim], forged));
     }
   }
 

@@ -135,11 +135,11 @@ TEST(Acct, PartMismatchEvidence) {
   const auto c = f.commit(1, {vec(8, 1), vec(8, 2), vec(8, 3)});
   const auto honest = f.part(1, 2, vec(8, 3));
   EXPECT_FALSE(contradicts(c, honest));
-  EXPECT_FALSE(verify_evidence(part_mismatch(c, honest), {}));  // proves nothing
+  EXPECT_FALSE(verify_evidence(part_mismatch(f.info, c, honest), {}));  // proves nothing
   const auto cheat = f.part(1, 2, vec(8, -3));
   ASSERT_TRUE(check_part(cheat, f.rid, 0, 2, 1, f.info.members[1], vec(8, -3)));
   ASSERT_TRUE(contradicts(c, cheat));
-  const Evidence e = part_mismatch(c, cheat);
+  const Evidence e = part_mismatch(f.info, c, cheat);
   auto v = verify_evidence(e, {});
   ASSERT_TRUE(v) << v.error().message();
   EXPECT_EQ(v.value().guilty, f.info.members[1]);
@@ -151,17 +151,17 @@ TEST(Acct, PartMismatchEvidence) {
   // its signature.
   auto forged = honest;
   forged.data_hash = hash_floats(vec(8, -3));
-  EXPECT_FALSE(verify_evidence(part_mismatch(c, forged), {}));
+  EXPECT_FALSE(verify_evidence(part_mismatch(f.info, c, forged), {}));
 }
 
 TEST(Acct, ConflictingCommitmentsAndResults) {
   Fixture f(2);
   const auto a = f.commit(0, {vec(8, 1), vec(8, 2)});
   const auto b = f.commit(0, {vec(8, 1), vec(8, 7)});
-  auto v = verify_evidence(commitment_conflict(a, b), {});
+  auto v = verify_evidence(commitment_conflict(f.info, a, b), {});
   ASSERT_TRUE(v) << v.error().message();
   EXPECT_EQ(v.value().guilty, f.info.members[0]);
-  EXPECT_FALSE(verify_evidence(commitment_conflict(a, a), {}));
+  EXPECT_FALSE(verify_evidence(commitment_conflict(f.info, a, a), {}));
   DataReceipt r1;
   r1.kind = DataKind::result;
   r1.round = f.rid;
@@ -173,10 +173,10 @@ TEST(Acct, ConflictingCommitmentsAndResults) {
   auto r2 = r1;
   r2.data_hash = hash_floats(vec(4, 2));
   sign(r2, f.keys[1]);
-  v = verify_evidence(receipt_conflict(r1, r2), {});
+  v = verify_evidence(receipt_conflict(f.info, r1, r2), {});
   ASSERT_TRUE(v) << v.error().message();
   EXPECT_EQ(v.value().guilty, f.info.members[1]);
-  EXPECT_FALSE(verify_evidence(receipt_conflict(r1, r1), {}));
+  EXPECT_FALSE(verify_evidence(receipt_conflict(f.info, r1, r1), {}));
 }
 
 TEST(Acct, BadResultNorm) {
@@ -193,6 +193,7 @@ TEST(Acct, BadResultNorm) {
   sign(r, f.keys[0]);
   Evidence e;
   e.kind = EvidenceKind::bad_result_norm;
+  e.info = f.info;
   e.receipts = {r};
   e.data = data;
   EXPECT_FALSE(verify_evidence(e, {}));
@@ -384,18 +385,18 @@ TEST(Acct, AccusationsBanTheAccusedOrTheFalseAccuser) {
   // Member 2 forges a receipt to accuse member 1: member 2 is banned, member 1 is not.
   auto forged = honest;
   forged.data_hash = hash_floats(vec(8, 0));
-  auto r = bans.add_accusation(make_accusation(part_mismatch(c, forged), f.keys[2]), t0);
+  auto r = bans.add_accusation(make_accusation(part_mismatch(f.info, c, forged), f.keys[2]), t0);
   EXPECT_FALSE(r);
   EXPECT_TRUE(bans.banned(f.info.members[2]));
   EXPECT_FALSE(bans.banned(f.info.members[1]));
   // A badly signed accusation bans nobody.
-  auto a = make_accusation(part_mismatch(c, forged), f.keys[0]);
+  auto a = make_accusation(part_mismatch(f.info, c, forged), f.keys[0]);
   a.sig[0] ^= 1;
   EXPECT_FALSE(bans.add_accusation(a, t0));
   EXPECT_FALSE(bans.banned(f.info.members[0]));
   // True evidence from member 0 bans member 1; the record survives its encoding.
   const auto cheat = f.part(1, 2, vec(8, -3));
-  const auto acc = make_accusation(part_mismatch(c, cheat), f.keys[0]);
+  const auto acc = make_accusation(part_mismatch(f.info, c, cheat), f.keys[0]);
   auto back = decode_accusation(encode(acc));
   ASSERT_TRUE(back);
   EXPECT_EQ(back.value(), acc);
@@ -490,7 +491,7 @@ TEST(Acct, MajorityIdenticalValuesPass) {
 
 TEST(Acct, LedgerCatchesDifferentCommitments) {
   Fixture f(3);
-  CommitmentLedger a(f.rid, f.info.members), b(f.rid, f.info.members);
+  CommitmentLedger a(f.info), b(f.info);
   const auto c1 = f.commit(2, {vec(4, 1), vec(4, 2), vec(4, 3)});
   const auto c2 = f.commit(2, {vec(4, 1), vec(4, -2), vec(4, 3)});  // to another member
   ASSERT_TRUE(a.add(c1));
@@ -511,4 +512,30 @@ TEST(Acct, LedgerCatchesDifferentCommitments) {
   auto forged = c1;
   forged.sender = 1;  // claims to be another member
   EXPECT_FALSE(a.add(forged));
+}
+
+TEST(Acct, EvidenceNamesItsRound) {
+  Fixture f(3);
+  const auto c = f.commit(1, {vec(8, 1), vec(8, 2), vec(8, 3)});
+  const auto cheat = f.part(1, 2, vec(8, -3));
+  ASSERT_TRUE(verify_evidence(part_mismatch(f.info, c, cheat), {}));
+  RoundInfo wrong = f.info;
+  wrong.context = to_bytes("run/grads/8");  // not the round the statements name
+  EXPECT_FALSE(verify_evidence(part_mismatch(wrong, c, cheat), {}));
+  wrong = f.info;
+  std::swap(wrong.members[0], wrong.members[1]);  // the signer is not member 1 of that round
+  EXPECT_FALSE(verify_evidence(part_mismatch(wrong, c, cheat), {}));
+
+  // A ban list of another run refuses the accusation and bans nobody.
+  BanList other(CheckConfig{}, 10s);
+  other.set_run_prefix(to_bytes("other-run/"));
+  const auto acc = make_accusation(part_mismatch(f.info, c, cheat), f.keys[0]);
+  auto r = other.add_accusation(acc, TimePoint{});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), make_error_code(errc::not_found));
+  EXPECT_TRUE(other.bans().empty());
+  BanList mine(CheckConfig{}, 10s);
+  mine.set_run_prefix(to_bytes("run/"));
+  EXPECT_TRUE(mine.add_accusation(acc, TimePoint{}));
+  EXPECT_TRUE(mine.banned(f.info.members[1]));
 }

@@ -231,7 +231,7 @@ const char* to_string(EvidenceKind k);
 
 struct Evidence {
   EvidenceKind kind = EvidenceKind::commitment_conflict;
-  RoundInfo info;                         // wrong_average, false_report: the members' keys
+  RoundInfo info;  // the round: its statements name round_id(info), signed by its members
   std::vector<Commitment> commitments;    // commitment_conflict: 2; part_mismatch: 1
   std::vector<DataReceipt> receipts;      // part_mismatch: the part; receipt_conflict: 2;
                                           // bad_result_norm, wrong_average: the result;
@@ -260,9 +260,9 @@ struct Verdict {
 result<Verdict> verify_evidence(const Evidence& e, const CheckConfig& cfg);
 
 // Builders used by members (the caller supplies statements it verified when it got them).
-Evidence commitment_conflict(const Commitment& a, const Commitment& b);
-Evidence part_mismatch(const Commitment& c, const DataReceipt& part);
-Evidence receipt_conflict(const DataReceipt& a, const DataReceipt& b);
+Evidence commitment_conflict(const RoundInfo& info, const Commitment& a, const Commitment& b);
+Evidence part_mismatch(const RoundInfo& info, const Commitment& c, const DataReceipt& part);
+Evidence receipt_conflict(const RoundInfo& info, const DataReceipt& a, const DataReceipt& b);
 
 }  // namespace starling::averaging::acct
 
@@ -275,8 +275,7 @@ namespace starling::averaging::acct {
 // commitment_conflict evidence.
 class CommitmentLedger {
  public:
-  CommitmentLedger(Hash32 round, std::vector<PubKey> members)
-      : round_(round), members_(std::move(members)) {}
+  explicit CommitmentLedger(RoundInfo info) : info_(std::move(info)), round_(round_id(info_)) {}
   // Errors: not a valid commitment of this round by that member (check_commitment()).
   // Returns evidence when it conflicts with the one held for (sub-round, sender).
   result<std::optional<Evidence>> add(const Commitment& c);
@@ -286,8 +285,8 @@ class CommitmentLedger {
   bool differs(std::uint32_t subround, std::uint32_t sender, const Hash32& other) const;
 
  private:
+  RoundInfo info_;
   Hash32 round_;
-  std::vector<PubKey> members_;
   std::map<std::pair<std::uint32_t, std::uint32_t>, Commitment> held_;
 };
 

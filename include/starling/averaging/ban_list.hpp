@@ -45,6 +45,9 @@ struct BanRecord {
 class BanList {
  public:
   BanList(CheckConfig cfg, Duration grace) : cfg_(cfg), grace_(grace) {}
+  // Only evidence about rounds whose RoundInfo::context starts with `prefix` (this run's) is
+  // judged; other evidence is refused with a logged reason and bans nobody.
+  void set_run_prefix(Bytes prefix) { run_prefix_ = std::move(prefix); }
 
   // Evidence this peer collected or received. Errors: the evidence proves nothing (nobody is
   // banned for it here: the caller did not sign it).
@@ -69,8 +72,11 @@ class BanList {
   };
   void ban(const PubKey& k, std::string reason, TimePoint now);
 
+  bool known_round(const Evidence& e) const;
+
   CheckConfig cfg_;
   Duration grace_;
+  Bytes run_prefix_;
   std::map<PubKey, BanRecord> bans_;
   std::map<Slot, Pending> pending_;
   std::map<Slot, bool> cleared_;  // slots answered with false_report evidence
