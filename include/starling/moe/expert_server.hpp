@@ -20,12 +20,20 @@
 // Wrong shapes, unknown uid, inf/nan, garbage protobuf: an error status naming the problem;
 // the server keeps serving the others (stats.bad_requests).
 //
+// Checkpoints: with `checkpoint_dir` set, add_expert() reloads `<dir>/<uid>.stc` if it exists
+// (parameters, buffers, optimizer state, optimizer step and sample counts; a file that does
+// not match the expert is an error), the runtime thread rewrites the file of every expert
+// that stepped since its last save every `checkpoint_period` (between batches, atomically:
+// temporary file + fsync + rename, training/checkpoint.hpp), and stop() saves once more after
+// the runtime thread has exited.
+//
 // Threading rule: create/add_expert from any thread before start(); start()/stop() are
 // coroutines on the host's executor (BlockingExpertServer wraps them). Modules and optimizers
 // are touched only by the runtime thread after start().
 #pragma once
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -75,6 +83,11 @@ struct ExpertServerConfig {
   Duration declare_ttl = 20s;  // about 2x declare_period
   Duration stop_timeout = 5s;
   std::size_t max_message_size = 64u << 20;
+  std::filesystem::path checkpoint_dir;  // empty: no checkpoints
+  Duration checkpoint_period = 60s;
+  // Experiments: answer this fraction of forward/backward calls with errc::unavailable
+  // (stats.injected_failures), as a flaky peer would.
+  double inject_failure_rate = 0;
 };
 
 struct ExpertServerStats {
@@ -83,6 +96,8 @@ struct ExpertServerStats {
   std::atomic<std::uint64_t> optimizer_steps{0};
   std::atomic<std::uint64_t> bad_requests{0}, refused{0}, expired{0};
   std::atomic<std::uint64_t> declarations{0}, declare_failures{0};
+  std::atomic<std::uint64_t> checkpoints_saved{0}, checkpoints_loaded{0}, checkpoint_failures{0};
+  std::atomic<std::uint64_t> injected_failures{0};
 };
 
 class ExpertServer : public std::enable_shared_from_this<ExpertServer> {
@@ -108,6 +123,13 @@ class ExpertServer : public std::enable_shared_from_this<ExpertServer> {
   // The expert's module (for tests that compare with a local copy). Only while stopped or
   // when no request runs.
   std::shared_ptr<torch::nn::Module> module_of(const std::string& uid) const;
+  // The expert's optimizer (same rule as module_of).
+  torch::optim::Optimizer* optimizer_of(const std::string& uid) const;
+  // Optimizer steps the expert has taken, including those restored from its checkpoint.
+  std::uint64_t steps_of(const std::string& uid) const;
+  // Path of the expert's checkpoint file in `dir`.
+  static std::filesystem::path checkpoint_path(const std::filesystem::path& dir,
+                                               const std::string& uid);
   // Declares now (also done periodically after start()).
   awaitable<result<void>> declare_now();
 

@@ -1,10 +1,12 @@
 // ExpertServer: RPC handlers, the runtime thread and the declaring task (expert_server.hpp).
 #include <asio/post.hpp>
+#include <random>
 
 #include "moe/torch/server_impl.hpp"
 #include "starling/core/log.hpp"
 #include "starling/moe/expert_directory.hpp"
 #include "starling/net/rpc.hpp"
+#include "starling/training/checkpoint.hpp"
 
 namespace starling::moe {
 
@@ -39,13 +41,44 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
   std::atomic<bool> runtime_exited{false};
   std::thread runtime;
   bool started = false;
+  std::mt19937_64 failure_rng{std::random_device{}()};  // io thread only
+
+  bool injected_failure() {
+    return std::uniform_real_distribution<double>(0, 1)(failure_rng) < cfg.inject_failure_rate;
+  }
+
+  // Saves the checkpoint of every expert that stepped since its last one. Runtime thread (or
+  // after it exited).
+  void save_checkpoints() {
+    if (cfg.checkpoint_dir.empty()) return;
+    for (auto& b : backends) {
+      if (b->steps == b->saved_steps) continue;
+      auto r = save_expert_checkpoint(cfg.checkpoint_dir, *b);
+      if (r) {
+        ++stats->checkpoints_saved;
+      } else {
+        ++stats->checkpoint_failures;
+        logger("moe")->warn("{}", r.error().message());
+      }
+    }
+  }
 
   void runtime_loop() {
     std::unique_lock lk(mu);
+    const bool checkpoints = !cfg.checkpoint_dir.empty();
+    auto next_checkpoint = Clock::now() + cfg.checkpoint_period;
     while (!stopping) {
+      if (checkpoints && Clock::now() >= next_checkpoint) {
+        lk.unlock();
+        save_checkpoints();
+        lk.lock();
+        next_checkpoint = Clock::now() + cfg.checkpoint_period;
+        continue;
+      }
       auto batch = sched.next(Clock::now());
       if (!batch) {
         auto w = sched.next_wakeup();
+        if (checkpoints && (!w || next_checkpoint < *w)) w = next_checkpoint;
         if (w)
           cv.wait_until(lk, *w);
         else
@@ -75,6 +108,10 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
       co_return Error(errc::not_found, "unknown expert uid '" + req.uid().substr(0, 64) + "'");
     }
     Backend* b = it->second;
+    if (cfg.inject_failure_rate > 0 && injected_failure()) {
+      ++stats->injected_failures;
+      co_return Error(errc::unavailable, "expert " + b->schema.uid + ": injected failure");
+    }
     if (req.tensors_size() < 1 || req.tensors(0).shape_size() < 1 || req.tensors(0).shape(0) < 1) {
       ++stats->bad_requests;
       co_return Error(errc::invalid_argument, "expert " + b->schema.uid + ": request without rows");
@@ -176,6 +213,8 @@ std::shared_ptr<ExpertServer> ExpertServer::create(std::shared_ptr<net::Host> ho
   s->impl_->directory = directory;
   s->impl_->cfg = config;
   s->impl_->stats = s->stats_;
+  if (!config.checkpoint_dir.empty())
+    (void)training::remove_stale_temporaries(config.checkpoint_dir);
   if (directory)
     s->impl_->experts_dir =
         std::make_unique<ExpertDirectory>(std::move(directory), config.declare_period);
@@ -215,6 +254,13 @@ result<void> ExpertServer::add_expert(const std::string& uid, ExpertModule modul
   b->schema.expert_type = module.type;
   b->optimizer = opt(module.parameters->parameters());
   b->module = std::move(module);
+  if (!im.cfg.checkpoint_dir.empty()) {
+    ST_TRY(auto loaded, load_expert_checkpoint(im.cfg.checkpoint_dir, *b));
+    if (loaded) {
+      ++stats_->checkpoints_loaded;
+      logger("moe")->info("expert {} restored from its checkpoint at step {}", canonical, b->steps);
+    }
+  }
   b->forward_pool = im.sched.add_pool(im.cfg.forward_pool);
   b->backward_pool = im.sched.add_pool(im.cfg.backward_pool);
   im.pool_owner[b->forward_pool] = {b.get(), false};
@@ -286,6 +332,7 @@ awaitable<void> ExpertServer::stop() {
     while (!im.runtime_exited && Clock::now() < until) (void)co_await sleep_for(2ms);
     if (im.runtime_exited) {
       im.runtime.join();
+      im.save_checkpoints();
     } else {
       logger("moe")->warn("expert runtime still busy after {} ms; detached",
                           std::chrono::duration_cast<Millis>(im.cfg.stop_timeout).count());
@@ -303,6 +350,16 @@ std::vector<std::string> ExpertServer::uids() const {
 std::shared_ptr<torch::nn::Module> ExpertServer::module_of(const std::string& uid) const {
   auto it = impl_->by_uid.find(uid);
   return it == impl_->by_uid.end() ? nullptr : it->second->module.parameters;
+}
+
+torch::optim::Optimizer* ExpertServer::optimizer_of(const std::string& uid) const {
+  auto it = impl_->by_uid.find(uid);
+  return it == impl_->by_uid.end() ? nullptr : it->second->optimizer.get();
+}
+
+std::uint64_t ExpertServer::steps_of(const std::string& uid) const {
+  auto it = impl_->by_uid.find(uid);
+  return it == impl_->by_uid.end() ? 0 : it->second->steps;
 }
 
 }  // namespace starling::moe

@@ -18,7 +18,17 @@ struct Backend {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::size_t forward_pool = 0;
   std::size_t backward_pool = 0;
+  // Runtime-thread state: steps and rows trained (restored from the checkpoint), and the
+  // step count at the last checkpoint.
+  std::uint64_t steps = 0;
+  std::uint64_t samples = 0;
+  std::uint64_t saved_steps = 0;
 };
+
+// Reloads the expert's checkpoint from `dir` if there is one (true if loaded).
+result<bool> load_expert_checkpoint(const std::filesystem::path& dir, Backend& b);
+// Writes the expert's checkpoint to `dir` atomically.
+result<void> save_expert_checkpoint(const std::filesystem::path& dir, Backend& b);
 
 // A request waiting for the runtime. Lives on the io thread: `done` and `out` are touched
 // only there (the runtime posts its answer).
