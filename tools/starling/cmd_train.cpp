@@ -306,6 +306,9 @@ int train_main(const TrainOptions& o) {
   }
   std::cerr << "leaving (" << stop_reason << ")..." << std::endl;
   auto final_status = opt.status();
+  // fashion-moe evaluates through remote experts: before the node stops.
+  std::optional<TaskEvaluation> early;
+  if (o.task == "fashion-moe") early = evaluate(task, opt);
   metrics.stop();
   auto down = opt.shutdown(10s);
   if (!down) std::cerr << "warning: shutdown: " << down.error().message() << "\n";
@@ -316,7 +319,7 @@ int train_main(const TrainOptions& o) {
     final_status.bytes_received = rx;
   }
 
-  const auto ev = evaluate(task, opt);
+  const auto ev = early ? *early : evaluate(task, opt);
   if (auto s = task.summary(); !s.empty()) std::cout << s << std::endl;
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const std::string hash = parameter_hash(task.module());
