@@ -136,3 +136,42 @@ TEST(MoeCheckpoint, MismatchedCheckpointIsAnErrorNamingTheFile) {
 
 }  // namespace
 }  // namespace starling::moe
+
+namespace starling::moe {
+namespace {
+
+using namespace test;
+
+// A replica started later downloads the expert's state from the server that trained it.
+TEST(MoeReplica, NewReplicaDownloadsExpertStateBitExact) {
+  Env env;
+  env.config.share_state = true;
+  auto a = env.serve(1, "ffn.0.[0:2]", Duration::zero(), kDim, kHidden, adam_factory(0.01));
+  train(env, 1, "ffn.0.1", 3);
+  // The runtime snapshots every declare_period (1 s) and the declaring task shares it.
+  ASSERT_TRUE(wait_for([&] { return a->stats().states_shared.load() >= 1; }, 10s));
+  const Bytes trained = state_of(a, "ffn.0.1");
+
+  env.config.share_state = false;
+  env.config.download_state = true;
+  env.config.state_download_timeout = 10s;
+  // Another seed: without the download its weights would differ.
+  auto dir = std::make_shared<averaging::DhtDirectory>(env.cluster->node_ptr(0));
+  auto b = ExpertServer::create(env.cluster->host_ptr(0), dir, env.config);
+  for (const std::string uid : {"ffn.0.0", "ffn.0.1"}) {
+    auto r = b->add_expert(uid, make_ffn_expert(kDim, kHidden, 4242), adam_factory(0.01));
+    ASSERT_TRUE(r) << r.error().message();
+  }
+  auto st = block_on(
+      env.io.executor(), [b] { return b->start(); }, 60s);
+  ASSERT_TRUE(st) << st.error().message();
+  EXPECT_EQ(b->stats().states_downloaded.load(), 1u);  // ffn.0.0 never stepped on a
+  EXPECT_EQ(b->steps_of("ffn.0.1"), 3u);
+  EXPECT_EQ(state_of(b, "ffn.0.1"), trained);
+  EXPECT_NE(state_of(b, "ffn.0.0"), state_of(a, "ffn.0.0"));
+  env.stop(b);
+  env.stop(a);
+}
+
+}  // namespace
+}  // namespace starling::moe

@@ -88,6 +88,16 @@ struct ExpertServerConfig {
   // Experiments: answer this fraction of forward/backward calls with errc::unavailable
   // (stats.injected_failures), as a flaky peer would.
   double inject_failure_rate = 0;
+  // Replicas (needs a directory): `share_state` serves every expert's state (parameters and
+  // optimizer) to other servers of the same uid through the averaging state transfer
+  // (averaging/state_transfer.hpp, one blob per expert, key prefix "moe.<uid>"): the runtime
+  // thread snapshots the experts that stepped every `declare_period`, announced with the
+  // declarations. `download_state`: start() first downloads the state of every expert not
+  // restored from a checkpoint from the replicas that share it (bounded by
+  // `state_download_timeout`; none found: the expert starts fresh).
+  bool share_state = false;
+  bool download_state = false;
+  Duration state_download_timeout = 15s;
 };
 
 struct ExpertServerStats {
@@ -98,6 +108,7 @@ struct ExpertServerStats {
   std::atomic<std::uint64_t> declarations{0}, declare_failures{0};
   std::atomic<std::uint64_t> checkpoints_saved{0}, checkpoints_loaded{0}, checkpoint_failures{0};
   std::atomic<std::uint64_t> injected_failures{0};
+  std::atomic<std::uint64_t> states_shared{0}, states_downloaded{0}, state_failures{0};
 };
 
 class ExpertServer : public std::enable_shared_from_this<ExpertServer> {

@@ -1,6 +1,7 @@
 // One expert's checkpoint file: the training/checkpoint.hpp container (CRC-checked metadata +
 // payload) holding optim/training_state.hpp's state of the module and its optimizer.
 #include "moe/torch/server_impl.hpp"
+#include "starling/averaging/host_address_sink.hpp"
 #include "starling/optim/training_state.hpp"
 #include "starling/training/checkpoint.hpp"
 
@@ -58,6 +59,36 @@ result<void> save_expert_checkpoint(const std::filesystem::path& dir, Backend& b
   ST_TRY(training::write_file_atomic(ExpertServer::checkpoint_path(dir, b.schema.uid), file));
   b.saved_steps = b.steps;
   return success();
+}
+
+}  // namespace starling::moe
+
+namespace starling::moe {
+
+result<Bytes> expert_state(Backend& b) {
+  auto s = optim::save_training_state(*b.module.parameters, b.optimizer.get());
+  if (!s) return s.error().with_context("expert " + b.schema.uid + " state");
+  return std::move(s).value();
+}
+
+result<void> load_expert_state(BytesView state, std::uint64_t steps, Backend& b) {
+  auto r = optim::load_training_state(state, *b.module.parameters, b.optimizer.get());
+  if (!r) return r.error().with_context("expert " + b.schema.uid + " downloaded state");
+  b.steps = steps;
+  b.saved_steps = 0;
+  return success();
+}
+
+result<std::shared_ptr<averaging::Averager>> make_state_averager(
+    const std::shared_ptr<net::Host>& host, const std::shared_ptr<averaging::Directory>& dir,
+    const std::string& uid) {
+  averaging::AveragerConfig c;
+  c.key = {"moe." + uid, 16, 0};
+  for (const auto& a : host->announce_addresses()) c.addrs.push_back(a.to_string());
+  if (c.addrs.size() > 16) c.addrs.resize(16);
+  c.reduce_threads = 1;
+  return averaging::Averager::create(host, dir, averaging::Schema{}, {}, c,
+                                     averaging::host_address_sink(host));
 }
 
 }  // namespace starling::moe
