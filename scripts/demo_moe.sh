@@ -4,10 +4,11 @@
 # server 2 checkpoints its experts) and 3 `starling train --task fashion-moe` trainers whose
 # trunk is averaged by the collaborative optimizer. Once the collaboration reaches KILL_AT
 # epochs, server 2 is SIGKILLed and server 3 starts on its checkpoint directory (its experts
-# come back restored). At the end: each trainer's test accuracy, its failed expert calls
+# come back restored), and server 4 starts as a replica of server 1 (it downloads the state of
+# server 1's experts through the state transfer). At the end: each trainer's test accuracy, its failed expert calls
 # survived, expert utilisation, and the parameter hashes of the trunks.
 # Exits non-zero if a check fails: every trainer at least ACC test accuracy, identical trunks,
-# server 3 restored the experts, the stage under LIMIT seconds.
+# server 3 restored the experts, server 4 downloaded them, the stage under LIMIT seconds.
 # Usage: scripts/demo_moe.sh [BUILD]   (tunables: EPOCHS, TARGET, KILL_AT, ACC, LIMIT)
 set -euo pipefail
 build=${1:-build}
@@ -47,7 +48,7 @@ start_server() {
   grep -q '^serving' "$dir/s$i.log" || { echo "server $i did not start"; cat "$dir/s$i.log"; exit 1; }
   echo "   server $i (pid ${spid[$i]}): $(grep '^serving' "$dir/s$i.log")"
 }
-start_server 1 'ffn.[0:2].[0:4]'
+start_server 1 'ffn.[0:2].[0:4]' --share-state
 start_server 2 'ffn.[2:4].[0:4]' --checkpoint-dir "$dir/ckpt" --checkpoint-period 2
 
 declare -A tpid
@@ -75,9 +76,13 @@ wait "${spid[2]}" 2>/dev/null || true
 start_server 3 'ffn.[2:4].[0:4]' --checkpoint-dir "$dir/ckpt" --checkpoint-period 2
 restored=$(sed -n 's/^restored \([0-9]*\) experts.*/\1/p' "$dir/s3.log")
 echo "   server 3 restored ${restored:-0} experts from server 2's checkpoints"
+echo "== server 4 starts as a replica of server 1 and downloads its experts' state"
+start_server 4 'ffn.[0:2].[0:4]' --download-state
+downloaded=$(sed -n 's/^downloaded \([0-9]*\) experts.*/\1/p' "$dir/s4.log")
+echo "   server 4 downloaded ${downloaded:-0} experts' state from server 1"
 
 wait_trainers "$limit" "$t0" 1 2 3
-for i in 1 3; do kill -INT "${spid[$i]}" 2>/dev/null || true; done
+for i in 1 3 4; do kill -INT "${spid[$i]}" 2>/dev/null || true; done
 kill -INT "$boot_pid" 2>/dev/null || true
 secs=$(($(date +%s) - t0))
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -102,7 +107,8 @@ for i in 1 2 3; do
 done
 echo "   expert utilisation seen by trainer 1 (share of the rows it routed):"
 sed -n 's/^moe utilisation: //p' "$dir/t1.log" | fold -w 92 -s | sed 's/^/     /'
-for i in 1 3; do echo "   server $i: $(grep '^stopped' "$dir/s$i.log" || echo 'no stop line')"; done
+sleep 1
+for i in 1 3 4; do echo "   server $i: $(grep '^stopped' "$dir/s$i.log" || echo 'no stop line')"; done
 echo "   server 2: SIGKILLed at epoch $e"
 if [[ $(printf '%s\n' "${hashes[@]}" | sort -u | wc -l) == 1 && ${#hashes[@]} == 3 ]]; then
   echo "   all trainers hold identical trunks: ${hashes[0]}"
@@ -110,6 +116,7 @@ else
   echo "   trunk hashes differ"; ok=0
 fi
 (( ${restored:-0} > 0 )) || { echo "   server 3 restored no expert"; ok=0; }
+(( ${downloaded:-0} > 0 )) || { echo "   server 4 downloaded no expert state"; ok=0; }
 echo "   demo-moe: ${secs} s (limit ${limit} s); load average before ${load0}, after ${load1}"
 (( secs < limit )) || ok=0
 (( ok == 1 )) || { echo "== demo-moe: a check failed"; exit 1; }

@@ -22,6 +22,8 @@ struct ExpertsOptions {
   std::string checkpoint_dir;
   double checkpoint_period_s = 60;
   double fail_rate = 0;
+  bool share_state = false;
+  bool download_state = false;
 };
 
 awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
@@ -52,6 +54,8 @@ awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
   cfg.checkpoint_period =
       std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->checkpoint_period_s));
   cfg.inject_failure_rate = o->fail_rate;
+  cfg.share_state = o->share_state;
+  cfg.download_state = o->download_state;
   auto server =
       moe::ExpertServer::create(host, std::make_shared<averaging::DhtDirectory>(node), cfg);
   int rc = 0;
@@ -80,6 +84,9 @@ awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
     std::cout << "peer id " << host->local_peer().to_string() << "\n";
     for (const auto& a : host->listen_addresses())
       std::cout << "listening " << a.to_string() << "\n";
+    if (server->stats().states_downloaded > 0)
+      std::cout << "downloaded " << server->stats().states_downloaded
+                << " experts' state from replicas\n";
     if (server->stats().checkpoints_loaded > 0)
       std::cout << "restored " << server->stats().checkpoints_loaded << " experts from "
                 << o->checkpoint_dir << "\n";
@@ -129,6 +136,11 @@ void add_experts_command(CLI::App& app, Runner& run) {
       ->add_option("--fail-rate", o->fail_rate,
                    "answer this fraction of forward/backward calls with an error (experiments)")
       ->capture_default_str();
+  serve->add_flag("--share-state", o->share_state,
+                  "serve the experts' state to replicas of the same uids (state transfer)");
+  serve->add_flag("--download-state", o->download_state,
+                  "at start, download each expert's state from replicas sharing it (experts not "
+                  "restored from --checkpoint-dir)");
   serve->callback([&run, o] { run = [o] { return run_main([o] { return serve_main(o); }); }; });
 }
 
