@@ -80,6 +80,9 @@ class RemoteMixtureOfExpertsImpl : public torch::nn::Module {
   const MoeOptions& options() const { return options_; }
 
   torch::nn::Linear proj{nullptr};
+  // The last forward's routing (for the Switch layer): grid coordinates [B, k, dims] (int64)
+  // of each sample's slots and which slots answered [B, k] (bool). Undefined before a forward.
+  torch::Tensor last_coords, last_answered;
 
  private:
   MoeOptions options_;

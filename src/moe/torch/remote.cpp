@@ -326,6 +326,13 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
         for (std::size_t r = 0; r < c.rows.size(); ++r) m[c.rows[r] * K + c.slots[r]] = 1;
     mask = torch::from_blob(m.data(), {B, K}, torch::kUInt8).clone().to(torch::kBool);
   }
+  {
+    std::vector<torch::Tensor> per_dim;
+    for (std::size_t d = 0; d < D; ++d)
+      per_dim.push_back(torch::from_blob(idx_v[d].data(), {B, K}, torch::kLong).clone());
+    last_coords = torch::stack(per_dim, 2);
+    last_answered = mask;
+  }
   std::uint64_t empty = 0;
   {
     auto any = mask.any(1);
