@@ -65,6 +65,8 @@ class DhtNetwork final : public TrainNetwork {
     return node_->collaboration();
   }
   std::string peer_id() const override { return node_->peer().to_string(); }
+  std::shared_ptr<net::Host> host() override { return node_->host(); }
+  std::shared_ptr<dht::DhtNode> dht() override { return node_->dht(); }
   void publish_metrics(monitor::MetricsRecord r) override {
     if (publisher_) publisher_->submit(std::move(r));
   }

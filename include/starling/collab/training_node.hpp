@@ -49,6 +49,7 @@ class TrainingNode {
   // The node's DHT (for other records, e.g. run metrics; used on executor()).
   std::shared_ptr<dht::DhtNode> dht() const { return node_; }
   const net::PeerId& peer() const { return host_->local_peer(); }
+  std::shared_ptr<net::Host> host() const { return host_; }
   // The host's announce_addresses() (0.0.0.0 expanded), with /p2p/<id>.
   std::vector<net::Multiaddr> listen_addresses() const;
   asio::any_io_executor executor() { return io_->executor(); }
