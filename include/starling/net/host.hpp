@@ -208,6 +208,10 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   }
   // After each identify of a peer (its protocols and observed address are known).
   void on_peer_identified(PeerCallback cb) { on_identified_.push_back(std::move(cb)); }
+  // Each new connection, relayed and direct ones, before streams run on it.
+  void on_connection_opened(std::function<void(const ConnectionInfo&)> cb) {
+    on_conn_opened_.push_back(std::move(cb));
+  }
 
   // Test/diagnostic counters.
   struct Stats {
@@ -326,6 +330,7 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   std::uint64_t next_conn_id_ = 1;
   std::vector<PeerCallback> on_connected_, on_disconnected_, on_identified_;
   std::vector<std::function<void()>> on_addrs_changed_;
+  std::vector<std::function<void(const ConnectionInfo&)>> on_conn_opened_;
   std::vector<Multiaddr> announce_;  // HostConfig::announce parsed, or expanded
   std::map<std::string, std::pair<std::vector<Multiaddr>, bool>> extra_addrs_;  // by source
   std::map<const ByteStream*, std::shared_ptr<Connection>> stream_conns_;       // handlers running
