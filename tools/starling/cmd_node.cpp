@@ -92,10 +92,12 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
       [](const net::PeerId& p) { std::cout << "connected " << p.to_string() << std::endl; });
   host->on_peer_disconnected(
       [](const net::PeerId& p) { std::cout << "disconnected " << p.to_string() << std::endl; });
-  host->on_connection_opened([](const net::ConnectionInfo& c) {
-    std::cout << fmt::format("connection {} {} {} {}", c.peer.to_string(),
+  // t=: milliseconds since the node started (bench/run-nat.sh times hole punches with it).
+  host->on_connection_opened([t0 = Clock::now()](const net::ConnectionInfo& c) {
+    std::cout << fmt::format("connection {} {} {} {} t={:.1f}", c.peer.to_string(),
                              c.relayed ? "relayed" : "direct", c.outbound ? "outbound" : "inbound",
-                             c.remote_addr.to_string())
+                             c.remote_addr.to_string(),
+                             std::chrono::duration<double, std::milli>(Clock::now() - t0).count())
               << std::endl;
   });
   std::cout << "peer id " << host->local_peer().to_string() << "\n";
