@@ -203,10 +203,11 @@ awaitable<void> Averager::stop() {
   impl_->round_registered.set();
   // A step in flight ends now (its matchmaking is cancelled, its round abandoned: the others
   // go on without this member), and stop() returns once it is over, within stop_timeout.
-  if (auto st = impl_->step.lock(); st && !st->outcome) {
-    PendingStep(st).end("averager: stopped");
-    (void)co_await with_timeout(st->done.wait(), cfg_.stop_timeout, "averager stop");
-  }
+  if (auto st = impl_->step.lock(); st && !st->outcome) PendingStep(st).end("averager: stopped");
+  // The ended step's coroutine unwinds through its own cancel path; what has not finished by
+  // stop_timeout is cancelled (TaskScope::close).
+  if (!co_await impl_->steps.join(cfg_.stop_timeout))
+    (void)co_await impl_->steps.close(cfg_.stop_timeout);
 }
 
 }  // namespace starling::averaging

@@ -35,7 +35,7 @@ struct PendingStep::State {
 };
 
 struct Averager::Impl {
-  explicit Impl(asio::any_io_executor ex) : round_registered(ex), match_started(ex) {}
+  explicit Impl(asio::any_io_executor ex) : round_registered(ex), match_started(ex), steps(ex) {}
   std::map<Bytes, std::shared_ptr<detail::RoundRunner>> rounds;  // by group id
   AsyncEvent round_registered;
   std::shared_ptr<detail::MatchSession> match;
@@ -44,6 +44,7 @@ struct Averager::Impl {
   // intact group predicts for its next round (AveragerConfig::reuse_group).
   std::vector<MemberInfo> last_members;
   std::weak_ptr<PendingStep::State> step;  // the step in flight (stop() ends it)
+  TaskScope steps;  // runs every step's coroutine (stop() waits for it, bounded)
   // The snapshot served now and the one before it (downloads of it in progress finish).
   std::shared_ptr<const StateSnapshot> snapshot, previous;
   Averager::BlobSource blob_source;

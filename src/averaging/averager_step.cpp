@@ -64,9 +64,8 @@ result<std::shared_ptr<PendingStep>> Averager::begin(StepOptions opts) {
   impl_->local_buf.resize(schema_.numel());
   impl_->output_buf.resize(schema_.numel());
   impl_->step = st;
-  // Detached, but never unbounded: the step ends by its deadline, and stop() ends it at once
-  // (PendingStep::end) and waits for it.
-  asio::co_spawn(host_->get_executor(), run_step(st), asio::detached);
+  // The step ends by its deadline; stop() ends it at once (PendingStep::end) and waits for it.
+  impl_->steps.spawn(run_step(st));
   return std::make_shared<PendingStep>(st);
 }
 

@@ -10,7 +10,7 @@
 // Threading rule: everything on the host's executor except run_reduce_job() calls on the pool.
 #pragma once
 
-#include <asio/steady_timer.hpp>
+#include "starling/core/timer.hpp"
 #include <atomic>
 #include <deque>
 #include <map>
@@ -222,7 +222,7 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   RoundCore core_;
   std::vector<Peer> p_;
   TaskScope scope_;
-  asio::steady_timer timer_;
+  Timer timer_;
   AsyncEvent done_, progress_;
   AsyncEvent balance_;  // pulsed when a flow progresses
   UploadPacer pacer_;

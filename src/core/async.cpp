@@ -18,7 +18,7 @@ Error from_asio(const std::error_code& ec, std::string context) {
 }
 
 awaitable<result<void>> sleep_for(Duration d) {
-  asio::steady_timer t(co_await asio::this_coro::executor, d);
+  Timer t(co_await asio::this_coro::executor, d);
   auto [ec] = co_await t.async_wait(use_nothrow);
   if (ec) co_return make_error(errc::cancelled, "sleep");
   co_return success();

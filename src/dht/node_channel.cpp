@@ -34,7 +34,7 @@ struct Watchdog : std::enable_shared_from_this<Watchdog> {
       : stream(std::move(s)), period(p), timer(stream->get_executor()) {}
   net::ByteStreamPtr stream;
   Duration period;
-  asio::steady_timer timer;
+  Timer timer;
   std::uint64_t answered = 0, seen = 0;
   bool stopped = false;
   void arm() {
@@ -228,7 +228,7 @@ awaitable<void> DhtNode::channel_reader(std::shared_ptr<Channel> ch) {
 
 awaitable<void> DhtNode::channel_sweeper() {
   const Duration period = std::clamp<Duration>(cfg_.channel_idle / 4, 50ms, 5s);
-  asio::steady_timer t(host_->get_executor());
+  Timer t(host_->get_executor());
   while (!stopping_) {
     t.expires_after(period);
     auto [ec] = co_await t.async_wait(use_nothrow);

@@ -125,7 +125,7 @@ awaitable<result<void>> ServerCall::watch() {
     client_closed_ = true;
   }
   // The client half-closed early: nothing more to watch; wait until cancelled.
-  asio::steady_timer forever(stream_->get_executor(), TimePoint::max());
+  Timer forever(stream_->get_executor(), TimePoint::max());
   (void)co_await forever.async_wait(use_nothrow);
   co_return make_error(errc::cancelled);
 }
@@ -199,7 +199,7 @@ awaitable<result<void>> run_handler(std::shared_ptr<const MethodEntry> m, const 
                                     ServerCall& call) {
   using namespace asio::experimental::awaitable_operators;
   auto ex = co_await asio::this_coro::executor;
-  asio::steady_timer timer(ex, ctx.deadline());
+  Timer timer(ex, ctx.deadline());
   if (m->kind == MethodKind::bidi) {
     auto r = co_await (guarded_invoke(m, ctx, call) || timer.async_wait(use_nothrow));
     if (r.index() == 0) co_return std::move(std::get<0>(r));

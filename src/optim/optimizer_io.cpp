@@ -287,7 +287,7 @@ awaitable<void> OptimizerIo::progress_loop() {
         std::clamp<Duration>(next_fetch_ - Clock::now(), Duration::zero(), kLoopTick);
     wake_.reset();
     using namespace asio::experimental::awaitable_operators;
-    asio::steady_timer timer(executor_, wait);
+    Timer timer(executor_, wait);
     auto r = co_await (timer.async_wait(use_nothrow) || wake_.wait());
     if (r.index() == 0 && std::get<0>(std::get<0>(r)) == asio::error::operation_aborted) co_return;
     if (r.index() == 1 && !std::get<1>(r)) co_return;  // cancelled

@@ -1,13 +1,13 @@
 // MatchSession publishing: a change to this peer's entry made while its first put is still in
 // flight (matchmaking cancelled, a follower joined) is published after that put. The directory
 // below lands every put at once but answers the first one only after a hold, like a DHT store
-// still on its way while the session goes on (long enough that the cancel lands inside it on a
-// loaded machine).
+// still on its way while the session goes on: an hour on the moved clock (advance_clock), ended
+// by the test once its cancel has landed, so no load can end the hold first.
 #include <gtest/gtest.h>
 
-#include <asio/steady_timer.hpp>
 #include <future>
 #include <mutex>
+#include "starling/core/timer.hpp"
 
 #include "net_harness.hpp"
 #include "starling/averaging/wire.hpp"
@@ -34,7 +34,7 @@ class HeldFirstPutDirectory final : public Directory {
     }
     if (first) {
       landed_.set_value();
-      asio::steady_timer t(co_await asio::this_coro::executor, hold_);
+      Timer t(co_await asio::this_coro::executor, hold_);
       (void)co_await t.async_wait(use_nothrow);
     }
     co_return r;
@@ -64,12 +64,15 @@ class HeldFirstPutDirectory final : public Directory {
 // matchmaking for the next round; its cancel came during its first put, the closed entry was
 // never published, and the other three waited out the 15 s matchmaking deadline for it.
 TEST(MatchPublish, AStepCancelledDuringItsFirstPutLeavesItsEntryClosed) {
-  auto dir = std::make_shared<HeldFirstPutDirectory>(1500ms);
+  enable_clock_jumps();
+  auto dir = std::make_shared<HeldFirstPutDirectory>(1h);
   auto landed = dir->landed();
   Cluster c(1, test::test_schema(64), base_config(), {}, 1, dir);
   StepOptions o;
   o.round = "r/1";
-  o.timeout = 20s;
+  // Beyond the held put: the jump must not end the step itself.
+  o.timeout = 10h;
+  o.matchmaking_timeout = 5h;
   auto step =
       c.node(0).run([a = c.node(0).avg, o]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
         co_return a->begin(o);
@@ -81,8 +84,10 @@ TEST(MatchPublish, AStepCancelledDuringItsFirstPutLeavesItsEntryClosed) {
     p->cancel();
     co_return 0;
   });
+  // The cancel has landed inside the held put: now the put answers.
+  advance_clock(1h);
   const bool ended =
-      c.node(0).run([p]() -> awaitable<bool> { co_return co_await p->wait(Clock::now() + 10s); });
+      c.node(0).run([p]() -> awaitable<bool> { co_return co_await p->wait(Clock::now() + 20s); });
   ASSERT_TRUE(ended);
   const auto entries = dir->entries();
   ASSERT_GE(entries.size(), 1u);

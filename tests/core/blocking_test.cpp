@@ -173,7 +173,7 @@ TEST(BlockOn, ManyThreadsAtOnce) {
 
 TEST(IoThread, StopIsBoundedWithPendingWork) {
   IoThread io("blk-test");
-  asio::steady_timer forever(io.context(), TimePoint::max());
+  Timer forever(io.context(), TimePoint::max());
   forever.async_wait([](std::error_code) {});
   auto t0 = Clock::now();
   auto r = io.stop(100ms);

@@ -37,6 +37,7 @@ inline Duration ms_since(TimePoint t0) {
 class RpcTest : public ::testing::Test {
  protected:
   RpcTest() {
+    enable_clock_jumps();
     server.add_unary<StringValue, StringValue>(
         kEcho,
         [this](const net::RpcContext& ctx, StringValue req) -> awaitable<result<StringValue>> {
@@ -49,6 +50,7 @@ class RpcTest : public ::testing::Test {
     server.add_unary<StringValue, StringValue>(
         kSlow, [this](const net::RpcContext&, StringValue req) -> awaitable<result<StringValue>> {
           ++slow_started;
+          slow_begun.set();
           auto slept = co_await sleep_for(std::chrono::milliseconds(std::stoi(req.value())));
           if (!slept) {
             slow_cancelled.set();
@@ -85,6 +87,20 @@ class RpcTest : public ::testing::Test {
         });
   }
 
+  // Moves the clock (advance_clock) by `d` once `ready` is set, from a coroutine of its own:
+  // a deadline test then waits for no real time, and no load can expire its deadline early.
+  void jump_when(AsyncEvent& ready, Duration d) {
+    asio::co_spawn(
+        io,
+        [&ready, d]() -> awaitable<void> {
+          co_await ready.wait();
+          // Let the waiting side arm its timers first (it runs until it suspends).
+          co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+          advance_clock(d);
+        },
+        asio::detached);
+  }
+
   // Runs `body` to completion (and everything it started); may be called repeatedly.
   void run(std::function<awaitable<void>()> body, Duration deadline = 30s) {
     io.restart();
@@ -104,6 +120,7 @@ class RpcTest : public ::testing::Test {
   int slow_started = 0;
   net::PeerId last_remote;
   Duration last_remaining{};
+  AsyncEvent slow_begun{io.get_executor()};
   AsyncEvent slow_cancelled{io.get_executor()};
   AsyncEvent count_write_failed{io.get_executor()};
 };

@@ -163,7 +163,7 @@ class DelayProxy : public std::enable_shared_from_this<DelayProxy> {
   static awaitable<void> deliver(std::shared_ptr<DelayProxy> self, std::shared_ptr<Pipe> pipe,
                                  std::shared_ptr<net::TcpStream> from,
                                  std::shared_ptr<net::TcpStream> to) {
-    asio::steady_timer timer(co_await asio::this_coro::executor);
+    Timer timer(co_await asio::this_coro::executor);
     for (;;) {
       if (pipe->q.empty()) {
         if (pipe->eof) break;

@@ -91,6 +91,7 @@ struct GatedPeer {
 
   explicit GatedPeer(DelayCorrection correction = DelayCorrection::none,
                      const std::filesystem::path& checkpoint_dir = {}) {
+    enable_clock_jumps();  // some tests move the clock past backoffs and expiries
     collab = std::make_shared<GatedCollaboration>(hub, io.executor());
     PeerProgress partner;
     partner.epoch = 0;
@@ -260,13 +261,14 @@ TEST(DelayedUpdates, FailedBackgroundRoundGivesItsGradientsBackAndIsRetried) {
       EXPECT_FALSE(r.stepped);
       EXPECT_EQ(r.epoch, 0u);
       failed = true;
+      advance_clock(OptimizerOptions{}.retry_backoff);  // the backoff passes at once
     }
     if (failed && r.round_in_background && second_launch == 0) second_launch = p.batches.size();
     if (r.stepped) break;
     if (second_launch == 0) {
       EXPECT_TRUE(torch::equal(flat_params(*p.model), initial));
     }
-    std::this_thread::sleep_for(2ms);  // pacing (the retry comes after a 2 s backoff)
+    std::this_thread::sleep_for(2ms);  // pacing
   }
   ASSERT_TRUE(failed);
   ASSERT_TRUE(r.stepped);
@@ -301,7 +303,10 @@ TEST(DelayedUpdates, RepeatedFailuresStepAloneOnlyWhenReallyAlone) {
   const auto until = Clock::now() + 60s;
   while (errors < 4 && Clock::now() < until) {
     auto r = p.feed();
-    if (r.round_error) ++errors;
+    if (r.round_error) {
+      ++errors;
+      advance_clock(OptimizerOptions{}.retry_backoff);
+    }
     EXPECT_FALSE(r.stepped);
     std::this_thread::sleep_for(2ms);
   }
@@ -325,6 +330,7 @@ TEST(DelayedUpdates, RepeatedFailuresStepAloneOnlyWhenReallyAlone) {
       EXPECT_EQ(r.group_size, 1u);
     }
     std::this_thread::sleep_for(2ms);
+    advance_clock(20ms);  // the clock runs 10x faster: the record's expiry and the holds pass
   }
   EXPECT_TRUE(stepped);
   EXPECT_EQ(p.opt->local_epoch(), 1u);

@@ -5,7 +5,7 @@
 #pragma once
 
 #include <asio/any_io_executor.hpp>
-#include <asio/steady_timer.hpp>
+#include "starling/core/timer.hpp"
 
 #include <memory>
 #include <optional>
@@ -18,7 +18,7 @@ class ReferenceTimer {
  public:
   ReferenceTimer(const asio::any_io_executor& ex, Duration d)
       : start_(Clock::now()), d_(d), fired_(std::make_shared<std::optional<TimePoint>>()) {
-    timer_ = std::make_shared<asio::steady_timer>(ex, d);
+    timer_ = std::make_shared<Timer>(ex, d);
     timer_->async_wait([f = fired_](std::error_code ec) {
       if (!ec) *f = Clock::now();
     });
@@ -30,7 +30,7 @@ class ReferenceTimer {
   TimePoint start_;
   Duration d_;
   std::shared_ptr<std::optional<TimePoint>> fired_;
-  std::shared_ptr<asio::steady_timer> timer_;
+  std::shared_ptr<Timer> timer_;
 };
 
 }  // namespace starling::test

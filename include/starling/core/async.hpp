@@ -20,7 +20,7 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
+#include "starling/core/timer.hpp"
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 
@@ -45,7 +45,7 @@ Error from_asio(const std::error_code& ec, std::string context = {});
 template <class T>
 awaitable<result<T>> with_timeout(awaitable<result<T>> op, Duration timeout, std::string what) {
   using namespace asio::experimental::awaitable_operators;
-  asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
+  Timer timer(co_await asio::this_coro::executor, timeout);
   auto r = co_await (std::move(op) || timer.async_wait(use_nothrow));
   if (r.index() == 0) co_return std::move(std::get<0>(r));
   // The timer only completes with an error when the group was cancelled from outside.
@@ -70,7 +70,7 @@ class AsyncEvent {
   bool is_set() const noexcept { return set_; }
 
  private:
-  asio::steady_timer timer_;
+  Timer timer_;
   bool set_ = false;
 };
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
+#include "starling/core/timer.hpp"
 
 #include "starling/core/async.hpp"
 
@@ -142,7 +142,7 @@ struct ThreadPool::RunState {
   std::optional<Out> value;  // written by the worker before it posts completion
   std::exception_ptr error;
   // On `ex` only:
-  asio::steady_timer* timer = nullptr;  // set while the coroutine waits
+  Timer* timer = nullptr;  // set while the coroutine waits
   bool done = false;
 
   // From any thread, once: wakes the coroutine on its executor.
@@ -201,7 +201,7 @@ auto ThreadPool::run(F f)
   using State = RunState<Out>;
   auto ex = co_await asio::this_coro::executor;
   auto st = std::make_shared<State>(ex);
-  asio::steady_timer timer(ex, TimePoint::max());
+  Timer timer(ex, TimePoint::max());
   st->timer = &timer;
   typename State::TimerGuard guard{st.get()};
   post(make_run_task<F, Out>(st, std::move(f)));

@@ -251,7 +251,7 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   net::RpcClient client_;
   std::unique_ptr<net::RpcServer> server_;
   TaskScope scope_;
-  asio::steady_timer timer_;
+  Timer timer_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Waiter>> waiters_;
   bool started_ = false, stopping_ = false;
   bool configured_client_ = false;  // cfg_.dht.client_mode as created (set_reachable)

@@ -17,7 +17,7 @@
 #include <string>
 
 #include <asio/experimental/awaitable_operators.hpp>
-#include <asio/steady_timer.hpp>
+#include "starling/core/timer.hpp"
 #include <asio/this_coro.hpp>
 
 #include "starling/core/async.hpp"
@@ -102,7 +102,7 @@ result<void> check_message_size(const google::protobuf::MessageLite& msg, std::s
 template <class T>
 awaitable<result<T>> run_until(awaitable<result<T>> op, TimePoint deadline, std::string what) {
   using namespace asio::experimental::awaitable_operators;
-  asio::steady_timer timer(co_await asio::this_coro::executor, deadline);
+  Timer timer(co_await asio::this_coro::executor, deadline);
   auto r = co_await (std::move(op) || timer.async_wait(use_nothrow));
   auto cs = co_await asio::this_coro::cancellation_state;
   if (cs.cancelled() != asio::cancellation_type::none)
@@ -192,7 +192,7 @@ class ClientCall final : public MessageSource,
   TimePoint deadline_;
   Duration timeout_;
   std::size_t max_message_size_;
-  asio::steady_timer timer_;
+  Timer timer_;
   bool header_sent_ = false;
   bool write_closed_ = false;
   bool finished_ = false;
