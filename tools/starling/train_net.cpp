@@ -149,6 +149,7 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
                       "--attack " + o.attack + ": expected none, sign-flip or random");
   cfg.relay_service = o.relay;
   cfg.use_relays = o.use_relays;
+  cfg.hole_punching = o.hole_punching;
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));
   if (bw > 0) {
     cfg.collab.bandwidth = bw;  // declared to the group: all-reduce shares follow it

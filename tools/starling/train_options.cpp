@@ -96,6 +96,8 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_flag("--use-relays", o.use_relays,
                "behind a NAT: hold relay reservations with the initial peers and announce the "
                "/p2p-circuit addresses, so peers reach this one through them");
+  cmd.add_flag("--hole-punching", o.hole_punching,
+               "DCUtR: upgrade relayed connections to direct ones by TCP hole punching");
   cmd.add_flag("--client", o.client,
                "client mode: accept no incoming connections (behind NAT); still averages");
   cmd.add_flag("--auxiliary", o.auxiliary,

@@ -36,6 +36,12 @@ struct TrainingNodeConfig {
   // /p2p-circuit addresses (DHT records, averaging entries) so peers can reach this one.
   bool use_relays = false;
   Duration relay_wait = 10s;
+  // Ask peers that serve AutoNAT whether this node is publicly reachable, and run the DHT in
+  // client mode while it is not (DhtNode::set_reachable). Only for a listening server node.
+  bool auto_client_mode = true;
+  // DCUtR: upgrade relayed connections to direct ones by TCP hole punching
+  // (net::HostConfig::hole_punching).
+  bool hole_punching = false;
 
   static dht::DhtNodeConfig default_dht();
 };
@@ -69,6 +75,7 @@ class TrainingNode {
   std::shared_ptr<net::RelayService> relay_;
   std::shared_ptr<net::AutonatServer> autonat_;
   std::shared_ptr<net::RelayClient> relay_client_;
+  std::shared_ptr<net::AutonatClient> autonat_client_;
   bool stopped_ = false;
   std::pair<std::uint64_t, std::uint64_t> final_traffic_{0, 0};
 };
