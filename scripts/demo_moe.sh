@@ -18,20 +18,12 @@ target=${TARGET:-1024}
 kill_at=${KILL_AT:-$((epochs / 3))}
 acc_min=${ACC:-0.82}
 limit=${LIMIT:-300}
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if ((rc == 0)); then rm -rf "$dir"; else echo "== logs of the failed run kept in $dir"; fi
-}
-trap cleanup EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/bootstrap_node.sh"
+demo_workdir
 t0=$(date +%s)
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo "== DMoE on Fashion-MNIST: a DHT bootstrap node, 2 expert servers, 3 trainers (target batch $target, $epochs epochs)"
-source "$(dirname "${BASH_SOURCE[0]}")/bootstrap_node.sh"
 start_bootstrap "$bin" "$dir"
 echo "   bootstrap node: $boot"
 
