@@ -4,7 +4,7 @@ BUILD   := build
 JOBS    ?= $(shell nproc)
 CTEST_J ?= 2
 
-.PHONY: all deps dev-deps configure build test test-all test-asan test-tsan demo demo-lm python-install fuzz clean format tidy
+.PHONY: all deps dev-deps configure build test test-all test-asan test-tsan demo demo-lm demo-moe python-install fuzz clean format tidy
 all: build
 
 deps:
@@ -52,6 +52,12 @@ demo: configure
 demo-lm: configure
 	cmake --build $(BUILD) -j $(JOBS) --target starling_cli
 	scripts/demo_lm.sh $(BUILD)
+
+# Decentralized mixture of experts on loopback: 2 expert servers (one killed, one restarted
+# from its checkpoints) and 3 trainers (scripts/demo_moe.sh).
+demo-moe: configure
+	cmake --build $(BUILD) -j $(JOBS) --target starling_cli
+	scripts/demo_moe.sh $(BUILD)
 
 # The Python module, built and copied into the python3 that imports torch (docs/python.md).
 python-install: configure

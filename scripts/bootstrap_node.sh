@@ -1,5 +1,20 @@
 # Sourced by the demo and benchmark scripts.
 #
+# demo_workdir: sets `dir` (a new temporary directory) and `pids` (empty); at exit every pid in
+# `pids` is killed, and the directory is removed after a success or kept (and named) after a
+# failure.
+demo_workdir() {
+  dir=$(mktemp -d)
+  pids=()
+  trap demo_cleanup EXIT
+}
+demo_cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if ((rc == 0)); then rm -rf "$dir"; else echo "== logs of the failed run kept in $dir"; fi
+}
+#
 # start_bootstrap BIN DIR: starts a `starling dht`
 # bootstrap node on loopback (port 0) in the background with its files in DIR, appends its pid
 # to the caller's `pids` array and sets `boot_pid`, waits up to 10 s for its address and sets

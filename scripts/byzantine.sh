@@ -15,17 +15,9 @@ epochs=${EPOCHS:-60}
 attack=${ATTACK:-sign-flip}
 attackers=${ATTACKERS:-1}
 min_acc=${MIN_ACC:-0.8}
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if ((rc == 0)); then rm -rf "$dir"; else echo "logs kept in $dir"; fi
-}
-trap cleanup EXIT
-field() { sed -n "s/.*\"$2\":\(\"[^\"]*\"\|[0-9.e+-]*\).*/\1/p" "$1" | tr -d '"'; }
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap_node.sh"
+demo_workdir
+field() { sed -n "s/.*\"$2\":\(\"[^\"]*\"\|[0-9.e+-]*\).*/\1/p" "$1" | tr -d '"'; }
 start_bootstrap "$bin" "$dir"
 common=(--initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 --target-batch-size 1024
         --batch-size 64 --threads 1 --lr 0.003 --max-epochs "$epochs" --linger 20 --no-metrics)

@@ -18,20 +18,12 @@ kill_at=${KILL_AT:-$((epochs / 3))}
 limit=${LIMIT:-600}
 [[ -f /usr/share/wordnet/data.noun ]] || {
   echo "wordnet-base is not installed (scripts/install-deps.sh): skipping"; exit 77; }
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if ((rc == 0)); then rm -rf "$dir"; else echo "== logs of the failed run kept in $dir"; fi
-}
-trap cleanup EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/bootstrap_node.sh"
+demo_workdir
 t0=$(date +%s)
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo "== language model together: a DHT bootstrap node and 4 trainers (target batch $target sequences, $epochs epochs, LAMB lr $lr)"
-source "$(dirname "${BASH_SOURCE[0]}")/bootstrap_node.sh"
 start_bootstrap "$bin" "$dir"
 echo "   bootstrap node: $boot"
 

@@ -25,6 +25,7 @@ result<std::unique_ptr<TrainingNode>> TrainingNode::start(crypto::KeyPair key,
   hc.shutdown_timeout = 3s;
   hc.max_upload_bytes_per_second = cfg.max_upload_bytes_per_second;
   hc.max_download_bytes_per_second = cfg.max_download_bytes_per_second;
+  hc.hole_punching = cfg.hole_punching;
   if (cfg.dht.dht.client_mode || cfg.collab.client_mode) hc.listen.clear();
   t->host_ = net::Host::create(t->io_->executor(), std::move(key), hc);
   auto host = t->host_;
@@ -67,6 +68,22 @@ result<std::unique_ptr<TrainingNode>> TrainingNode::start(crypto::KeyPair key,
           t->io_->executor(), [node, peers] { return node->start(peers); }, cfg.start_timeout);
       !r)
     return r.error().with_context("joining the DHT");
+  if (cfg.auto_client_mode && !hc.listen.empty() && !cfg.dht.dht.client_mode) {
+    auto made = block_on(
+        t->io_->executor(),
+        [host, node]() -> awaitable<result<std::shared_ptr<net::AutonatClient>>> {
+          auto a = net::AutonatClient::start(host);
+          std::weak_ptr<dht::DhtNode> weak = node;
+          a->on_change([weak](net::Reachability r) {
+            if (auto n = weak.lock(); n && r != net::Reachability::unknown)
+              n->set_reachable(r == net::Reachability::public_);
+          });
+          co_return a;
+        },
+        5s);
+    if (!made) return made.error().with_context("starting the AutoNAT client");
+    t->autonat_client_ = made.value();
+  }
   ST_TRY(auto c, NetCollaboration::create(t->host_, t->node_, cfg.collab));
   t->collab_ = std::move(c);
   return t;
@@ -104,12 +121,15 @@ result<void> TrainingNode::stop(Duration bound) {
   auto relay = relay_;
   auto autonat = autonat_;
   auto relay_client = relay_client_;
+  auto autonat_client = autonat_client_;
   auto* traffic = &final_traffic_;
   auto r = block_on(
       io_->executor(),
-      [c, node, host, relay, autonat, relay_client, traffic]() -> awaitable<result<void>> {
+      [c, node, host, relay, autonat, relay_client, autonat_client,
+       traffic]() -> awaitable<result<void>> {
         if (c) *traffic = {c->bytes_sent(), c->bytes_received()};
         if (c) co_await c->stop();
+        if (autonat_client) co_await autonat_client->stop();
         if (autonat) autonat->stop();
         if (relay_client) co_await relay_client->stop();
         if (relay) co_await relay->stop();

@@ -56,6 +56,7 @@ DhtNode::DhtNode(std::shared_ptr<net::Host> host, DhtNodeConfig cfg)
   core_.set_background_dials_hint([h = host_.get(), warm = cfg_.warm_connections] {
     return warm == 0 || h->connection_count() < 2 * warm;
   });
+  configured_client_ = cfg_.dht.client_mode;
 }
 
 void DhtNode::refresh_addresses() {
@@ -63,6 +64,16 @@ void DhtNode::refresh_addresses() {
   std::vector<Bytes> addrs;
   for (const auto& a : announced()) addrs.push_back(a.to_bytes());
   core_.set_addresses(std::move(addrs));
+}
+
+void DhtNode::set_reachable(bool reachable) {
+  if (configured_client_ || cfg_.dht.client_mode == !reachable) return;
+  cfg_.dht.client_mode = !reachable;
+  core_.set_client_mode(!reachable);
+  refresh_addresses();
+  dht_log().info("dht node {}: {} mode ({})", peer().short_string(),
+                 reachable ? "server" : "client",
+                 reachable ? "publicly reachable again" : "not publicly reachable");
 }
 
 DhtNode::~DhtNode() = default;
@@ -85,7 +96,7 @@ awaitable<result<void>> DhtNode::start(std::vector<net::Multiaddr> initial_peers
   host_->on_addresses_changed([weak = weak_from_this()] {
     if (auto self = weak.lock()) self->refresh_addresses();
   });
-  if (!cfg_.dht.client_mode) {
+  if (!configured_client_) {  // serves even while set_reachable(false) holds
     net::RpcServerOptions so;
     so.max_message_size = cfg_.dht.limits.max_message_bytes;
     so.max_duration = 30s;  // answering is immediate; this only bounds slow readers
@@ -115,8 +126,7 @@ awaitable<void> DhtNode::stop() {
   if (stopping_) co_return;
   stopping_ = true;
   server_.reset();  // unregisters the protocol: new calls are refused
-  if (!cfg_.dht.client_mode && cfg_.serve_channels)
-    host_->remove_stream_handler(kDhtChannelProtocol);
+  if (!configured_client_ && cfg_.serve_channels) host_->remove_stream_handler(kDhtChannelProtocol);
   close_channels();
   timer_.cancel();
   for (const auto& p : warm_kept_) host_->keep_alive(p, false);

@@ -95,6 +95,13 @@ awaitable<result<void>> Host::start() {
     }
     s->reset();
   });
+  if (cfg_.hole_punching)
+    set_stream_handler(std::string(kDcutrProtocol),
+                       [w = weak_from_this()](ByteStreamPtr s, PeerId p) {
+                         auto self = w.lock();
+                         return self ? self->serve_dcutr(std::move(s), std::move(p))
+                                     : []() -> awaitable<void> { co_return; }();
+                       });
   scope_.spawn(idle_sweeper());
   co_return success();
 }
@@ -184,23 +191,51 @@ awaitable<void> Host::accept_loop(std::shared_ptr<asio::ip::tcp::acceptor> acc) 
     pending->started = Clock::now();
     pending->tcp = tcp;
     pending_inbound_[pending->id] = pending;
-    scope_.spawn(handle_inbound(std::move(tcp), std::move(pending)));
+    // A peer's hole-punch dial that reached our listener instead of our own dial socket.
+    std::shared_ptr<Punch> punch;
+    if (auto it = punches_.find(tcp->remote_endpoint()); it != punches_.end()) punch = it->second;
+    scope_.spawn(handle_inbound(std::move(tcp), std::move(pending), std::move(punch)));
   }
 }
 
 awaitable<void> Host::handle_inbound(std::shared_ptr<TcpStream> tcp,
-                                     std::shared_ptr<PendingInbound> pending) {
+                                     std::shared_ptr<PendingInbound> pending,
+                                     std::shared_ptr<Punch> punch) {
   auto self = shared_from_this();
-  struct Done {  // however the handshake ends, it stops counting as pending
+  struct Done {  // however the handshake ends, it stops counting as pending (or punching)
     Host& host;
     std::uint64_t id;
-    ~Done() { host.pending_inbound_.erase(id); }
-  } done{*this, pending->id};
+    std::shared_ptr<Punch> punch;
+    ~Done() {
+      host.pending_inbound_.erase(id);
+      if (punch) {
+        --punch->running;
+        punch->changed.pulse();
+      }
+    }
+  } done{*this, pending->id, punch};
+  if (punch) ++punch->running;
   auto remote = endpoint_addr(tcp->remote_endpoint());
   ByteStreamPtr raw = rate_limited(tcp, upload_limit_, download_limit_);
   auto upgrade = [&]() -> awaitable<result<std::shared_ptr<Connection>>> {
-    ST_CO_TRY(auto up, co_await upgrade_inbound(raw, cfg_.dial_timeout));
-    co_return add_connection(up.session, up.peer, remote, /*outbound=*/false);
+    if (!punch) {
+      ST_CO_TRY(auto up, co_await upgrade_inbound(raw, cfg_.dial_timeout));
+      co_return add_connection(up.session, up.peer, remote, /*outbound=*/false);
+    }
+    // DCUtR: the connection takes the role agreed on the relayed connection (the peer that
+    // dialed through the relay is the client), whichever socket called connect().
+    auto expected = punch->peer;
+    result<Upgraded> up = make_error(errc::internal, "punched upgrade");
+    if (punch->as_client)
+      up = co_await upgrade_outbound(raw, expected, Clock::now() + cfg_.dial_timeout);
+    else
+      up = co_await upgrade_inbound(raw, cfg_.dial_timeout, expected);
+    if (!up) co_return up.error();
+    if (up.value().peer != expected)
+      co_return make_error(errc::protocol_violation,
+                           "punched connection reached " + up.value().peer.short_string());
+    ++stats_.punched_connections;
+    co_return add_connection(up.value().session, up.value().peer, remote, punch->as_client);
   };
   auto r = co_await with_timeout(upgrade(), cfg_.dial_timeout,
                                  "inbound upgrade from " + remote.to_string());

@@ -68,6 +68,10 @@ std::shared_ptr<Host::Connection> Host::add_connection(std::shared_ptr<YamuxSess
                        peer.short_string(), remote.to_string());
   scope_.spawn(stream_accept_loop(conn));
   scope_.spawn(identify_peer(conn));
+  if (!on_conn_opened_.empty()) {
+    const ConnectionInfo info{peer, remote, outbound, 0, relayed};
+    for (auto& cb : on_conn_opened_) cb(info);
+  }
   if (first)
     for (auto& cb : on_connected_) cb(peer);
   return conn;

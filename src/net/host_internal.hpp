@@ -31,6 +31,15 @@ struct Host::PendingDial {
   result<std::shared_ptr<Connection>> outcome = make_error(errc::internal, "dial in progress");
 };
 
+// A hole punch in progress towards one peer (host_dcutr.cpp).
+struct Host::Punch {
+  explicit Punch(asio::any_io_executor ex) : changed(ex) {}
+  PeerId peer;
+  bool as_client = false;
+  int running = 0;     // our dials and accepted connections from the peer still upgrading
+  AsyncEvent changed;  // pulsed when one of them ends
+};
+
 struct Host::Upgraded {
   std::shared_ptr<YamuxSession> session;
   PeerId peer;

@@ -103,6 +103,7 @@ awaitable<void> Host::identify_peer(std::shared_ptr<Connection> conn) {
     co_return;
   }
   apply_identify(conn->peer, BytesView(r.value()).subspan(d.value()->length, d.value()->value));
+  maybe_start_dcutr(conn);  // B of a relayed connection: try to upgrade it (host_dcutr.cpp)
 }
 
 awaitable<void> Host::serve_identify(ByteStreamPtr stream, PeerId remote) {

@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "starling/optim/lamb.hpp"
+
 namespace starling::optim::state_torch {
 namespace o = torch::optim;
 using K = sf::OptimizerKind;
@@ -109,12 +111,13 @@ torch::Tensor to_tensor(const sf::TensorView& v) {
 result<sf::OptimizerKind> kind_of(const o::Optimizer& opt) {
   if (dynamic_cast<const o::SGD*>(&opt)) return K::sgd;
   if (dynamic_cast<const o::Adam*>(&opt)) return K::adam;
+  if (dynamic_cast<const Lamb*>(&opt)) return K::lamb;  // before AdamW, its base
   if (dynamic_cast<const o::AdamW*>(&opt)) return K::adamw;
   if (dynamic_cast<const o::RMSprop*>(&opt)) return K::rmsprop;
   if (dynamic_cast<const o::Adagrad*>(&opt)) return K::adagrad;
   return make_error(errc::unsupported,
                     fmt::format("training state: optimizer {} is not one the state format "
-                                "carries (SGD, Adam, AdamW, RMSprop, Adagrad)",
+                                "carries (SGD, Adam, AdamW, RMSprop, Adagrad, LAMB)",
                                 c10::demangle(typeid(opt).name())));
 }
 
@@ -130,6 +133,7 @@ std::vector<sf::Option> options_of(K k, const o::OptimizerOptions& opts) {
     }
     case K::adam:
       return adam_options(static_cast<const o::AdamOptions&>(opts));
+    case K::lamb:
     case K::adamw:
       return adam_options(static_cast<const o::AdamWOptions&>(opts));
     case K::rmsprop: {
@@ -161,6 +165,7 @@ std::vector<torch::Tensor> slots_of(K k, o::OptimizerParamState& s) {
       auto& a = static_cast<o::AdamParamState&>(s);
       return {a.exp_avg(), a.exp_avg_sq(), a.max_exp_avg_sq()};
     }
+    case K::lamb:
     case K::adamw: {
       auto& a = static_cast<o::AdamWParamState&>(s);
       return {a.exp_avg(), a.exp_avg_sq(), a.max_exp_avg_sq()};
@@ -181,6 +186,7 @@ std::int64_t step_of(K k, o::OptimizerParamState& s) {
       return 0;
     case K::adam:
       return static_cast<o::AdamParamState&>(s).step();
+    case K::lamb:
     case K::adamw:
       return static_cast<o::AdamWParamState&>(s).step();
     case K::rmsprop:
@@ -197,6 +203,7 @@ std::vector<bool> required_slots(K k, const o::OptimizerOptions& opts) {
       return {true};
     case K::adam:
       return {true, true, static_cast<const o::AdamOptions&>(opts).amsgrad()};
+    case K::lamb:
     case K::adamw:
       return {true, true, static_cast<const o::AdamWOptions&>(opts).amsgrad()};
     case K::rmsprop: {
@@ -223,6 +230,7 @@ std::unique_ptr<o::OptimizerParamState> make_param_state(K k, std::int64_t step,
     }
     case K::adam:
       return adam_state<o::AdamParamState>(step, s);
+    case K::lamb:
     case K::adamw:
       return adam_state<o::AdamWParamState>(step, s);
     case K::rmsprop: {

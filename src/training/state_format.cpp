@@ -29,7 +29,7 @@ constexpr std::string_view kAdagradSlots[] = {"sum"};
 
 bool valid_kind(std::uint8_t k) {
   return k >= static_cast<std::uint8_t>(OptimizerKind::sgd) &&
-         k <= static_cast<std::uint8_t>(OptimizerKind::adagrad);
+         k <= static_cast<std::uint8_t>(OptimizerKind::lamb);
 }
 
 // All exponent bits set: an infinity or a NaN. Element-wise over unaligned data, read in host
@@ -328,7 +328,7 @@ bool operator==(const TrainingState& a, const TrainingState& b) {
 }
 
 std::string_view kind_name(OptimizerKind k) noexcept {
-  constexpr std::string_view names[] = {"?", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad"};
+  constexpr std::string_view names[] = {"?", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "LAMB"};
   const auto i = static_cast<std::size_t>(k);
   return i < std::size(names) ? names[i] : names[0];
 }
@@ -339,6 +339,7 @@ std::span<const std::string_view> option_names(OptimizerKind k) noexcept {
       return kSgdOptions;
     case OptimizerKind::adam:
     case OptimizerKind::adamw:
+    case OptimizerKind::lamb:
       return kAdamOptions;
     case OptimizerKind::rmsprop:
       return kRmspropOptions;
@@ -354,6 +355,7 @@ std::span<const std::string_view> slot_names(OptimizerKind k) noexcept {
       return kSgdSlots;
     case OptimizerKind::adam:
     case OptimizerKind::adamw:
+    case OptimizerKind::lamb:
       return kAdamSlots;
     case OptimizerKind::rmsprop:
       return kRmspropSlots;

@@ -35,6 +35,7 @@ inline ExpertServerConfig server_config() {
 struct Env {
   IoThread io{"moe-test-io"};
   std::unique_ptr<NodeCluster> cluster;
+  ExpertServerConfig config = server_config();  // of the servers serve() starts
 
   Env() {
     cluster = std::make_unique<NodeCluster>(io.executor());
@@ -59,7 +60,7 @@ struct Env {
                                       std::int64_t hidden = kHidden,
                                       OptimizerFactory opt = sgd_factory(kLr)) {
     auto dir = std::make_shared<averaging::DhtDirectory>(cluster->node_ptr(i));
-    auto s = ExpertServer::create(cluster->host_ptr(i), dir, server_config());
+    auto s = ExpertServer::create(cluster->host_ptr(i), dir, config);
     auto uids = expand_pattern(pattern);
     if (!uids) throw std::runtime_error(uids.error().message());
     for (const auto& u : uids.value()) {

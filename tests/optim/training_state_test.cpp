@@ -14,6 +14,7 @@
 #include <torch/utils.h>
 
 #include "starling/optim/fashion_task.hpp"
+#include "starling/optim/lamb.hpp"
 #include "starling/optim/training_state.hpp"
 #include "starling/training/state_format.hpp"
 #include "support/temp_dir.hpp"
@@ -44,6 +45,12 @@ std::unique_ptr<to::Optimizer> make_optimizer(sf::OptimizerKind k, std::vector<t
     case sf::OptimizerKind::adagrad:
       return std::make_unique<to::Adagrad>(
           p, to::AdagradOptions(lr).lr_decay(0.01).initial_accumulator_value(0.1));
+    case sf::OptimizerKind::lamb: {
+      optim::LambConfig c;
+      c.lr = lr;
+      c.weight_decay = 0.01;
+      return std::make_unique<optim::Lamb>(p, c);
+    }
   }
   return nullptr;
 }
@@ -94,8 +101,30 @@ TEST_P(RoundTrip, StateAfterLoadEqualsBeforeAndTheNextStepAgrees) {
 INSTANTIATE_TEST_SUITE_P(EveryKind, RoundTrip,
                          ::testing::Values(sf::OptimizerKind::sgd, sf::OptimizerKind::adam,
                                            sf::OptimizerKind::adamw, sf::OptimizerKind::rmsprop,
-                                           sf::OptimizerKind::adagrad),
+                                           sf::OptimizerKind::adagrad, sf::OptimizerKind::lamb),
                          [](const auto& info) { return std::string(sf::kind_name(info.param)); });
+
+// LAMB keeps AdamW's options and state slots, but its update differs: a state saved by one
+// never loads into the other.
+TEST(TrainingState, LambAndAdamWStatesDoNotLoadAsEachOther) {
+  auto a = make_fashion_model(FashionModel::mlp, 1);
+  auto lamb = make_optimizer(sf::OptimizerKind::lamb, a->parameters());
+  auto adamw = make_optimizer(sf::OptimizerKind::adamw, a->parameters());
+  train_step(a, *lamb, 0);
+  train_step(a, *adamw, 1);
+  const Bytes from_lamb = save(*a, lamb.get());
+  const Bytes from_adamw = save(*a, adamw.get());
+  auto decoded = sf::decode(from_lamb);
+  ASSERT_TRUE(decoded);
+  ASSERT_TRUE(decoded.value().optimizer);
+  EXPECT_EQ(decoded.value().optimizer->kind, sf::OptimizerKind::lamb);
+  auto r1 = load_training_state(from_lamb, *a, adamw.get());
+  ASSERT_FALSE(r1);
+  EXPECT_NE(r1.error().message().find("LAMB"), std::string::npos) << r1.error().message();
+  auto r2 = load_training_state(from_adamw, *a, lamb.get());
+  ASSERT_FALSE(r2);
+  EXPECT_NE(r2.error().message().find("AdamW"), std::string::npos) << r2.error().message();
+}
 
 TEST(TrainingState, BuffersAndExtrasRoundTrip) {
   auto make = [](int seed) {

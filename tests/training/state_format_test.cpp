@@ -309,7 +309,7 @@ TEST(StateFormat, OptimizerErrors) {
   };
   const Bytes slot0 = cat({Bytes{0}, kB});
   invalid(with(0, group({}, 0, {}, 0)), "unknown optimizer kind 0");
-  invalid(with(6, group({}, 0, {}, 0)), "unknown optimizer kind 6");
+  invalid(with(7, group({}, 0, {}, 0)), "unknown optimizer kind 7");
   invalid(with(1, group({{"beta1", 0.9}}, 0, {}, 0)), "'beta1' is not an option of SGD");
   invalid(with(2, group({{"lr", 0.1}, {"lr", 0.2}}, 0, {}, 0)), "option 'lr' twice");
   invalid(with(2, group({{"lr", std::nan("")}}, 0, {}, 0)), "option 'lr' is not finite");

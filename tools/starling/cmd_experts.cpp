@@ -19,6 +19,11 @@ struct ExpertsOptions {
   std::vector<std::string> listen{"/ip4/0.0.0.0/tcp/0"};
   std::vector<std::string> initial_peers;
   double declare_period_s = 10;
+  std::string checkpoint_dir;
+  double checkpoint_period_s = 60;
+  double fail_rate = 0;
+  bool share_state = false;
+  bool download_state = false;
 };
 
 awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
@@ -45,6 +50,12 @@ awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
   cfg.declare_period =
       std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->declare_period_s));
   cfg.declare_ttl = 2 * cfg.declare_period;
+  cfg.checkpoint_dir = o->checkpoint_dir;
+  cfg.checkpoint_period =
+      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->checkpoint_period_s));
+  cfg.inject_failure_rate = o->fail_rate;
+  cfg.share_state = o->share_state;
+  cfg.download_state = o->download_state;
   auto server =
       moe::ExpertServer::create(host, std::make_shared<averaging::DhtDirectory>(node), cfg);
   int rc = 0;
@@ -73,6 +84,12 @@ awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
     std::cout << "peer id " << host->local_peer().to_string() << "\n";
     for (const auto& a : host->listen_addresses())
       std::cout << "listening " << a.to_string() << "\n";
+    if (server->stats().states_downloaded > 0)
+      std::cout << "downloaded " << server->stats().states_downloaded
+                << " experts' state from replicas\n";
+    if (server->stats().checkpoints_loaded > 0)
+      std::cout << "restored " << server->stats().checkpoints_loaded << " experts from "
+                << o->checkpoint_dir << "\n";
     std::cout << "serving " << uids.value().size() << " " << o->type << " experts " << o->experts
               << " (dim " << o->dim << ", hidden " << o->hidden << ")" << std::endl;
     (void)co_await sleep_for(std::chrono::hours(24 * 365));  // until Ctrl-C
@@ -81,7 +98,13 @@ awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
   co_await server->stop();
   co_await node->stop();
   co_await host->stop();
-  if (rc == 0) std::cout << "stopped" << std::endl;
+  if (rc == 0) {
+    const auto& st = server->stats();
+    std::cout << "stopped: forward rows " << st.forward_rows << ", backward rows "
+              << st.backward_rows << ", optimizer steps " << st.optimizer_steps
+              << ", injected failures " << st.injected_failures << ", checkpoints saved "
+              << st.checkpoints_saved << std::endl;
+  }
   co_return rc;
 }
 
@@ -105,6 +128,19 @@ void add_experts_command(CLI::App& app, Runner& run) {
   serve
       ->add_option("--declare-period", o->declare_period_s, "seconds between declarations (ttl 2x)")
       ->capture_default_str();
+  serve->add_option("--checkpoint-dir", o->checkpoint_dir,
+                    "save every expert here periodically and at exit; restore at start");
+  serve->add_option("--checkpoint-period", o->checkpoint_period_s, "seconds between checkpoints")
+      ->capture_default_str();
+  serve
+      ->add_option("--fail-rate", o->fail_rate,
+                   "answer this fraction of forward/backward calls with an error (experiments)")
+      ->capture_default_str();
+  serve->add_flag("--share-state", o->share_state,
+                  "serve the experts' state to replicas of the same uids (state transfer)");
+  serve->add_flag("--download-state", o->download_state,
+                  "at start, download each expert's state from replicas sharing it (experts not "
+                  "restored from --checkpoint-dir)");
   serve->callback([&run, o] { run = [o] { return run_main([o] { return serve_main(o); }); }; });
 }
 

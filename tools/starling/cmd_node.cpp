@@ -1,6 +1,8 @@
 // `starling node`: run a libp2p node, print its multiaddrs, serve identify/ping/echo.
 #include <iostream>
 
+#include <fmt/format.h>
+
 #include "cli.hpp"
 #include "starling/core/log.hpp"
 #include "starling/net/autonat.hpp"
@@ -18,12 +20,36 @@ struct NodeOptions {
   std::vector<std::string> relay_via;
   std::string addr_file;
   bool relay = false;
+  bool hole_punching = false;
+  bool allow_private = false;
+  double ping_every = 0;
 };
+
+// Pings `peer` every `every` until cancelled, printing the RTT and the kind of connection
+// new streams use (a direct one when there is one: Host prefers it).
+awaitable<void> ping_loop(std::shared_ptr<net::Host> host, net::PeerId peer, Duration every) {
+  for (int i = 1;; ++i) {
+    auto r = co_await net::ping(*host, peer, 1, 5s);
+    bool direct = false;
+    for (const auto& c : host->connections()) direct = direct || (c.peer == peer && !c.relayed);
+    if (r && !r.value().empty())
+      std::cout << fmt::format("ping {} {}: rtt {:.3f} ms via {}", peer.to_string(), i,
+                               std::chrono::duration<double, std::milli>(r.value()[0]).count(),
+                               direct ? "direct" : "relayed")
+                << std::endl;
+    else if (!r)
+      std::cout << fmt::format("ping {} {}: {}", peer.to_string(), i, r.error().message())
+                << std::endl;
+    if (!co_await sleep_for(every)) co_return;
+  }
+}
 
 awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   auto key = load_identity_or_exit(o->identity, true);
   net::HostConfig cfg;
   cfg.listen = o->listen;
+  cfg.hole_punching = o->hole_punching;
+  cfg.dcutr.allow_private = o->allow_private;
   auto host = net::Host::create(co_await asio::this_coro::executor, key, cfg);
   auto started = co_await host->start();
   if (!started) {
@@ -35,7 +61,9 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   std::shared_ptr<net::AutonatServer> autonat;
   if (o->relay) {
     relay = net::RelayService::start(host);
-    autonat = net::AutonatServer::start(host);
+    net::AutonatServerConfig ac;
+    ac.allow_private = o->allow_private;
+    autonat = net::AutonatServer::start(host, ac);
   }
   // Reachability: asks connected peers that serve AutoNAT to dial back; prints each change.
   auto autonat_client = net::AutonatClient::start(host);
@@ -64,6 +92,14 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
       [](const net::PeerId& p) { std::cout << "connected " << p.to_string() << std::endl; });
   host->on_peer_disconnected(
       [](const net::PeerId& p) { std::cout << "disconnected " << p.to_string() << std::endl; });
+  // t=: milliseconds since the node started (bench/run-nat.sh times hole punches with it).
+  host->on_connection_opened([t0 = Clock::now()](const net::ConnectionInfo& c) {
+    std::cout << fmt::format("connection {} {} {} {} t={:.1f}", c.peer.to_string(),
+                             c.relayed ? "relayed" : "direct", c.outbound ? "outbound" : "inbound",
+                             c.remote_addr.to_string(),
+                             std::chrono::duration<double, std::milli>(Clock::now() - t0).count())
+              << std::endl;
+  });
   std::cout << "peer id " << host->local_peer().to_string() << "\n";
   std::string all;
   for (auto& a : host->announce_addresses()) {
@@ -80,6 +116,7 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
       std::rename(tmp.c_str(), o->addr_file.c_str());
     }
   }
+  TaskScope pings(co_await asio::this_coro::executor);
   for (auto& c : o->connect) {
     auto ma = net::Multiaddr::parse(c);
     if (!ma) {
@@ -91,10 +128,15 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
       std::cout << "dialled " << r.value().to_string() << std::endl;
     else
       std::cerr << "error: " << r.error().message() << std::endl;
+    if (r && o->ping_every > 0)
+      pings.spawn(ping_loop(
+          host, r.value(),
+          std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->ping_every))));
   }
   // Serve until cancelled (Ctrl-C).
   (void)co_await sleep_for(std::chrono::hours(24 * 365));
   co_await asio::this_coro::reset_cancellation_state();  // Ctrl-C: now clean up, bounded
+  (void)co_await pings.close(2s);
   co_await autonat_client->stop();
   if (relay_client) co_await relay_client->stop();
   if (autonat) autonat->stop();
@@ -119,6 +161,15 @@ void add_node_command(CLI::App& app, Runner& run) {
   cmd->add_option("--relay-via", o->relay_via,
                   "hold a relay reservation with this relay (multiaddr with /p2p/<id>; "
                   "repeatable); the /p2p-circuit addresses are printed and announced");
+  cmd->add_flag("--hole-punching", o->hole_punching,
+                "DCUtR: upgrade relayed connections to direct ones by TCP hole punching "
+                "(listeners get SO_REUSEPORT)");
+  cmd->add_flag("--allow-private", o->allow_private,
+                "treat private addresses as public for AutoNAT dial-backs and DCUtR "
+                "(namespace labs)");
+  cmd->add_option("--ping-every", o->ping_every,
+                  "ping each --connect peer every this many seconds, printing the RTT and "
+                  "whether new streams go direct or relayed");
   cmd->callback([&run, o] { run = [o] { return run_main([o] { return node_main(o); }); }; });
 }
 

@@ -142,6 +142,11 @@ int train_main(const TrainOptions& o) {
     net.value()->stop();
     return 2;
   }
+  if (auto c = task.connect(*net.value()); !c) {
+    std::cerr << "error: " << c.error().message() << "\n";
+    net.value()->stop();
+    return 2;
+  }
   const std::uint64_t data_seed =
       o.data_seed != 0 ? o.data_seed : training::seed_from_bytes(as_bytes(peer));
   task.start(data_seed);
@@ -204,7 +209,12 @@ int train_main(const TrainOptions& o) {
       if (o.auxiliary) return opt.assist();
       task.set_epoch(opt.local_epoch());  // the LR schedule's epoch
       const auto c0 = Clock::now();
-      const double loss = task.forward_backward(o.batch_size);
+      double loss = 0;
+      try {
+        loss = task.forward_backward(o.batch_size);
+      } catch (const std::exception& e) {  // fashion-moe: no expert answered
+        return decltype(opt.step(0))(Error(errc::unavailable, e.what()));
+      }
       budget.computed(Clock::now() - c0, o.batch_size);
       progress.loss(loss);
       metrics.loss(loss);
@@ -296,6 +306,9 @@ int train_main(const TrainOptions& o) {
   }
   std::cerr << "leaving (" << stop_reason << ")..." << std::endl;
   auto final_status = opt.status();
+  // fashion-moe evaluates through remote experts: before the node stops.
+  std::optional<TaskEvaluation> early;
+  if (o.task == "fashion-moe") early = evaluate(task, opt);
   metrics.stop();
   auto down = opt.shutdown(10s);
   if (!down) std::cerr << "warning: shutdown: " << down.error().message() << "\n";
@@ -306,7 +319,8 @@ int train_main(const TrainOptions& o) {
     final_status.bytes_received = rx;
   }
 
-  const auto ev = evaluate(task, opt);
+  const auto ev = early ? *early : evaluate(task, opt);
+  if (auto s = task.summary(); !s.empty()) std::cout << s << std::endl;
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const std::string hash = parameter_hash(task.module());
   const std::string quality = ev.perplexity

@@ -65,6 +65,8 @@ class DhtNetwork final : public TrainNetwork {
     return node_->collaboration();
   }
   std::string peer_id() const override { return node_->peer().to_string(); }
+  std::shared_ptr<net::Host> host() override { return node_->host(); }
+  std::shared_ptr<dht::DhtNode> dht() override { return node_->dht(); }
   void publish_metrics(monitor::MetricsRecord r) override {
     if (publisher_) publisher_->submit(std::move(r));
   }
@@ -147,6 +149,7 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
                       "--attack " + o.attack + ": expected none, sign-flip or random");
   cfg.relay_service = o.relay;
   cfg.use_relays = o.use_relays;
+  cfg.hole_punching = o.hole_punching;
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));
   if (bw > 0) {
     cfg.collab.bandwidth = bw;  // declared to the group: all-reduce shares follow it

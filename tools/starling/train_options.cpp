@@ -63,6 +63,15 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option("--eval-windows", o.eval_windows,
                  "lm: held-out windows of 128 tokens evaluated (0: all)")
       ->capture_default_str();
+  cmd.add_option("--moe-grid", o.moe_grid, "fashion-moe: expert grid PREFIX.N[.M...]")
+      ->capture_default_str();
+  cmd.add_option("--moe-dim", o.moe_dim, "fashion-moe: expert width (the servers' --dim)")
+      ->capture_default_str();
+  cmd.add_option("--moe-k", o.moe_k, "fashion-moe: experts per sample")->capture_default_str();
+  cmd.add_option("--moe-timeout", o.moe_timeout, "fashion-moe: seconds per forward/backward")
+      ->capture_default_str();
+  cmd.add_option("--moe-eval-samples", o.moe_eval_samples, "fashion-moe: test samples evaluated")
+      ->capture_default_str();
   cmd.add_option("--data-dir", o.data_dir,
                  "data directory (fashion: Fashion-MNIST IDX files; lm: WordNet database)");
   cmd.add_option("--model-seed", o.model_seed, "initial parameters (all peers must agree)")
@@ -87,6 +96,8 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_flag("--use-relays", o.use_relays,
                "behind a NAT: hold relay reservations with the initial peers and announce the "
                "/p2p-circuit addresses, so peers reach this one through them");
+  cmd.add_flag("--hole-punching", o.hole_punching,
+               "DCUtR: upgrade relayed connections to direct ones by TCP hole punching");
   cmd.add_flag("--client", o.client,
                "client mode: accept no incoming connections (behind NAT); still averages");
   cmd.add_flag("--auxiliary", o.auxiliary,
@@ -172,14 +183,15 @@ result<void> apply_train_config(CLI::App& cmd, const std::string& path) {
 }
 
 result<void> resolve_task_defaults(TrainOptions& o) {
-  if (o.task != "fashion" && o.task != "lm")
+  if (o.task != "fashion" && o.task != "lm" && o.task != "fashion-moe")
     return make_error(errc::invalid_argument,
-                      fmt::format("unknown --task '{}' (fashion|lm)", o.task));
+                      fmt::format("unknown --task '{}' (fashion|lm|fashion-moe)", o.task));
   if (o.optimizer != "adam" && o.optimizer != "lamb")
     return make_error(errc::invalid_argument,
                       fmt::format("unknown --optimizer '{}' (adam|lamb)", o.optimizer));
   const bool lm = o.task == "lm";
-  if (o.run_id.empty()) o.run_id = lm ? "wordnet-lm" : "fashion-mnist";
+  if (o.run_id.empty())
+    o.run_id = lm ? "wordnet-lm" : o.task == "fashion" ? "fashion-mnist" : o.task;
   if (o.model.empty()) o.model = lm ? "tiny" : "mlp";
   return success();
 }

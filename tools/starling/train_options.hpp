@@ -15,6 +15,13 @@
 #include "starling/optim/optimizer_options.hpp"
 #include "starling/training/collaboration.hpp"
 
+namespace starling::net {
+class Host;
+}
+namespace starling::dht {
+class DhtNode;
+}
+
 namespace starling::cli {
 
 struct TrainOptions {
@@ -43,6 +50,13 @@ struct TrainOptions {
   std::string cache_dir;            // lm: tokenizer cache ("": ~/.cache/starling)
   std::size_t eval_windows = 128;   // lm: held-out windows evaluated (0: all)
   std::string data_dir;
+  // fashion-moe: the experts' grid (PREFIX.N.M), their width, experts per sample, deadline
+  // of one forward / backward (seconds) and test samples evaluated.
+  std::string moe_grid = "ffn.4.4";
+  std::int64_t moe_dim = 64;
+  std::size_t moe_k = 4;
+  double moe_timeout = 5;
+  std::size_t moe_eval_samples = 10000;
   std::uint64_t model_seed = 0;  // peers must agree (same initial parameters)
   std::uint64_t data_seed = 0;   // 0: derived from the identity (each peer its own stream)
   std::string compression = "none";
@@ -51,10 +65,11 @@ struct TrainOptions {
   std::string attack = "none";  // testing robustness: none | sign-flip | random
   bool delay_step = false;
   std::string delay_correction = "predict";
-  bool client = false;      // no incoming connections
-  bool relay = false;       // serve circuit relay v2 and AutoNAT to other peers
-  bool use_relays = false;  // reachable through relay reservations with the initial peers
-  bool auxiliary = false;   // averages without computing
+  bool client = false;         // no incoming connections
+  bool relay = false;          // serve circuit relay v2 and AutoNAT to other peers
+  bool use_relays = false;     // reachable through relay reservations with the initial peers
+  bool hole_punching = false;  // DCUtR: upgrade relayed connections to direct ones
+  bool auxiliary = false;      // averages without computing
   // When to stop (0: never; Ctrl-C always works).
   std::uint64_t max_epochs = 0;   // the collaboration reached this epoch
   std::uint64_t max_samples = 0;  // this peer contributed this many samples
@@ -98,6 +113,9 @@ result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o);
 class TrainNetwork {
  public:
   virtual ~TrainNetwork() = default;
+  // Networked: the node's host and DHT (used on the host's executor); alone: null.
+  virtual std::shared_ptr<net::Host> host() { return nullptr; }
+  virtual std::shared_ptr<dht::DhtNode> dht() { return nullptr; }
   virtual std::shared_ptr<training::Collaboration> collaboration() = 0;
   virtual std::string peer_id() const = 0;
   // Stops the node (bounded).

@@ -141,12 +141,17 @@ result<std::unique_ptr<TrainTask>> load_train_task(const TrainOptions& o) {
     return std::unique_ptr<TrainTask>(
         std::make_unique<LmTrainTask>(o, config, std::move(corpus).value()));
   }
-  ST_TRY(auto kind, optim::parse_fashion_model(o.model));
+  auto kind = optim::FashionModel::mlp;
+  if (o.task == "fashion") {
+    ST_TRY(kind, optim::parse_fashion_model(o.model));
+  }
   const std::string dir = o.data_dir.empty() ? training::kFashionMnistDefaultDir : o.data_dir;
   auto train = training::load_fashion_mnist(dir, training::Split::train);
   if (!train) return train.error().with_context("dataset");
   auto test = training::load_fashion_mnist(dir, training::Split::test);
   if (!test) return test.error().with_context("dataset");
+  if (o.task == "fashion-moe")
+    return make_fashion_moe_task(o, std::move(train).value(), std::move(test).value());
   return std::unique_ptr<TrainTask>(std::make_unique<FashionTrainTask>(
       o, kind, std::move(train).value(), std::move(test).value()));
 }

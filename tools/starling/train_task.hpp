@@ -30,6 +30,9 @@ struct TaskEvaluation {
 class TrainTask {
  public:
   virtual ~TrainTask() = default;
+  // Before start(): the task's use of the trainer's network (fashion-moe finds its experts in
+  // the DHT). Default: none.
+  virtual result<void> connect(TrainNetwork&) { return success(); }
   // Builds the model and this peer's sample stream (data order from `data_seed`).
   virtual void start(std::uint64_t data_seed) = 0;
   virtual torch::nn::Module& module() = 0;
@@ -43,6 +46,8 @@ class TrainTask {
   virtual std::string identity() const = 0;
   // A line for the start banner (model, parameters, data).
   virtual std::string describe() const = 0;
+  // Lines printed at the end of the run ("": none).
+  virtual std::string summary() const { return {}; }
 
   // The inner optimizer for module() (--optimizer adam|lamb).
   result<std::unique_ptr<torch::optim::Optimizer>> make_optimizer();
@@ -60,5 +65,9 @@ class TrainTask {
 
 // Loads the task's data (errors name the missing package) and, for lm, the tokenizer.
 result<std::unique_ptr<TrainTask>> load_train_task(const TrainOptions& o);
+// --task fashion-moe (train_task_moe.cpp).
+result<std::unique_ptr<TrainTask>> make_fashion_moe_task(const TrainOptions& o,
+                                                         training::ImageDataset train,
+                                                         training::ImageDataset test);
 
 }  // namespace starling::cli

@@ -36,6 +36,12 @@ struct TrainingNodeConfig {
   // /p2p-circuit addresses (DHT records, averaging entries) so peers can reach this one.
   bool use_relays = false;
   Duration relay_wait = 10s;
+  // Ask peers that serve AutoNAT whether this node is publicly reachable, and run the DHT in
+  // client mode while it is not (DhtNode::set_reachable). Only for a listening server node.
+  bool auto_client_mode = true;
+  // DCUtR: upgrade relayed connections to direct ones by TCP hole punching
+  // (net::HostConfig::hole_punching).
+  bool hole_punching = false;
 
   static dht::DhtNodeConfig default_dht();
 };
@@ -49,6 +55,7 @@ class TrainingNode {
   // The node's DHT (for other records, e.g. run metrics; used on executor()).
   std::shared_ptr<dht::DhtNode> dht() const { return node_; }
   const net::PeerId& peer() const { return host_->local_peer(); }
+  std::shared_ptr<net::Host> host() const { return host_; }
   // The host's announce_addresses() (0.0.0.0 expanded), with /p2p/<id>.
   std::vector<net::Multiaddr> listen_addresses() const;
   asio::any_io_executor executor() { return io_->executor(); }
@@ -68,6 +75,7 @@ class TrainingNode {
   std::shared_ptr<net::RelayService> relay_;
   std::shared_ptr<net::AutonatServer> autonat_;
   std::shared_ptr<net::RelayClient> relay_client_;
+  std::shared_ptr<net::AutonatClient> autonat_client_;
   bool stopped_ = false;
   std::pair<std::uint64_t, std::uint64_t> final_traffic_{0, 0};
 };

@@ -129,6 +129,9 @@ class DhtCore {
   const net::PeerId& peer() const noexcept { return self_.peer; }
   const DhtConfig& config() const noexcept { return cfg_; }
   void set_addresses(std::vector<Bytes> addrs) { self_.addrs = std::move(addrs); }
+  // Switches client mode at run time (DhtNode::set_reachable): from the next request on,
+  // peers are told to keep this node out of their routing tables (or may add it again).
+  void set_client_mode(bool on) { cfg_.client_mode = on; }
   const RoutingTable& routing() const noexcept { return routing_; }
   const RecordStore& records() const noexcept { return store_; }
   const Blacklist& blacklist() const noexcept { return blacklist_; }

@@ -198,6 +198,12 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   std::vector<net::Multiaddr> announced() const;
   // Re-reads announced() into what the node sends (called when the host's addresses change).
   void refresh_addresses();
+  // AutoNAT's verdict (collab::TrainingNode feeds it): a node configured as
+  // a server runs in client mode while it is not publicly reachable (its requests tell peers
+  // to keep it out of their routing tables; it announces no addresses and stores no replicas)
+  // and as a server again once reachable. It keeps answering requests that reach it. No
+  // effect on a node configured in client mode.
+  void set_reachable(bool reachable);
   std::uint64_t bad_messages() const noexcept { return bad_messages_; }
   WarmStats warm_stats() const;
   ChannelStats channel_stats() const;
@@ -248,6 +254,7 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   Timer timer_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Waiter>> waiters_;
   bool started_ = false, stopping_ = false;
+  bool configured_client_ = false;  // cfg_.dht.client_mode as created (set_reachable)
   std::uint64_t bad_messages_ = 0;
   std::set<net::PeerId> warm_kept_, warm_dialing_;
   std::map<net::PeerId, TimePoint> warm_retry_at_;

@@ -20,12 +20,20 @@
 // Wrong shapes, unknown uid, inf/nan, garbage protobuf: an error status naming the problem;
 // the server keeps serving the others (stats.bad_requests).
 //
+// Checkpoints: with `checkpoint_dir` set, add_expert() reloads `<dir>/<uid>.stc` if it exists
+// (parameters, buffers, optimizer state, optimizer step and sample counts; a file that does
+// not match the expert is an error), the runtime thread rewrites the file of every expert
+// that stepped since its last save every `checkpoint_period` (between batches, atomically:
+// temporary file + fsync + rename, training/checkpoint.hpp), and stop() saves once more after
+// the runtime thread has exited.
+//
 // Threading rule: create/add_expert from any thread before start(); start()/stop() are
 // coroutines on the host's executor (BlockingExpertServer wraps them). Modules and optimizers
 // are touched only by the runtime thread after start().
 #pragma once
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -75,6 +83,21 @@ struct ExpertServerConfig {
   Duration declare_ttl = 20s;  // about 2x declare_period
   Duration stop_timeout = 5s;
   std::size_t max_message_size = 64u << 20;
+  std::filesystem::path checkpoint_dir;  // empty: no checkpoints
+  Duration checkpoint_period = 60s;
+  // Experiments: answer this fraction of forward/backward calls with errc::unavailable
+  // (stats.injected_failures), as a flaky peer would.
+  double inject_failure_rate = 0;
+  // Replicas (needs a directory): `share_state` serves every expert's state (parameters and
+  // optimizer) to other servers of the same uid through the averaging state transfer
+  // (averaging/state_transfer.hpp, one blob per expert, key prefix "moe.<uid>"): the runtime
+  // thread snapshots the experts that stepped every `declare_period`, announced with the
+  // declarations. `download_state`: start() first downloads the state of every expert not
+  // restored from a checkpoint from the replicas that share it (bounded by
+  // `state_download_timeout`; none found: the expert starts fresh).
+  bool share_state = false;
+  bool download_state = false;
+  Duration state_download_timeout = 15s;
 };
 
 struct ExpertServerStats {
@@ -83,6 +106,9 @@ struct ExpertServerStats {
   std::atomic<std::uint64_t> optimizer_steps{0};
   std::atomic<std::uint64_t> bad_requests{0}, refused{0}, expired{0};
   std::atomic<std::uint64_t> declarations{0}, declare_failures{0};
+  std::atomic<std::uint64_t> checkpoints_saved{0}, checkpoints_loaded{0}, checkpoint_failures{0};
+  std::atomic<std::uint64_t> injected_failures{0};
+  std::atomic<std::uint64_t> states_shared{0}, states_downloaded{0}, state_failures{0};
 };
 
 class ExpertServer : public std::enable_shared_from_this<ExpertServer> {
@@ -108,6 +134,13 @@ class ExpertServer : public std::enable_shared_from_this<ExpertServer> {
   // The expert's module (for tests that compare with a local copy). Only while stopped or
   // when no request runs.
   std::shared_ptr<torch::nn::Module> module_of(const std::string& uid) const;
+  // The expert's optimizer (same rule as module_of).
+  torch::optim::Optimizer* optimizer_of(const std::string& uid) const;
+  // Optimizer steps the expert has taken, including those restored from its checkpoint.
+  std::uint64_t steps_of(const std::string& uid) const;
+  // Path of the expert's checkpoint file in `dir`.
+  static std::filesystem::path checkpoint_path(const std::filesystem::path& dir,
+                                               const std::string& uid);
   // Declares now (also done periodically after start()).
   awaitable<result<void>> declare_now();
 

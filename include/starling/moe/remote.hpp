@@ -17,10 +17,15 @@
 // answered gets zeros (and no gradient) and is counted in stats().empty_rows; if no expert
 // answered at all, forward throws.
 //
+// Replicas (several servers declaring one uid): each expert's request goes to one of them,
+// the one with the fewest requests of this forward so far among those whose call for that
+// expert did not fail within `avoid_failed` (if all did, any of them).
+//
 // Threading rule: call forward/backward from a training thread, never from the host's io
 // thread (the calls block on it). The host must be running (an IoThread).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,6 +66,9 @@ struct MoeOptions {
   Duration backward_timeout = 10s;
   averaging::CodecSpec codec;  // codec of activations and gradients sent
   std::string response_codec;  // codec asked of the servers ("": their default)
+  // Replicas: a server whose call for an expert failed is not chosen for that expert again
+  // for this long while another replica of it is declared (about one declaration refresh).
+  Duration avoid_failed = 10s;
 };
 
 struct MoeStats {
@@ -80,6 +88,9 @@ class RemoteMixtureOfExpertsImpl : public torch::nn::Module {
   const MoeOptions& options() const { return options_; }
 
   torch::nn::Linear proj{nullptr};
+  // The last forward's routing (for the Switch layer): grid coordinates [B, k, dims] (int64)
+  // of each sample's slots and which slots answered [B, k] (bool). Undefined before a forward.
+  torch::Tensor last_coords, last_answered;
 
  private:
   MoeOptions options_;
@@ -87,6 +98,8 @@ class RemoteMixtureOfExpertsImpl : public torch::nn::Module {
   std::shared_ptr<ExpertDirectory> directory_;
   std::shared_ptr<std::mutex> stats_mu_;
   std::shared_ptr<MoeStats> stats_;
+  // (uid, peer) -> when its last call failed (the training thread's forward only).
+  std::map<std::pair<std::string, std::string>, TimePoint> failed_;
 };
 TORCH_MODULE(RemoteMixtureOfExperts);
 

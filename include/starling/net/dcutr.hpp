@@ -10,7 +10,8 @@
 // B makes up to kDcutrMaxAttempts attempts, each with a fresh CONNECT/SYNC and RTT.
 //
 // The state machine reads no clock and does no I/O: the host feeds it messages, dial
-// results and the time, and carries out the returned actions (host integration: TODO).
+// results and the time, and carries out the returned actions (Host does, host_dcutr.cpp,
+// when HostConfig::hole_punching is on).
 #pragma once
 
 #include <cstdint>

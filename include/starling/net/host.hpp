@@ -22,6 +22,7 @@
 
 #include "starling/crypto/keys.hpp"
 #include "starling/net/address_book.hpp"
+#include "starling/net/dcutr.hpp"
 #include "starling/net/log_throttle.hpp"
 #include "starling/net/multiaddr.hpp"
 #include "starling/net/stream_host.hpp"
@@ -55,6 +56,12 @@ struct HostConfig {
   // listening port. Off by default: with it, a second process of the same user can bind the
   // same fixed port without an error (the kernel then splits incoming connections).
   bool hole_punching = false;
+  // DCUtR (/libp2p/dcutr, host_dcutr.cpp), with hole_punching on: the host serves the
+  // protocol and, as the peer that accepted a relayed connection, starts the upgrade once
+  // identify shows the peer speaks it and we have an address to offer (observed addresses
+  // with our listening port, then announced direct ones; dcutr.allow_private admits private
+  // ranges, for labs). The relayed connection stays as the fallback.
+  DcutrConfig dcutr;
   std::size_t max_connections = 1024;
   std::size_t max_pending_inbound = 64;  // inbound connections still handshaking
   // Addresses remembered per peer (address_book.hpp: dialled ones first, then the peer's
@@ -201,6 +208,10 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   }
   // After each identify of a peer (its protocols and observed address are known).
   void on_peer_identified(PeerCallback cb) { on_identified_.push_back(std::move(cb)); }
+  // Each new connection, relayed and direct ones, before streams run on it.
+  void on_connection_opened(std::function<void(const ConnectionInfo&)> cb) {
+    on_conn_opened_.push_back(std::move(cb));
+  }
 
   // Test/diagnostic counters.
   struct Stats {
@@ -209,6 +220,11 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
     std::uint64_t evicted_handshakes = 0;   // pending inbound handshakes closed to admit another
     std::uint64_t evicted_connections = 0;  // idle inbound connections closed to admit another
     std::uint64_t forgotten_peers = 0;      // peers dropped from the table at max_known_peers
+    // DCUtR upgrades of relayed connections, either role: started, ended with a direct
+    // connection, given up (the relayed connection kept); hole-punch TCP connections made
+    // (our dial, or the peer's dial accepted by a listener).
+    std::uint64_t dcutr_started = 0, dcutr_succeeded = 0, dcutr_failed = 0;
+    std::uint64_t punched_connections = 0;
   };
   const Stats& stats() const { return stats_; }
 
@@ -216,6 +232,7 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   struct Connection;
   struct PendingDial;
   struct PendingInbound;
+  struct Punch;
   // A row of the peer table: what we know, and its place in the eviction order.
   struct KnownPeer {
     PeerInfo info;
@@ -226,7 +243,8 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
 
   awaitable<void> accept_loop(std::shared_ptr<asio::ip::tcp::acceptor> acc);
   awaitable<void> handle_inbound(std::shared_ptr<class TcpStream> tcp,
-                                 std::shared_ptr<PendingInbound> pending);
+                                 std::shared_ptr<PendingInbound> pending,
+                                 std::shared_ptr<Punch> punch = nullptr);
   // Whether an inbound connection may be accepted now, evicting a stale handshake or an idle
   // inbound connection if a limit is reached (host_admit.cpp).
   bool admit_inbound();
@@ -265,7 +283,21 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   awaitable<void> serve_identify_push(ByteStreamPtr stream, PeerId remote);
   Bytes identify_message(const Multiaddr& observed) const;
   void apply_identify(const PeerId& peer, BytesView msg);
-  // peer table (host_peers.cpp): creates or refreshes `peer`'s row as the most recently
+  // DCUtR (host_dcutr.cpp)
+  void maybe_start_dcutr(std::shared_ptr<Connection> conn);
+  std::vector<Multiaddr> dcutr_own_addresses() const;
+  awaitable<void> run_dcutr(std::shared_ptr<Connection> conn);
+  awaitable<void> serve_dcutr(ByteStreamPtr stream, PeerId remote);
+  awaitable<void> drive_dcutr(std::shared_ptr<Connection> conn, ByteStreamPtr stream,
+                              DcutrMachine& m, std::vector<DcutrAction> acts);
+  // Dials every address in `addrs` from our listening port at `at`, and upgrades in the
+  // DCUtR role; a connection from the peer that one of our listeners accepted (punches_)
+  // counts too. True once a direct connection to the peer exists, false when every dial and
+  // accepted attempt failed or `deadline` passed.
+  awaitable<bool> punch(std::shared_ptr<Punch> p, std::vector<Multiaddr> addrs, TimePoint at,
+                        TimePoint deadline);
+  std::shared_ptr<Connection> direct_connection(const PeerId& peer)
+      const;  // peer table (host_peers.cpp): creates or refreshes `peer`'s row as the most recently
   // useful (met: a connection confirmed it), then trims the table to max_known_peers; the
   // returned reference stays valid (only other rows are evicted).
   PeerInfo& touch_peer(const PeerId& peer, bool met);
@@ -298,9 +330,14 @@ class Host final : public StreamHost, public std::enable_shared_from_this<Host> 
   std::uint64_t next_conn_id_ = 1;
   std::vector<PeerCallback> on_connected_, on_disconnected_, on_identified_;
   std::vector<std::function<void()>> on_addrs_changed_;
+  std::vector<std::function<void(const ConnectionInfo&)>> on_conn_opened_;
   std::vector<Multiaddr> announce_;  // HostConfig::announce parsed, or expanded
   std::map<std::string, std::pair<std::vector<Multiaddr>, bool>> extra_addrs_;  // by source
   std::map<const ByteStream*, std::shared_ptr<Connection>> stream_conns_;       // handlers running
+  std::set<PeerId> dcutr_running_;  // peers with a DCUtR exchange in progress (either role)
+  // Hole punches in progress by the peer's remote endpoint: a connection our listener accepts
+  // from one of them is upgraded in the punch's role with the punch's peer.
+  std::map<asio::ip::tcp::endpoint, std::shared_ptr<Punch>> punches_;
   Stats stats_;
   std::shared_ptr<TokenBucket> upload_limit_, download_limit_;  // null: unlimited
 };

@@ -59,8 +59,10 @@ struct NamedTensor {
   friend bool operator==(const NamedTensor&, const NamedTensor&) = default;
 };
 
-// The optimizers whose state the format carries (those libtorch ships, except LBFGS).
-enum class OptimizerKind : std::uint8_t { sgd = 1, adam, adamw, rmsprop, adagrad };
+// The optimizers whose state the format carries (those libtorch ships, except LBFGS, and
+// Starling's LAMB, whose options and state slots are AdamW's: a distinct kind so that neither
+// loads as the other).
+enum class OptimizerKind : std::uint8_t { sgd = 1, adam, adamw, rmsprop, adagrad, lamb };
 std::string_view kind_name(OptimizerKind k) noexcept;
 // The closed sets of option names and of per-parameter state slots of each kind.
 std::span<const std::string_view> option_names(OptimizerKind k) noexcept;

@@ -141,6 +141,8 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
       b.optimizer->step();
       b.optimizer->zero_grad();
       ++stats.optimizer_steps;
+      ++b.steps;
+      b.samples += static_cast<std::uint64_t>(rows);
       ++stats.backward_batches;
       stats.backward_rows += static_cast<std::uint64_t>(rows);
     }

@@ -1,10 +1,12 @@
 // ExpertServer: RPC handlers, the runtime thread and the declaring task (expert_server.hpp).
 #include <asio/post.hpp>
+#include <random>
 
 #include "moe/torch/server_impl.hpp"
 #include "starling/core/log.hpp"
 #include "starling/moe/expert_directory.hpp"
 #include "starling/net/rpc.hpp"
+#include "starling/training/checkpoint.hpp"
 
 namespace starling::moe {
 
@@ -39,13 +41,74 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
   std::atomic<bool> runtime_exited{false};
   std::thread runtime;
   bool started = false;
+  std::mt19937_64 failure_rng{std::random_device{}()};  // io thread only
+
+  bool injected_failure() {
+    return std::uniform_real_distribution<double>(0, 1)(failure_rng) < cfg.inject_failure_rate;
+  }
+
+  // Saves the checkpoint of every expert that stepped since its last one. Runtime thread (or
+  // after it exited).
+  void save_checkpoints() {
+    if (cfg.checkpoint_dir.empty()) return;
+    for (auto& b : backends) {
+      if (b->steps == b->saved_steps) continue;
+      auto r = save_expert_checkpoint(cfg.checkpoint_dir, *b);
+      if (r) {
+        ++stats->checkpoints_saved;
+      } else {
+        ++stats->checkpoint_failures;
+        logger("moe")->warn("{}", r.error().message());
+      }
+    }
+  }
+
+  // Snapshots the state of every expert that stepped since its last snapshot, for replicas.
+  // Runtime thread (or before it starts); takes mu to publish.
+  void take_snapshots() {
+    for (auto& b : backends) {
+      if (!b->state || b->steps == b->snapshot_steps) continue;
+      auto s = expert_state(*b);
+      if (!s) {
+        ++stats->state_failures;
+        logger("moe")->warn("{}", s.error().message());
+        continue;
+      }
+      b->snapshot_steps = b->steps;
+      auto shared = std::make_shared<const Bytes>(std::move(s).value());
+      std::lock_guard lk(mu);
+      b->snapshot = std::move(shared);
+      b->snapshot_epoch = b->snapshot_steps;
+      b->snapshot_new = true;
+    }
+  }
 
   void runtime_loop() {
     std::unique_lock lk(mu);
+    const bool checkpoints = !cfg.checkpoint_dir.empty();
+    const bool snapshots = cfg.share_state && directory;
+    auto next_checkpoint = Clock::now() + cfg.checkpoint_period;
+    auto next_snapshot = Clock::now() + cfg.declare_period;
     while (!stopping) {
+      if (checkpoints && Clock::now() >= next_checkpoint) {
+        lk.unlock();
+        save_checkpoints();
+        lk.lock();
+        next_checkpoint = Clock::now() + cfg.checkpoint_period;
+        continue;
+      }
+      if (snapshots && Clock::now() >= next_snapshot) {
+        lk.unlock();
+        take_snapshots();
+        lk.lock();
+        next_snapshot = Clock::now() + cfg.declare_period;
+        continue;
+      }
       auto batch = sched.next(Clock::now());
       if (!batch) {
         auto w = sched.next_wakeup();
+        if (checkpoints && (!w || next_checkpoint < *w)) w = next_checkpoint;
+        if (snapshots && (!w || next_snapshot < *w)) w = next_snapshot;
         if (w)
           cv.wait_until(lk, *w);
         else
@@ -75,6 +138,10 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
       co_return Error(errc::not_found, "unknown expert uid '" + req.uid().substr(0, 64) + "'");
     }
     Backend* b = it->second;
+    if (cfg.inject_failure_rate > 0 && injected_failure()) {
+      ++stats->injected_failures;
+      co_return Error(errc::unavailable, "expert " + b->schema.uid + ": injected failure");
+    }
     if (req.tensors_size() < 1 || req.tensors(0).shape_size() < 1 || req.tensors(0).shape(0) < 1) {
       ++stats->bad_requests;
       co_return Error(errc::invalid_argument, "expert " + b->schema.uid + ": request without rows");
@@ -157,6 +224,68 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
     }
   }
 
+  // Downloads the state of every expert without a restored checkpoint from its replicas
+  // (before the runtime thread starts: the modules are this thread's).
+  awaitable<void> download_states() {
+    for (auto& b : backends) {
+      if (b->steps > 0 || !b->state) continue;
+      averaging::LoadStateOptions o;
+      o.timeout = cfg.state_download_timeout;
+      o.stall_timeout = std::min<Duration>(o.timeout, 10s);
+      auto got = co_await b->state->load_blob(o);
+      if (!got) {
+        if (got.error() != errc::not_found) {
+          ++stats->state_failures;
+          logger("moe")->warn("expert {}: no state from replicas: {}", b->schema.uid,
+                              got.error().message());
+        }
+        continue;
+      }
+      auto loaded = load_expert_state(got.value().data, got.value().info.epoch, *b);
+      if (!loaded) {
+        ++stats->state_failures;
+        logger("moe")->warn("{}", loaded.error().message());
+        continue;
+      }
+      ++stats->states_downloaded;
+      logger("moe")->info("expert {}: state downloaded from replicas (step {})", b->schema.uid,
+                          b->steps);
+    }
+  }
+
+  // Serves each expert's newest snapshot (a new one is shared, an old one re-announced).
+  awaitable<void> share_snapshots() {
+    if (!cfg.share_state) co_return;
+    for (auto& b : backends) {
+      if (!b->state) continue;
+      std::shared_ptr<const Bytes> snap;
+      std::uint64_t epoch = 0;
+      bool fresh = false;
+      {
+        std::lock_guard lk(mu);
+        snap = b->snapshot;
+        epoch = b->snapshot_epoch;
+        fresh = b->snapshot_new;
+        b->snapshot_new = false;
+      }
+      if (!snap) continue;
+      result<void> r = success();
+      if (fresh) {
+        averaging::BlobSnapshot blob;
+        blob.epoch = epoch;
+        blob.data = *snap;
+        r = co_await b->state->share_blob(std::move(blob), cfg.declare_ttl);
+        if (r) ++stats->states_shared;
+      } else {
+        r = co_await b->state->announce_blob(epoch, cfg.declare_ttl);
+      }
+      if (!r) {
+        ++stats->state_failures;
+        logger("moe")->info("expert {}: sharing state: {}", b->schema.uid, r.error().message());
+      }
+    }
+  }
+
   Declaration self_declaration() const {
     Declaration d;
     d.peer = host->local_peer();
@@ -176,6 +305,8 @@ std::shared_ptr<ExpertServer> ExpertServer::create(std::shared_ptr<net::Host> ho
   s->impl_->directory = directory;
   s->impl_->cfg = config;
   s->impl_->stats = s->stats_;
+  if (!config.checkpoint_dir.empty())
+    (void)training::remove_stale_temporaries(config.checkpoint_dir);
   if (directory)
     s->impl_->experts_dir =
         std::make_unique<ExpertDirectory>(std::move(directory), config.declare_period);
@@ -215,6 +346,13 @@ result<void> ExpertServer::add_expert(const std::string& uid, ExpertModule modul
   b->schema.expert_type = module.type;
   b->optimizer = opt(module.parameters->parameters());
   b->module = std::move(module);
+  if (!im.cfg.checkpoint_dir.empty()) {
+    ST_TRY(auto loaded, load_expert_checkpoint(im.cfg.checkpoint_dir, *b));
+    if (loaded) {
+      ++stats_->checkpoints_loaded;
+      logger("moe")->info("expert {} restored from its checkpoint at step {}", canonical, b->steps);
+    }
+  }
   b->forward_pool = im.sched.add_pool(im.cfg.forward_pool);
   b->backward_pool = im.sched.add_pool(im.cfg.backward_pool);
   im.pool_owner[b->forward_pool] = {b.get(), false};
@@ -232,11 +370,22 @@ awaitable<result<void>> ExpertServer::start() {
   im.scope = std::make_unique<TaskScope>(im.host->get_executor());
   std::weak_ptr<Impl> weak = impl_;
   im.register_methods(weak);
+  if (im.directory && (im.cfg.share_state || im.cfg.download_state)) {
+    for (auto& b : im.backends) {
+      auto a = make_state_averager(im.host, im.directory, b->schema.uid);
+      if (!a) co_return a.error().with_context("expert " + b->schema.uid + " state averager");
+      b->state = a.value();
+      b->state->start();
+    }
+    if (im.cfg.download_state) co_await im.download_states();
+    if (im.cfg.share_state) im.take_snapshots();
+  }
   auto implp = impl_;
   im.runtime = std::thread([implp] { implp->runtime_loop(); });
   if (im.experts_dir) {
     auto first = co_await declare_now();
     if (!first) logger("moe")->warn("first declaration failed: {}", first.error().message());
+    co_await im.share_snapshots();
     auto self = shared_from_this();
     std::weak_ptr<ExpertServer> ws = self;
     const Duration period = im.cfg.declare_period;
@@ -248,6 +397,7 @@ awaitable<result<void>> ExpertServer::start() {
         if (!s) co_return;
         auto r = co_await s->declare_now();
         if (!r) logger("moe")->warn("declaration failed: {}", r.error().message());
+        co_await s->impl_->share_snapshots();
       }
     });
   }
@@ -281,11 +431,14 @@ awaitable<void> ExpertServer::stop() {
   im.cv.notify_all();
   for (auto& t : dropped) complete(t, Error(errc::unavailable, "expert server is stopping"));
   if (im.scope) (void)co_await im.scope->close(im.cfg.stop_timeout);
+  for (auto& b : im.backends)
+    if (b->state) co_await b->state->stop();
   if (im.runtime.joinable()) {
     const auto until = Clock::now() + im.cfg.stop_timeout;
     while (!im.runtime_exited && Clock::now() < until) (void)co_await sleep_for(2ms);
     if (im.runtime_exited) {
       im.runtime.join();
+      im.save_checkpoints();
     } else {
       logger("moe")->warn("expert runtime still busy after {} ms; detached",
                           std::chrono::duration_cast<Millis>(im.cfg.stop_timeout).count());
@@ -303,6 +456,16 @@ std::vector<std::string> ExpertServer::uids() const {
 std::shared_ptr<torch::nn::Module> ExpertServer::module_of(const std::string& uid) const {
   auto it = impl_->by_uid.find(uid);
   return it == impl_->by_uid.end() ? nullptr : it->second->module.parameters;
+}
+
+torch::optim::Optimizer* ExpertServer::optimizer_of(const std::string& uid) const {
+  auto it = impl_->by_uid.find(uid);
+  return it == impl_->by_uid.end() ? nullptr : it->second->optimizer.get();
+}
+
+std::uint64_t ExpertServer::steps_of(const std::string& uid) const {
+  auto it = impl_->by_uid.find(uid);
+  return it == impl_->by_uid.end() ? 0 : it->second->steps;
 }
 
 }  // namespace starling::moe

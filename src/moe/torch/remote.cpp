@@ -250,6 +250,28 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
   st->stats_mu = stats_mu_;
   st->stats = stats_;
   std::map<std::string, std::size_t> call_of;
+  std::map<std::string, std::size_t> calls_to_peer;
+  const TimePoint now = Clock::now();
+  for (auto it = failed_.begin(); it != failed_.end();)
+    it = now - it->second >= options_.avoid_failed ? failed_.erase(it) : std::next(it);
+  auto pick_replica = [this](const std::string& uid, const std::vector<Declaration>& servers,
+                             const std::map<std::string, std::size_t>& load) -> const Declaration& {
+    const Declaration* best = nullptr;
+    std::size_t best_load = 0;
+    bool best_avoided = true;
+    for (const auto& s : servers) {
+      const std::string peer = s.peer.to_string();
+      const bool avoided = failed_.count({uid, peer}) > 0;
+      auto l = load.find(peer);
+      const std::size_t n = l == load.end() ? 0 : l->second;
+      if (!best || (best_avoided && !avoided) || (avoided == best_avoided && n < best_load)) {
+        best = &s;
+        best_load = n;
+        best_avoided = avoided;
+      }
+    }
+    return *best;
+  };
   std::vector<std::vector<std::int64_t>> idx_v(D, std::vector<std::int64_t>(B * K, 0));
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::size_t j = 0; j < chosen[b].size() && static_cast<std::int64_t>(j) < K; ++j) {
@@ -260,7 +282,8 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
       auto [it, fresh] = call_of.emplace(e.uid, st->calls.size());
       if (fresh) {
         PlannedCall c;
-        const auto& server = e.servers[static_cast<std::size_t>(b) % e.servers.size()];
+        const auto& server = pick_replica(e.uid, e.servers, calls_to_peer);
+        ++calls_to_peer[server.peer.to_string()];
         c.to = ExpertAddress{e.uid, server.peer, server.addrs};
         st->calls.push_back(std::move(c));
       }
@@ -300,12 +323,14 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
     auto& r = results[i];
     if (!r) {
       ++late;
+      failed_[{c.to.uid, c.to.peer.to_string()}] = Clock::now();
       continue;
     }
     if (!r->has_value() || r->value().shape.size() != 2 ||
         r->value().shape[0] != static_cast<std::int64_t>(c.rows.size()) ||
         r->value().shape[1] != options_.out_features) {
       ++failures;
+      failed_[{c.to.uid, c.to.peer.to_string()}] = Clock::now();
       if (r->has_value())
         logger("moe")->debug("expert {} answered shape {}", c.to.uid,
                              describe_shape(r->value().shape));
@@ -325,6 +350,13 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
       if (c.ok)
         for (std::size_t r = 0; r < c.rows.size(); ++r) m[c.rows[r] * K + c.slots[r]] = 1;
     mask = torch::from_blob(m.data(), {B, K}, torch::kUInt8).clone().to(torch::kBool);
+  }
+  {
+    std::vector<torch::Tensor> per_dim;
+    for (std::size_t d = 0; d < D; ++d)
+      per_dim.push_back(torch::from_blob(idx_v[d].data(), {B, K}, torch::kLong).clone());
+    last_coords = torch::stack(per_dim, 2);
+    last_answered = mask;
   }
   std::uint64_t empty = 0;
   {
