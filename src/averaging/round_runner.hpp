@@ -10,13 +10,13 @@
 // Threading rule: everything on the host's executor except run_reduce_job() calls on the pool.
 #pragma once
 
-#include "starling/core/timer.hpp"
 #include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include "starling/core/timer.hpp"
 
 #include "part_codec.hpp"
 #include "starling/averaging/round_core.hpp"

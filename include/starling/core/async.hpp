@@ -20,9 +20,9 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/post.hpp>
-#include "starling/core/timer.hpp"
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
+#include "starling/core/timer.hpp"
 
 #include "starling/core/clock.hpp"
 #include "starling/core/result.hpp"

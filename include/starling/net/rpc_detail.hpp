@@ -17,8 +17,8 @@
 #include <string>
 
 #include <asio/experimental/awaitable_operators.hpp>
-#include "starling/core/timer.hpp"
 #include <asio/this_coro.hpp>
+#include "starling/core/timer.hpp"
 
 #include "starling/core/async.hpp"
 #include "starling/core/bytes.hpp"
