@@ -21,6 +21,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_host.hpp"
 #include "starling/core/blocking.hpp"
 #include "starling/moe/expert_server.hpp"
 #include "starling/moe/remote.hpp"
@@ -73,16 +74,7 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--reps") reps = std::atoi(argv[i + 1]);
   torch::set_num_threads(1);
   IoThread io("bench-moe-io");
-  auto start_host = [&]() {
-    auto h = net::Host::create(io.executor(), crypto::KeyPair::generate(), net::HostConfig{});
-    auto r = block_on(
-        io.executor(), [h] { return h->start(); }, 10s);
-    if (!r) {
-      std::fprintf(stderr, "host: %s\n", r.error().message().c_str());
-      std::exit(1);
-    }
-    return h;
-  };
+  auto start_host = [&] { return bench::start_host_or_exit(io); };
   auto server_host = start_host();
   auto client_host = start_host();
   ExpertServerConfig cfg;

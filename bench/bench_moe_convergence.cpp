@@ -20,6 +20,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_host.hpp"
 #include "starling/core/blocking.hpp"
 #include "starling/moe/expert_server.hpp"
 #include "starling/moe/remote.hpp"
@@ -178,16 +179,7 @@ int main(int argc, char** argv) {
   }
 
   IoThread io("bench-moe-conv-io");
-  auto start_host = [&]() {
-    auto h = net::Host::create(io.executor(), crypto::KeyPair::generate(), net::HostConfig{});
-    auto r = block_on(
-        io.executor(), [h] { return h->start(); }, 10s);
-    if (!r) {
-      std::fprintf(stderr, "host: %s\n", r.error().message().c_str());
-      std::exit(1);
-    }
-    return h;
-  };
+  auto start_host = [&] { return bench::start_host_or_exit(io); };
   auto client = start_host();
   struct Variant {
     const char* name;
