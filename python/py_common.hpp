@@ -9,6 +9,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <pybind11/pybind11.h>
@@ -36,6 +37,45 @@ T unwrap(result<T> r) {
 inline void unwrap(result<void> r) {
   if (!r) raise(r.error());
 }
+
+// Ctrl-C while C++ waits with the GIL released: check() (called on the waiting thread, GIL
+// released) runs Python's signal handlers (they run on the main thread only: Ctrl-C raises
+// KeyboardInterrupt there) and keeps the exception they raised; raise_pending() re-raises it
+// once the C++ call has returned (GIL held).
+class SignalCheck {
+ public:
+  SignalCheck() = default;
+  SignalCheck(const SignalCheck&) = delete;
+  SignalCheck& operator=(const SignalCheck&) = delete;
+  ~SignalCheck() {
+    Py_XDECREF(type_);
+    Py_XDECREF(value_);
+    Py_XDECREF(tb_);
+  }
+  bool check() {
+    if (type_) return true;
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() == 0) return false;
+    PyErr_Fetch(&type_, &value_, &tb_);
+    if (!type_) type_ = Py_NewRef(PyExc_KeyboardInterrupt);
+    return true;
+  }
+  void raise_pending() {
+    if (!type_) return;
+    PyErr_Restore(std::exchange(type_, nullptr), std::exchange(value_, nullptr),
+                  std::exchange(tb_, nullptr));
+    throw py::error_already_set();
+  }
+  // For block_on: the wait ends at a signal whose handler raised.
+  Interrupt interrupt() {
+    return Interrupt{[this] { return check(); }};
+  }
+
+ private:
+  PyObject* type_ = nullptr;
+  PyObject* value_ = nullptr;
+  PyObject* tb_ = nullptr;
+};
 
 // One DHT node on its own io thread (host + Kademlia node). The optimizer builds its
 // collaboration on the same host and node.
@@ -66,6 +106,7 @@ class Dht {
   bool client_mode_ = false;
   bool closed_ = false;
   Duration op_timeout_ = 60s;
+  SignalCheck signals_;  // Ctrl-C during get/store
 };
 
 void bind_dht(py::module_& m);

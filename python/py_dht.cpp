@@ -135,8 +135,9 @@ bool Dht::store(const std::string& key, const py::object& value, double expirati
           if (sk) co_return co_await node->store(k, *sk, v, ttl);
           co_return co_await node->store(k, v, ttl);
         },
-        op_timeout_);
+        op_timeout_, 2s, signals_.interrupt());
   }
+  signals_.raise_pending();
   auto stored = unwrap(std::move(r));
   return stored.replicas > 0;
 }
@@ -149,8 +150,10 @@ py::object Dht::get(const std::string& key, bool latest) {
   {
     py::gil_scoped_release nogil;
     r = block_on(
-        io_->executor(), [node, k, latest] { return node->get(k, latest); }, op_timeout_);
+        io_->executor(), [node, k, latest] { return node->get(k, latest); }, op_timeout_, 2s,
+        signals_.interrupt());
   }
+  signals_.raise_pending();
   auto found = unwrap(std::move(r));
   if (!found) return py::none();
   const double now = now_seconds();

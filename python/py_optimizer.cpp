@@ -185,9 +185,6 @@ class PyOptimizer {
       shutdown();
     } catch (...) {
     }
-    Py_XDECREF(interrupt_type_);
-    Py_XDECREF(interrupt_value_);
-    Py_XDECREF(interrupt_tb_);
   }
 
   bool step(std::optional<std::size_t> batch_size) {
@@ -300,23 +297,9 @@ class PyOptimizer {
   }
 
   // OptimizerOptions::interrupted: called on the training thread (GIL released) while step()
-  // or load_state_from_peers() waits for the network. Runs Python's signal handlers (on the
-  // main thread only: Ctrl-C raises KeyboardInterrupt there) and keeps the exception they
-  // raised for the binding to re-raise once the C++ call has returned.
-  bool check_signals() {
-    if (interrupt_type_) return true;
-    py::gil_scoped_acquire gil;
-    if (PyErr_CheckSignals() == 0) return false;
-    PyErr_Fetch(&interrupt_type_, &interrupt_value_, &interrupt_tb_);
-    if (!interrupt_type_) interrupt_type_ = Py_NewRef(PyExc_KeyboardInterrupt);
-    return true;
-  }
-  void raise_pending_interrupt() {
-    if (!interrupt_type_) return;
-    PyErr_Restore(std::exchange(interrupt_type_, nullptr), std::exchange(interrupt_value_, nullptr),
-                  std::exchange(interrupt_tb_, nullptr));
-    throw py::error_already_set();
-  }
+  // or load_state_from_peers() waits for the network (SignalCheck).
+  bool check_signals() { return signals_.check(); }
+  void raise_pending_interrupt() { signals_.raise_pending(); }
 
   // Registers the parameters in view_: under the model's names, the given names, or p0, p1...
   void name_parameters(const std::vector<torch::Tensor>& params, const py::object& model,
@@ -396,9 +379,7 @@ class PyOptimizer {
   py::object py_opt_;
   std::vector<py::object> py_params_;
   std::shared_ptr<ModelView> view_;
-  PyObject* interrupt_type_ = nullptr;  // a signal handler's exception (check_signals)
-  PyObject* interrupt_value_ = nullptr;
-  PyObject* interrupt_tb_ = nullptr;
+  SignalCheck signals_;  // a signal handler's exception (check_signals)
   std::vector<Buffer> buffers_;    // the Python state's tensors ("local" optimizers only)
   InnerBridge* bridge_ = nullptr;  // owned by opt_
   std::shared_ptr<collab::NetCollaboration> collab_;

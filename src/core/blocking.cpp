@@ -39,6 +39,23 @@ bool wait_done_for(BlockOnState& st, Duration d) {
   return st.cv.wait_until(lock, deadline, [&] { return st.done; });
 }
 
+bool wait_done_or_interrupted(BlockOnState& st, Duration timeout, const Interrupt& interrupt,
+                              bool& interrupted) {
+  if (!interrupt.requested) return wait_done_for(st, timeout);
+  constexpr Duration kLongest = std::chrono::hours(24 * 365 * 10);
+  const auto deadline = Clock::now() + std::clamp(timeout, Duration::zero(), kLongest);
+  const Duration poll = std::max<Duration>(interrupt.poll, std::chrono::milliseconds(1));
+  for (;;) {
+    const auto now = Clock::now();
+    if (now >= deadline) return wait_done_for(st, Duration::zero());
+    if (wait_done_for(st, std::min<Duration>(poll, deadline - now))) return true;
+    if (interrupt.requested()) {
+      interrupted = true;
+      return false;
+    }
+  }
+}
+
 void cancel_on_executor(const asio::any_io_executor& ex, std::shared_ptr<BlockOnState> st) {
   asio::post(ex, [st = std::move(st)] {
     {

@@ -22,13 +22,19 @@ const char* to_string(FashionModel m) {
 torch::nn::Sequential make_fashion_model(FashionModel kind, std::uint64_t seed) {
   namespace nn = torch::nn;
   torch::manual_seed(seed);
-  if (kind == FashionModel::mlp)
-    return nn::Sequential(nn::Flatten(), nn::Linear(28 * 28, 256), nn::ReLU(),
-                          nn::Linear(256, training::kFashionMnistClasses));
-  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 16, 5).padding(2)), nn::ReLU(),
-                        nn::MaxPool2d(2), nn::Conv2d(nn::Conv2dOptions(16, 32, 5).padding(2)),
-                        nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
-                        nn::Linear(32 * 7 * 7, training::kFashionMnistClasses));
+  // The layers draw their initial values from the seeded generator in a fixed order, last
+  // layer first (the order of the original one-expression constructor under GCC, kept so that
+  // models, checkpoints and examples/python/fashion_mnist.py stay identical on any compiler).
+  if (kind == FashionModel::mlp) {
+    nn::Linear out(256, training::kFashionMnistClasses);
+    nn::Linear hidden(28 * 28, 256);
+    return nn::Sequential(nn::Flatten(), hidden, nn::ReLU(), out);
+  }
+  nn::Linear out(32 * 7 * 7, training::kFashionMnistClasses);
+  nn::Conv2d conv2(nn::Conv2dOptions(16, 32, 5).padding(2));
+  nn::Conv2d conv1(nn::Conv2dOptions(1, 16, 5).padding(2));
+  return nn::Sequential(conv1, nn::ReLU(), nn::MaxPool2d(2), conv2, nn::ReLU(), nn::MaxPool2d(2),
+                        nn::Flatten(), out);
 }
 
 FashionData::FashionData(const training::ImageDataset& d) : size_(d.size()) {

@@ -73,6 +73,42 @@ TEST(BlockOn, TimeoutCancelsAndWaitsForUnwind) {
   EXPECT_TRUE(unwound->load());
 }
 
+TEST(BlockOn, InterruptEndsTheWaitAndCancels) {
+  IoThread io("blk-test");
+  auto unwound = std::make_shared<std::atomic<bool>>(false);
+  std::atomic<int> asked{0};
+  const auto t0 = Clock::now();
+  // The interrupt says yes from its 5th question on (~100 ms at the default 20 ms poll).
+  Interrupt interrupt{[&] { return ++asked >= 5; }};
+  auto r = block_on(
+      io.executor(),
+      [unwound]() -> awaitable<result<int>> {
+        auto slept = co_await sleep_for(1h);
+        if (!slept) unwound->store(true);
+        co_return 1;
+      },
+      1h, 2s, interrupt);
+  const auto took = Clock::now() - t0;
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error(), errc::cancelled);
+  EXPECT_GE(asked.load(), 5);
+  EXPECT_GE(took, 80ms);
+  EXPECT_LT(took, 5s);
+  EXPECT_TRUE(unwound->load());  // cancelled, and waited for
+
+  // An interrupt that never fires changes nothing: the value, in time.
+  Interrupt never{[] { return false; }};
+  auto v = block_on(
+      io.executor(),
+      []() -> awaitable<result<int>> {
+        (void)co_await sleep_for(60ms);
+        co_return 7;
+      },
+      5s, 2s, never);
+  ASSERT_TRUE(v) << v.error().message();
+  EXPECT_EQ(v.value(), 7);
+}
+
 TEST(BlockOn, AbandonsOperationThatIgnoresCancellationAfterBound) {
   IoThread io("blk-test");
   auto finished = std::make_shared<std::atomic<bool>>(false);

@@ -10,6 +10,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -68,14 +69,31 @@ awaitable<void> block_on_entry(std::shared_ptr<BlockOnSlot<T>> st, F make) {
 
 }  // namespace detail
 
+// Called while block_on waits (on the waiting thread, every `poll`): true stops the wait.
+struct Interrupt {
+  std::function<bool()> requested;
+  Duration poll = std::chrono::milliseconds(20);
+};
+
+namespace detail {
+// Waits for st.done up to `timeout`, asking `interrupt` every poll; returns st.done, and sets
+// `interrupted` if the wait ended because interrupt.requested() said so.
+bool wait_done_or_interrupted(BlockOnState& st, Duration timeout, const Interrupt& interrupt,
+                              bool& interrupted);
+}  // namespace detail
+
 // Runs `make()` (which returns awaitable<result<T>>) on `ex` and waits up to `timeout` for its
 // result. On timeout the operation is cancelled (asio terminal cancellation) and block_on
 // waits up to `unwind` for it to finish before returning errc::timeout; an operation that
 // ignores cancellation longer than that is abandoned (so `make` should own what it uses
 // rather than point into the caller's stack). An exception from the operation becomes
 // errc::internal. Called on ex's own thread: errc::internal at once (it would deadlock).
+// With `interrupt`, the wait also ends when interrupt.requested() returns true (asked every
+// interrupt.poll on the waiting thread): the operation is cancelled the same way and the
+// result is errc::cancelled (a Python caller's Ctrl-C, for example).
 template <class F>
-auto block_on(asio::any_io_executor ex, F make, Duration timeout, Duration unwind = 2s)
+auto block_on(asio::any_io_executor ex, F make, Duration timeout, Duration unwind = 2s,
+              const Interrupt& interrupt = {})
     -> result<typename detail::awaitable_result<std::invoke_result_t<F&>>::type> {
   using T = typename detail::awaitable_result<std::invoke_result_t<F&>>::type;
   if (!ex) return make_error(errc::invalid_argument, "block_on: no executor");
@@ -93,9 +111,11 @@ auto block_on(asio::any_io_executor ex, F make, Duration timeout, Duration unwin
         st->done = true;
         st->cv.notify_all();
       }));
-  if (!detail::wait_done_for(*st, timeout)) {
+  bool interrupted = false;
+  if (!detail::wait_done_or_interrupted(*st, timeout, interrupt, interrupted)) {
     detail::cancel_on_executor(ex, st);
     bool unwound = detail::wait_done_for(*st, unwind);
+    if (interrupted) return make_error(errc::cancelled, "block_on: interrupted");
     std::lock_guard lock(st->mutex);
     if (unwound && st->value && st->value->has_value()) return std::move(*st->value);
     return detail::block_on_timeout(timeout, unwound);
