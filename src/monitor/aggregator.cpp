@@ -7,6 +7,31 @@
 
 namespace starling::monitor {
 
+namespace {
+// How old a record read from the DHT is: its ttl minus the ttl it has left.
+double record_age_s(const MetricsRecord& r, const MetricsEntry& e) {
+  const double ttl_s = static_cast<double>(r.ttl_ms) / 1000.0;
+  return std::max(0.0, ttl_s - std::chrono::duration<double>(e.remaining_ttl).count());
+}
+}  // namespace
+
+std::optional<IdentityConflict> older_identity_conflict(const std::vector<MetricsEntry>& entries,
+                                                        const net::PeerId& self,
+                                                        const std::string& identity,
+                                                        double own_uptime_s, double margin_s) {
+  for (const auto& e : entries) {
+    if (e.peer == self) continue;
+    auto r = decode_metrics(e.value);
+    if (!r || r.value().task.empty() || r.value().task == identity) continue;
+    const double started_ago = r.value().uptime_s + record_age_s(r.value(), e);
+    const double lead = started_ago - own_uptime_s;
+    const bool older =
+        lead > margin_s || (lead >= -margin_s && e.peer.to_string() < self.to_string());
+    if (own_uptime_s <= 0 || older) return IdentityConflict{e.peer, std::move(r).value().task};
+  }
+  return std::nullopt;
+}
+
 RunAggregator::RunAggregator(TimePoint start, AggregatorConfig config)
     : start_(start), config_(config) {
   config_.max_points = std::max<std::size_t>(config_.max_points, 2);
@@ -33,9 +58,7 @@ void RunAggregator::update(TimePoint now, const std::vector<MetricsEntry>& entri
     const auto id = e.peer.to_string();
     Contributor c;
     c.record = std::move(rec).value();
-    const double ttl_s = static_cast<double>(c.record.ttl_ms) / 1000.0;
-    const double remaining_s = std::chrono::duration<double>(e.remaining_ttl).count();
-    c.age_s = std::max(0.0, ttl_s - remaining_s);
+    c.age_s = record_age_s(c.record, e);
     c.first_seen_s = c.last_seen_s = t;
     if (auto it = peers_.find(id); it != peers_.end()) {
       c.first_seen_s = it->second.first_seen_s;

@@ -112,3 +112,59 @@ TEST(MonitorAggregator, JsonAndPrometheus) {
   EXPECT_NE(prom.find("starling_run_epoch{run=\"run-\\\"1\\\"\"} 2"), std::string::npos);
   EXPECT_NE(prom.find("# TYPE starling_run_peers gauge"), std::string::npos);
 }
+
+// Task identities: at start every mismatch refuses; later only a peer that has run longer
+// (uptime at publication + the record's age) makes this one leave, so of two mismatched
+// trainers started together exactly one leaves.
+TEST(MonitorIdentity, TheYoungerOfTwoMismatchedPeersLeaves) {
+  const auto self = peer(), other = peer(), same = peer(), silent = peer();
+  auto with = [](MetricsEntry e, const std::string& task, double uptime_s) {
+    auto r = decode_metrics(e.value).value();
+    r.task = task;
+    r.uptime_s = uptime_s;
+    e.value = encode_metrics(r).value();
+    return e;
+  };
+  // other: uptime 30 s when published, 10 s ago (ttl 60 s, 50 s left) -> started 40 s ago.
+  const std::vector<MetricsEntry> entries = {
+      with(entry(same, 1, 10, 1.0, 0), "lm tiny bpe:aaaa", 100),
+      with(entry(silent, 1, 10, 1.0, 0), "", 500),  // no identity published: not checked
+      with(entry(other, 1, 10, 1.0, 0, 50s), "lm tiny bpe:bbbb", 30),
+      with(entry(self, 1, 10, 1.0, 0), "lm tiny bpe:cccc", 999),  // its own: skipped
+  };
+  // At start: refused.
+  auto at_start = older_identity_conflict(entries, self, "lm tiny bpe:aaaa", 0);
+  ASSERT_TRUE(at_start);
+  EXPECT_EQ(at_start->peer, other);
+  EXPECT_EQ(at_start->task, "lm tiny bpe:bbbb");
+  // Running for 20 s: the other started 40 s ago, so this peer is the younger and leaves.
+  EXPECT_TRUE(older_identity_conflict(entries, self, "lm tiny bpe:aaaa", 20));
+  // Running for 60 s: this peer is the older; the other one leaves instead.
+  EXPECT_FALSE(older_identity_conflict(entries, self, "lm tiny bpe:aaaa", 60));
+  // Started about together (within the 5 s margin): the peer ids decide, alike on both sides,
+  // so exactly one of the two leaves.
+  const bool self_leaves =
+      older_identity_conflict(entries, self, "lm tiny bpe:aaaa", 38).has_value();
+  EXPECT_EQ(self_leaves, other.to_string() < self.to_string());
+  const std::vector<MetricsEntry> self_seen = {
+      with(entry(self, 1, 10, 1.0, 0, 60s), "lm tiny bpe:aaaa", 38)};
+  const bool other_leaves =
+      older_identity_conflict(self_seen, other, "lm tiny bpe:bbbb", 40).has_value();
+  EXPECT_NE(self_leaves, other_leaves);
+  // With the other's identity, the conflict is with the first peer instead.
+  auto as_other = older_identity_conflict(entries, self, "lm tiny bpe:bbbb", 0);
+  ASSERT_TRUE(as_other);
+  EXPECT_EQ(as_other->peer, same);
+  // Every peer agreeing (or publishing no identity) is no conflict.
+  EXPECT_FALSE(older_identity_conflict({entries[0], entries[1]}, self, "lm tiny bpe:aaaa", 0));
+  // Seen from the other side with the same records (this peer 60 s old, published now):
+  // the other, 40 s old, is the younger and must leave.
+  const std::vector<MetricsEntry> seen_by_other = {
+      with(entry(self, 1, 10, 1.0, 0, 60s), "lm tiny bpe:aaaa", 60)};
+  EXPECT_TRUE(older_identity_conflict(seen_by_other, other, "lm tiny bpe:bbbb", 40));
+  // A damaged record is skipped, not a conflict.
+  MetricsEntry junk;
+  junk.peer = other;
+  junk.value = to_bytes("not a record");
+  EXPECT_FALSE(older_identity_conflict({junk}, self, "lm tiny bpe:aaaa", 0));
+}

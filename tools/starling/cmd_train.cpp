@@ -198,6 +198,12 @@ int train_main(const TrainOptions& o) {
     metrics.evaluated(ev.accuracy, ev.loss, opt.local_epoch(), ev.perplexity);
   }
   std::string stop_reason = "interrupted";
+  // Two trainers of different tasks started together saw no record of each other at start.
+  std::optional<IdentityWatch> identity_watch;
+  if (net.value()->collaboration())
+    identity_watch.emplace(*net.value(), task.identity(),
+                           std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
+                               std::max(2.0, o.metrics_interval))));
   const auto train_log = logger("train");
   // Warns once when rounds dominate this peer's time (synchronous and delayed DeDLOC steps).
   training::RoundBudget budget(o.target_batch_size, o.batch_size, o.delay_step);
@@ -224,6 +230,11 @@ int train_main(const TrainOptions& o) {
     if (!rep) {
       std::cerr << "\nerror: " << rep.error().message() << "\n";
       stop_reason = "error";
+      break;
+    }
+    if (auto conflict = identity_watch ? identity_watch->poll() : std::nullopt) {
+      std::cerr << "\nerror: " << conflict->message() << "\n";
+      stop_reason = "identity-conflict";
       break;
     }
     if (opt.local_epoch() != logged_epoch) {
@@ -287,7 +298,9 @@ int train_main(const TrainOptions& o) {
     }
   }
   if (progress.tty) std::cerr << "\n";
-  const bool finished = stop_reason != "interrupted" && stop_reason != "error";
+  const bool finished =
+      stop_reason != "interrupted" && stop_reason != "error" && stop_reason != "identity-conflict";
+  identity_watch.reset();
   // Delayed updates: a round still in flight is finished and applied before reporting or
   // lingering (the others count on this peer in it, and it serves no state meanwhile).
   if (finished) opt.finish_round();
@@ -367,6 +380,7 @@ int train_main(const TrainOptions& o) {
     auto w = training::write_file_atomic(o.report, as_bytes(text));
     if (!w) std::cerr << "error: report: " << w.error().message() << "\n";
   }
+  if (stop_reason == "identity-conflict") return 2;  // as when refused at start
   return stop_reason == "error" ? 1 : 0;
 }
 

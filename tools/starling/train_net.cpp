@@ -80,11 +80,12 @@ class DhtNetwork final : public TrainNetwork {
       std::cerr << "warning: leaving the network: " << r.error().message() << "\n";
   }
   std::pair<std::uint64_t, std::uint64_t> traffic() override { return node_->traffic(); }
-  result<void> check_run_identity(const std::string& identity) override {
+  result<void> check_run_identity(const std::string& identity, double own_uptime_s) override {
     auto read =
         block_on(node_->executor(), ReadRecords{node_->dht(), monitor::metrics_key(run_id_)}, 15s);
     if (!read) return read.error().with_context("reading the run's metrics records");
-    return cli::check_run_identity(read.value(), peer_id(), run_id_, identity);
+    return cli::check_run_identity(read.value(), node_->peer(), run_id_, identity,
+                                   own_uptime_s);
   }
   std::vector<std::string> addresses() const override {
     std::vector<std::string> out;
@@ -101,21 +102,45 @@ class DhtNetwork final : public TrainNetwork {
 }  // namespace
 
 result<void> check_run_identity(const std::vector<monitor::MetricsEntry>& entries,
-                                const std::string& self, const std::string& run_id,
-                                const std::string& identity) {
-  for (const auto& e : entries) {
-    const auto who = e.peer.to_string();
-    if (who == self) continue;
-    auto r = monitor::decode_metrics(e.value);
-    if (!r || r.value().task.empty() || r.value().task == identity) continue;
-    return make_error(errc::invalid_argument,
-                      fmt::format("run '{}' trains \"{}\" (peer {}), this peer would train "
-                                  "\"{}\": the task, data, vocabulary (tokenizer hash), model "
-                                  "or optimizer differ. Use the same flags and data as the run "
-                                  "(delete a stale tokenizer cache), or another --run-id",
-                                  run_id, r.value().task, who, identity));
+                                const net::PeerId& self, const std::string& run_id,
+                                const std::string& identity, double own_uptime_s) {
+  auto c = monitor::older_identity_conflict(entries, self, identity, own_uptime_s);
+  if (!c) return success();
+  return make_error(errc::invalid_argument,
+                    fmt::format("run '{}' trains \"{}\" (peer {}{}), this peer would train "
+                                "\"{}\": the task, data, vocabulary (tokenizer hash), model "
+                                "or optimizer differ. Use the same flags and data as the run "
+                                "(delete a stale tokenizer cache), or another --run-id",
+                                run_id, c->task, c->peer.to_string(),
+                                own_uptime_s > 0 ? ", which joined before this one" : "",
+                                identity));
+}
+
+IdentityWatch::IdentityWatch(TrainNetwork& net, std::string identity, Duration every)
+    : net_(net),
+      identity_(std::move(identity)),
+      every_(every),
+      start_(Clock::now()),
+      next_(start_ + every) {}
+
+IdentityWatch::~IdentityWatch() {
+  if (pending_.valid()) pending_.wait();
+}
+
+std::optional<Error> IdentityWatch::poll() {
+  if (pending_.valid()) {
+    if (pending_.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+      return std::nullopt;
+    auto r = pending_.get();
+    if (!r && r.error() == errc::invalid_argument) return r.error();
   }
-  return success();
+  const auto now = Clock::now();
+  if (now < next_) return std::nullopt;
+  next_ = now + every_;
+  const double uptime = std::max(1e-3, std::chrono::duration<double>(now - start_).count());
+  pending_ = std::async(std::launch::async,
+                        [this, uptime] { return net_.check_run_identity(identity_, uptime); });
+  return std::nullopt;
 }
 
 result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o) {

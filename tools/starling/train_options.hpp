@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -131,13 +132,40 @@ class TrainNetwork {
   // Networked: reads the run's live metrics records and refuses (errc::invalid_argument, with
   // a message naming the peer and both identities) if one carries another task identity
   // (TrainTask::identity(): data, vocabulary, model, optimizer). Peers that publish no record
-  // (--no-metrics) are not checked. Alone: nothing to check.
-  virtual result<void> check_run_identity(const std::string& identity) { return success(); }
+  // (--no-metrics) are not checked. Alone: nothing to check. `own_uptime_s` > 0 (the periodic
+  // check while training): only a peer that has run longer counts (monitor::
+  // older_identity_conflict), so of two mismatched trainers the younger leaves.
+  virtual result<void> check_run_identity(const std::string& identity, double own_uptime_s = 0) {
+    (void)identity;
+    (void)own_uptime_s;
+    return success();
+  }
+};
+// While training: re-checks the run's task identities every `every` on a thread of its own
+// (one DHT read, bounded by 15 s), with this peer's uptime, so that two mismatched trainers
+// started in the same second (each saw no record of the other at start) do not both stay:
+// poll() returns the refusal once a peer that joined earlier is found to train something else.
+// A failed read is not a refusal. The destructor waits for a read in flight (bounded).
+class IdentityWatch {
+ public:
+  IdentityWatch(TrainNetwork& net, std::string identity, Duration every);
+  ~IdentityWatch();
+  IdentityWatch(const IdentityWatch&) = delete;
+  IdentityWatch& operator=(const IdentityWatch&) = delete;
+  std::optional<Error> poll();
+
+ private:
+  TrainNetwork& net_;
+  std::string identity_;
+  Duration every_;
+  TimePoint start_;
+  TimePoint next_;
+  std::future<result<void>> pending_;
 };
 // The check itself, on records already read (`self` is skipped).
 result<void> check_run_identity(const std::vector<monitor::MetricsEntry>& entries,
-                                const std::string& self, const std::string& run_id,
-                                const std::string& identity);
+                                const net::PeerId& self, const std::string& run_id,
+                                const std::string& identity, double own_uptime_s = 0);
 result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o);
 
 }  // namespace starling::cli

@@ -24,6 +24,26 @@ struct MetricsEntry {
   Duration remaining_ttl{0};
 };
 
+// Another peer of the run that trains something else (another task identity: task, data,
+// vocabulary, model or optimizer) and started before this peer.
+struct IdentityConflict {
+  net::PeerId peer;
+  std::string task;
+};
+// The first entry of another peer whose record carries a task identity other than `identity`
+// and whose publisher has run longer than this peer: its uptime at publication plus the
+// record's age (from its ttl and the remaining ttl) exceeds `own_uptime_s` by more than
+// `margin_s`. Within the margin (two peers started about together, measured with a publication
+// delay and a ttl's resolution) the smaller peer id counts as the older, a rule both sides
+// evaluate alike: the younger of two mismatched peers is the one to leave, and exactly one
+// leaves. Entries without a task identity, undecodable ones and this peer's own are skipped.
+// With own_uptime_s <= 0 (at start) every mismatch counts.
+std::optional<IdentityConflict> older_identity_conflict(const std::vector<MetricsEntry>& entries,
+                                                        const net::PeerId& self,
+                                                        const std::string& identity,
+                                                        double own_uptime_s,
+                                                        double margin_s = 5);
+
 struct Contributor {
   MetricsRecord record;
   double age_s = 0;         // how old the record was at the last poll
