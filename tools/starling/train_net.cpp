@@ -1,6 +1,7 @@
 // The networked side of `starling train`: identity, io thread, Host, DHT node and the
 // NetCollaboration (collab/training_node.hpp).
 #include <iostream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -98,6 +99,16 @@ class DhtNetwork final : public TrainNetwork {
   std::string run_id_;
 };
 
+// --run-key, --membership, --revocations: a private run's membership (none: an open run).
+result<std::optional<auth::MembershipConfig>> membership_config(const TrainOptions& o) {
+  if (o.run_key.empty() && o.membership.empty() && o.revocations.empty())
+    return std::optional<auth::MembershipConfig>();
+  if (o.run_key.empty() || o.membership.empty())
+    return make_error(errc::invalid_argument, "a private run needs both --run-key and --membership");
+  ST_TRY(auto m, auth::membership_from_files(o.run_key, o.membership, o.revocations));
+  return std::optional<auth::MembershipConfig>(std::move(m));
+}
+
 }  // namespace
 
 result<void> check_run_identity(const std::vector<monitor::MetricsEntry>& entries,
@@ -147,6 +158,7 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
   else if (o.attack != "none")
     return make_error(errc::invalid_argument,
                       "--attack " + o.attack + ": expected none, sign-flip or random");
+  ST_TRY(cfg.collab.membership, membership_config(o));
   cfg.relay_service = o.relay;
   cfg.use_relays = o.use_relays;
   cfg.hole_punching = o.hole_punching;

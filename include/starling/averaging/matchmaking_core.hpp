@@ -64,6 +64,7 @@ enum class JoinVerdict : std::uint8_t {
   key_mismatch = 5,
   not_leader = 6,  // a client-mode peer cannot lead
   expired = 7,     // the request's deadline already passed
+  not_admitted = 8,  // not a member of this private run (AveragerConfig::gate)
 };
 struct JoinReply {
   JoinVerdict verdict = JoinVerdict::accepted;
