@@ -242,7 +242,7 @@ result<void> verify_certificate(const Certificate& c, const Key32& run_key, cons
                                 std::uint64_t now, const RevocationList* revocations) {
   const Refusal r = check_certificate(c, run_key, member, now, revocations);
   if (r == Refusal::none) return success();
-  return make_error(errc::not_admitted, std::string(refusal_name(r)) + ": certificate of member " +
+  return make_error(errc::permission, std::string(refusal_name(r)) + ": certificate of member " +
                                           short_key(c.member) + " for run key " +
                                           short_key(c.run_key));
 }

@@ -37,7 +37,7 @@ result<void> Membership::add_certificate(const net::PeerId& owner, BytesView byt
   // is never replaced by it.
   if (r != Refusal::none) {
     ++stats_.rejected;
-    return make_error(errc::not_admitted, std::string(refusal_name(r)) + ": certificate from " +
+    return make_error(errc::permission, std::string(refusal_name(r)) + ": certificate from " +
                                             owner.short_string());
   }
   if (it == certs_.end()) {
@@ -58,12 +58,12 @@ result<bool> Membership::update_revocations(BytesView bytes) {
   }
   if (l.value().run_key != run_key_) {
     ++stats_.rejected;
-    return make_error(errc::not_admitted, "revocation list for another run key");
+    return make_error(errc::permission, "revocation list for another run key");
   }
   if (revoked_ && l.value().sequence <= revoked_->sequence) return false;
   if (!signature_valid(l.value())) {
     ++stats_.rejected;
-    return make_error(errc::not_admitted, "revocation list with a bad signature");
+    return make_error(errc::permission, "revocation list with a bad signature");
   }
   revoked_ = std::move(l).value();
   revoked_bytes_ = copy_bytes(bytes);

@@ -64,7 +64,7 @@ result<std::shared_ptr<MembershipService>> MembershipService::create(
   if (!cfg.revocations.empty()) {
     ST_TRY(list, decode_revocations(cfg.revocations));
     if (list->run_key != cfg.run_key || !signature_valid(*list))
-      return make_error(errc::not_admitted, "revocation list not signed by the run key");
+      return make_error(errc::permission, "revocation list not signed by the run key");
   }
   const auto t = unix_seconds(WallClock::now());
   if (auto r = verify_certificate(cert, cfg.run_key, me, t, list ? &*list : nullptr); !r)

@@ -261,7 +261,7 @@ awaitable<result<void>> Averager::check_members(const GroupInfo& group, std::siz
     if (!id) co_return make_error(errc::invalid_argument, "averager: bad peer id in the group");
     const bool admitted = co_await gate->admit(id.value());
     if (!admitted)
-      co_return make_error(errc::not_admitted, "averager: group member " + id.value().short_string() +
+      co_return make_error(errc::permission, "averager: group member " + id.value().short_string() +
                                                  " is not a member of this run");
   }
   co_return success();

@@ -47,8 +47,6 @@ class CoreCategory final : public std::error_category {
         return "I/O error";
       case errc::permission:
         return "bad permissions";
-      case errc::not_admitted:
-        return "not admitted";
       case errc::unsupported:
         return "unsupported";
       case errc::already_exists:

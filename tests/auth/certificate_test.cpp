@@ -62,7 +62,7 @@ TEST(Certificate, ExpiredAndNotYetValid) {
   EXPECT_EQ(check(f, later, f.alice, kT0 + kClockSkew), Refusal::none);
   auto r = verify_certificate(c, f.run, Fixture::key(f.alice), kT0 + 200, nullptr);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code(), make_error_code(errc::not_admitted));
+  EXPECT_EQ(r.error().code(), make_error_code(errc::permission));
   EXPECT_NE(r.error().message().find("expired"), std::string::npos) << r.error().message();
   EXPECT_FALSE(sign_certificate(f.authority, Fixture::key(f.alice), kT0, kT0));
 }

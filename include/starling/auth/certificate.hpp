@@ -66,7 +66,7 @@ struct RevocationList {
   friend bool operator==(const RevocationList&, const RevocationList&) = default;
 };
 
-// Why a certificate does not admit its holder (errors carry errc::not_admitted and one of these
+// Why a certificate does not admit its holder (errors carry errc::permission and one of these
 // words first in their message, so logs and tests can tell them apart).
 enum class Refusal : std::uint8_t { none, wrong_key, bad_signature, wrong_member, expired,
                                     not_yet_valid, revoked };
@@ -101,7 +101,7 @@ Refusal check_certificate(const Certificate& c, const Key32& run_key, const Key3
                           std::uint64_t now, const RevocationList* revocations);
 // The time and revocation checks alone, for a certificate whose signature was checked.
 Refusal check_validity(const Certificate& c, std::uint64_t now, const RevocationList* revocations);
-// The same as a result (errc::not_admitted, "<refusal>: ..." naming the member).
+// The same as a result (errc::permission, "<refusal>: ..." naming the member).
 result<void> verify_certificate(const Certificate& c, const Key32& run_key, const Key32& member,
                                 std::uint64_t now, const RevocationList* revocations);
 

@@ -49,7 +49,7 @@ dht::RecordKey revocations_key(const Key32& run_key);
 class MembershipService final : public averaging::PeerGate,
                                 public std::enable_shared_from_this<MembershipService> {
  public:
-  // Checks the own certificate (errc::not_admitted naming the refusal) and the initial list.
+  // Checks the own certificate (errc::permission naming the refusal) and the initial list.
   static result<std::shared_ptr<MembershipService>> create(std::shared_ptr<dht::DhtNode> node,
                                                           MembershipConfig cfg);
   ~MembershipService() override;

@@ -61,7 +61,6 @@ enum class errc {
   unsupported,
   already_exists,
   internal,
-  not_admitted,  // a peer or credential refused by an access rule (private runs)
 };
 const std::error_category& core_category() noexcept;
 inline std::error_code make_error_code(errc e) noexcept {
