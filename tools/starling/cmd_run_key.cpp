@@ -108,14 +108,12 @@ int cmd_show(const Args& a) {
   const auto now = auth::unix_seconds(WallClock::now());
   if (auto c = auth::decode_certificate(b.value())) {
     const auto& x = c.value();
+    const auto r = auth::check_certificate(x, run.value_or(x.run_key), x.member, now, nullptr);
     std::cout << "membership certificate\n  run key: " << auth::format_run_key(x.run_key)
               << "\n  member:  " << net::PeerId::from_public_key(auth::public_key(x.member)).to_string()
               << "\n  issued:  " << when(x.issued_at) << "\n  expires: " << when(x.expires_at)
-              << "\n  check:   "
-              << auth::refusal_name(auth::check_certificate(x, run.value_or(x.run_key), x.member,
-                                                            now, nullptr))
-              << "\n";
-    return 0;
+              << "\n  check:   " << auth::refusal_name(r) << "\n";
+    return r == auth::Refusal::none ? 0 : 1;
   }
   auto l = auth::decode_revocations(b.value());
   if (!l) return fail(make_error(errc::invalid_argument,
