@@ -12,7 +12,7 @@
 #include "starling/training/progress.hpp"
 #include "starling/training/state_format.hpp"
 #include "support/crashable_node.hpp"
-#include "support/round_data.hpp"
+#include "support/average_all.hpp"
 
 using namespace starling;
 using namespace starling::auth;
@@ -87,44 +87,16 @@ Duration until_view(const Collab& c, const std::set<net::PeerId>& want, Duration
   return limit;
 }
 
-struct Outcome {
-  result<training::RoundResult> r = make_error(errc::internal, "not run");
-  std::vector<float> w;
-};
-
-awaitable<result<training::RoundResult>> average_on(Collab c, std::shared_ptr<Outcome> out,
-                                                     training::RoundOptions o) {
-  auto d = test::round_data({{"w", out->w}});
-  auto r = co_await c->average(d, o);
-  if (r) test::split(d, {out->w});
-  co_return r;
-}
-
-// Every collaboration averages `key` at once with values `values[i]` and weight 1, each
-// believing `expected[i]` peers take part.
-std::vector<Outcome> average_all(const std::vector<Collab>& cs, const std::string& key,
-                                 const std::vector<float>& values,
-                                 const std::vector<std::size_t>& expected) {
-  std::vector<std::shared_ptr<Outcome>> outs;
-  std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < cs.size(); ++i) {
-    auto out = std::make_shared<Outcome>();
-    out->w.assign(kW, values[i]);
-    outs.push_back(out);
-    training::RoundOptions o;
-    o.key = key;
-    o.weight = 1;
-    o.deadline = Clock::now() + kRound;
-    o.expected_members = expected[i];
-    threads.emplace_back([c = cs[i], out, o] {
-      out->r = block_on(
-          c->executor(), [c, out, o] { return average_on(c, out, o); }, kRound + 30s);
-    });
-  }
-  for (auto& th : threads) th.join();
-  std::vector<Outcome> v;
-  for (auto& o : outs) v.push_back(std::move(*o));
-  return v;
+std::vector<test::RoundOutcome> average_all(const std::vector<Collab>& cs, const std::string& key,
+                                            const std::vector<float>& values,
+                                            const std::vector<std::size_t>& expected) {
+  test::RoundSpec spec;
+  spec.key = key;
+  spec.floats = kW;
+  spec.timeout = kRound;
+  spec.values = values;
+  spec.expected = expected;
+  return test::average_all(cs, spec);
 }
 
 // A small training state and its digest (what a donor serves).
