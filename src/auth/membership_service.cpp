@@ -58,8 +58,6 @@ result<std::shared_ptr<MembershipService>> MembershipService::create(
     std::shared_ptr<dht::DhtNode> node, MembershipConfig cfg) {
   if (!node) return make_error(errc::invalid_argument, "membership: no DHT node");
   const net::PeerId self = node->peer();
-  ST_TRY(auto cert, decode_certificate(cfg.certificate));
-  ST_TRY(auto me, member_key(self));
   std::optional<RevocationList> list;
   if (!cfg.revocations.empty()) {
     ST_TRY(list, decode_revocations(cfg.revocations));
@@ -67,10 +65,17 @@ result<std::shared_ptr<MembershipService>> MembershipService::create(
       return make_error(errc::permission, "revocation list not signed by the run key");
   }
   const auto t = unix_seconds(WallClock::now());
-  if (auto r = verify_certificate(cert, cfg.run_key, me, t, list ? &*list : nullptr); !r)
-    return r.error().with_context("this peer's membership certificate (" + self.to_string() + ")");
+  if (!cfg.certificate.empty()) {  // else an observer
+    ST_TRY(auto cert, decode_certificate(cfg.certificate));
+    ST_TRY(auto me, member_key(self));
+    if (auto r = verify_certificate(cert, cfg.run_key, me, t, list ? &*list : nullptr); !r)
+      return r.error().with_context("this peer's membership certificate (" + self.to_string() +
+                                    ")");
+  }
   std::shared_ptr<MembershipService> s(new MembershipService(std::move(node), std::move(cfg)));
-  ST_TRY(s->members_->add_certificate(self, s->cfg_.certificate, t));
+  if (!s->cfg_.certificate.empty()) {
+    ST_TRY(s->members_->add_certificate(self, s->cfg_.certificate, t));
+  }
   if (list) (void)s->members_->update_revocations(s->cfg_.revocations);
   return s;
 }
@@ -105,6 +110,7 @@ awaitable<void> MembershipService::stop() {
 
 awaitable<result<void>> MembershipService::publish_own() {
   auto self = shared_from_this();
+  if (cfg_.certificate.empty()) co_return success();  // an observer publishes nothing
   const auto ttl = std::chrono::duration_cast<dht::Millis>(cfg_.record_ttl);
   auto stored =
       co_await node_->store_signed(members_key_, node_->owned_subkey("member"), cfg_.certificate, ttl);

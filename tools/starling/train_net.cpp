@@ -40,12 +40,20 @@ struct StopPublisher {
   }
 };
 
-// Reads the run's metrics records on the node's executor.
+// Reads the run's metrics records on the node's executor (a private run: members' only).
 struct ReadRecords {
   std::shared_ptr<dht::DhtNode> node;
   dht::RecordKey key;
+  std::shared_ptr<averaging::PeerGate> gate;
   awaitable<result<std::vector<monitor::MetricsEntry>>> operator()() const {
-    co_return co_await monitor::read_metrics(node, key);
+    ST_CO_TRY(auto all, co_await monitor::read_metrics(node, key));
+    if (!gate) co_return all;
+    std::vector<monitor::MetricsEntry> members;
+    for (auto& e : all) {
+      const bool admitted = co_await gate->admit(e.peer);
+      if (admitted) members.push_back(std::move(e));
+    }
+    co_return members;
   }
 };
 
@@ -82,8 +90,8 @@ class DhtNetwork final : public TrainNetwork {
   }
   std::pair<std::uint64_t, std::uint64_t> traffic() override { return node_->traffic(); }
   result<void> check_run_identity(const std::string& identity) override {
-    auto read =
-        block_on(node_->executor(), ReadRecords{node_->dht(), monitor::metrics_key(run_id_)}, 15s);
+    ReadRecords r{node_->dht(), monitor::metrics_key(run_id_), node_->collaboration()->membership()};
+    auto read = block_on(node_->executor(), r, 15s);
     if (!read) return read.error().with_context("reading the run's metrics records");
     return cli::check_run_identity(read.value(), peer_id(), run_id_, identity);
   }

@@ -29,7 +29,9 @@ namespace starling::auth {
 
 struct MembershipConfig {
   Key32 run_key{};    // the run authority's public key
-  Bytes certificate;  // this peer's certificate (encoded); must be valid for it now
+  // This peer's certificate (encoded); must be valid for it now. Empty: an observer (a
+  // monitor) that reads the members and revocations but publishes nothing.
+  Bytes certificate;
   Bytes revocations;  // optional: a signed revocation list to start from (published too)
   Duration poll_interval = 30s;
   Duration lookup_interval = 1s;
