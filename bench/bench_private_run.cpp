@@ -53,23 +53,28 @@ void cpu_costs() {
   for (std::size_t i = 0; i < kN; ++i) {
     auto k = crypto::KeyPair::generate();
     ids.push_back(net::PeerId::from_public_key(k.public_key()));
-    certs.push_back(
-        encode(sign_certificate(authority, key32(k.public_key()).value(), now, now + 3600).value()));
+    certs.push_back(encode(
+        sign_certificate(authority, key32(k.public_key()).value(), now, now + 3600).value()));
   }
   // The anchor: one Ed25519 verification of a 200-byte record, as the DHT does per record.
   const auto owner = crypto::KeyPair::generate();
   const Bytes msg(200, 7);
   const Bytes sig = owner.sign(msg);
   bool ok = true;
-  const double anchor = ns_per(kN, [&](std::size_t) { ok = owner.public_key().verify(msg, sig) && ok; });
+  const double anchor =
+      ns_per(kN, [&](std::size_t) { ok = owner.public_key().verify(msg, sig) && ok; });
   Membership m(run);
-  const double first = ns_per(kN, [&](std::size_t i) { ok = m.add_certificate(ids[i], certs[i], now) && ok; });
-  const double again = ns_per(kN, [&](std::size_t i) { ok = m.add_certificate(ids[i], certs[i], now) && ok; });
-  const double status = ns_per(kN * 10, [&](std::size_t i) { ok = m.admits(ids[i % kN], now) && ok; });
+  const double first =
+      ns_per(kN, [&](std::size_t i) { ok = m.add_certificate(ids[i], certs[i], now) && ok; });
+  const double again =
+      ns_per(kN, [&](std::size_t i) { ok = m.add_certificate(ids[i], certs[i], now) && ok; });
+  const double status =
+      ns_per(kN * 10, [&](std::size_t i) { ok = m.admits(ids[i % kN], now) && ok; });
   if (!ok) std::fprintf(stderr, "a check failed\n");
   std::printf("cpu (load %s), %zu members:\n", loadavg().c_str(), kN);
   std::printf("  anchor: DHT record signature check   %8.0f ns\n", anchor);
-  std::printf("  new certificate (decode + verify)    %8.0f ns  (x%.2f the anchor)\n", first, first / anchor);
+  std::printf("  new certificate (decode + verify)    %8.0f ns  (x%.2f the anchor)\n", first,
+              first / anchor);
   std::printf("  known certificate again (cache hit)  %8.0f ns  (x%.3f)\n", again, again / anchor);
   std::printf("  member? (every join / record / state request) %6.0f ns  (x%.3f)\n", status,
               status / anchor);
@@ -142,10 +147,10 @@ int main(int argc, char** argv) {
   std::printf("  anchor: open run     median %7.1f ms a round\n", mo);
   std::printf("  private run          median %7.1f ms a round  (x%.3f)\n", mp, mp / mo);
   auto s = private_nodes[0]->collaboration()->membership()->stats();
-  std::printf("  private peer 0: %llu reads of the members (%llu lookups for unknown peers), "
-              "%llu refusals\n",
-              static_cast<unsigned long long>(s.refreshes),
-              static_cast<unsigned long long>(s.lookups),
-              static_cast<unsigned long long>(s.refused));
+  std::printf(
+      "  private peer 0: %llu reads of the members (%llu lookups for unknown peers), "
+      "%llu refusals\n",
+      static_cast<unsigned long long>(s.refreshes), static_cast<unsigned long long>(s.lookups),
+      static_cast<unsigned long long>(s.refused));
   return failed == 0 ? 0 : 1;
 }

@@ -31,8 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The registry with input from a "peer".
   static const auth::Key32 run{};
   auth::Membership m(run);
-  const auto peer = net::PeerId::from_public_key(
-      crypto::PublicKey(crypto::KeyType::ed25519, Bytes(32, 7)));
+  const auto peer =
+      net::PeerId::from_public_key(crypto::PublicKey(crypto::KeyType::ed25519, Bytes(32, 7)));
   (void)m.add_certificate(peer, in, 1'800'000'000);
   (void)m.update_revocations(in);
   (void)m.status(peer, 1'800'000'000);

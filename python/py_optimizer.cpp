@@ -431,8 +431,8 @@ file, `starling run-key sign`).)doc")
            py::arg("diloco_steps") = 0, py::arg("matchmaking_time") = 5.0,
            py::arg("averaging_timeout") = 30.0, py::arg("load_state_timeout") = 60.0,
            py::arg("checkpoint_dir") = "", py::arg("auxiliary") = false,
-           py::arg("model") = py::none(), py::arg("names") = py::none(),
-           py::arg("run_key") = "", py::arg("membership") = "")
+           py::arg("model") = py::none(), py::arg("names") = py::none(), py::arg("run_key") = "",
+           py::arg("membership") = "")
       .def("step", &PyOptimizer::step, py::arg("batch_size") = py::none(),
            "Call after loss.backward() on a batch (batch_size: its samples; default "
            "batch_size_per_step). Returns True when the collaboration's epoch advanced.")

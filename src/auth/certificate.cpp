@@ -88,13 +88,20 @@ const Revocation* RevocationList::find(const Key32& member) const {
 
 const char* refusal_name(Refusal r) {
   switch (r) {
-    case Refusal::none: return "member";
-    case Refusal::wrong_key: return "wrong run key";
-    case Refusal::bad_signature: return "bad signature";
-    case Refusal::wrong_member: return "wrong member";
-    case Refusal::expired: return "expired";
-    case Refusal::not_yet_valid: return "not yet valid";
-    case Refusal::revoked: return "revoked";
+    case Refusal::none:
+      return "member";
+    case Refusal::wrong_key:
+      return "wrong run key";
+    case Refusal::bad_signature:
+      return "bad signature";
+    case Refusal::wrong_member:
+      return "wrong member";
+    case Refusal::expired:
+      return "expired";
+    case Refusal::not_yet_valid:
+      return "not yet valid";
+    case Refusal::revoked:
+      return "revoked";
   }
   return "?";
 }
@@ -193,11 +200,10 @@ result<RevocationList> sign_revocations(const crypto::KeyPair& run_key, std::uin
   std::sort(entries.begin(), entries.end(), [](const Revocation& a, const Revocation& b) {
     return a.member != b.member ? a.member < b.member : a.revoked_at > b.revoked_at;
   });
-  entries.erase(std::unique(entries.begin(), entries.end(),
-                            [](const Revocation& a, const Revocation& b) {
-                              return a.member == b.member;
-                            }),
-                entries.end());
+  entries.erase(
+      std::unique(entries.begin(), entries.end(),
+                  [](const Revocation& a, const Revocation& b) { return a.member == b.member; }),
+      entries.end());
   if (entries.size() > kMaxRevocations)
     return bad("more than " + std::to_string(kMaxRevocations) + " revocations");
   RevocationList l;
@@ -228,8 +234,7 @@ Refusal check_certificate(const Certificate& c, const Key32& run_key, const Key3
   return check_validity(c, now, revocations);
 }
 
-Refusal check_validity(const Certificate& c, std::uint64_t now,
-                       const RevocationList* revocations) {
+Refusal check_validity(const Certificate& c, std::uint64_t now, const RevocationList* revocations) {
   if (now >= c.expires_at) return Refusal::expired;
   if (now + kClockSkew < c.issued_at) return Refusal::not_yet_valid;
   if (revocations && revocations->run_key == c.run_key)

@@ -8,10 +8,14 @@ namespace starling::auth {
 
 const char* status_name(MemberStatus s) {
   switch (s) {
-    case MemberStatus::member: return "member";
-    case MemberStatus::unknown: return "unknown";
-    case MemberStatus::expired: return "expired";
-    case MemberStatus::revoked: return "revoked";
+    case MemberStatus::member:
+      return "member";
+    case MemberStatus::unknown:
+      return "unknown";
+    case MemberStatus::expired:
+      return "expired";
+    case MemberStatus::revoked:
+      return "revoked";
   }
   return "?";
 }
@@ -21,8 +25,8 @@ result<void> Membership::add_certificate(const net::PeerId& owner, BytesView byt
   ST_TRY(auto member, member_key(owner));
   std::lock_guard lock(mu_);
   auto it = certs_.find(member);
-  if (it != certs_.end() && std::equal(bytes.begin(), bytes.end(), it->second.bytes.begin(),
-                                       it->second.bytes.end())) {
+  if (it != certs_.end() &&
+      std::equal(bytes.begin(), bytes.end(), it->second.bytes.begin(), it->second.bytes.end())) {
     ++stats_.cache_hits;
     return success();
   }
@@ -37,8 +41,8 @@ result<void> Membership::add_certificate(const net::PeerId& owner, BytesView byt
   // is never replaced by it.
   if (r != Refusal::none) {
     ++stats_.rejected;
-    return make_error(errc::permission, std::string(refusal_name(r)) + ": certificate from " +
-                                            owner.short_string());
+    return make_error(errc::permission,
+                      std::string(refusal_name(r)) + ": certificate from " + owner.short_string());
   }
   if (it == certs_.end()) {
     certs_.emplace(member, Held{copy_bytes(bytes), c.value()});
@@ -78,10 +82,14 @@ MemberStatus Membership::status(const net::PeerId& peer, std::uint64_t now) cons
   if (it == certs_.end()) return MemberStatus::unknown;
   const RevocationList* rl = revoked_ ? &*revoked_ : nullptr;
   switch (check_validity(it->second.cert, now, rl)) {
-    case Refusal::none: return MemberStatus::member;
-    case Refusal::revoked: return MemberStatus::revoked;
-    case Refusal::expired: return MemberStatus::expired;
-    default: return MemberStatus::unknown;  // not yet valid (held certificates are signed)
+    case Refusal::none:
+      return MemberStatus::member;
+    case Refusal::revoked:
+      return MemberStatus::revoked;
+    case Refusal::expired:
+      return MemberStatus::expired;
+    default:
+      return MemberStatus::unknown;  // not yet valid (held certificates are signed)
   }
 }
 

@@ -112,8 +112,8 @@ awaitable<result<void>> MembershipService::publish_own() {
   auto self = shared_from_this();
   if (cfg_.certificate.empty()) co_return success();  // an observer publishes nothing
   const auto ttl = std::chrono::duration_cast<dht::Millis>(cfg_.record_ttl);
-  auto stored =
-      co_await node_->store_signed(members_key_, node_->owned_subkey("member"), cfg_.certificate, ttl);
+  auto stored = co_await node_->store_signed(members_key_, node_->owned_subkey("member"),
+                                             cfg_.certificate, ttl);
   if (!stored) co_return stored.error().with_context("membership certificate");
   if (auto list = members_->revocations()) {
     auto r = co_await node_->store_signed(revocations_key_, node_->owned_subkey("revocations"),

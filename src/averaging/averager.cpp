@@ -138,8 +138,8 @@ void Averager::start() {
           const bool admitted = co_await gate->admit(remote);
           self = weak.lock();
           if (!admitted || !self) {
-            logger("averaging")->info("join request from {}: not a member of this run",
-                                      remote.short_string());
+            logger("averaging")
+                ->info("join request from {}: not a member of this run", remote.short_string());
             auto r = net::length_prefixed(wire::encode_match(JoinReply{JoinVerdict::not_admitted}));
             (void)co_await s->write(r);
             (void)co_await s->close_write();

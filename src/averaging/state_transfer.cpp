@@ -163,8 +163,8 @@ awaitable<void> Averager::serve_state(net::ByteStreamPtr s, net::PeerId remote) 
   if (auto gate = cfg_.gate) {  // a private run: members only
     const bool admitted = co_await gate->admit(remote);
     if (!admitted) {
-      logger("averaging")->info("state request from {}: not a member of this run",
-                                remote.short_string());
+      logger("averaging")
+          ->info("state request from {}: not a member of this run", remote.short_string());
       StateFrame f;
       f.error = "not a member of this run";
       (void)co_await write_frame(*s, f);

@@ -20,7 +20,9 @@ struct Fixture {
   crypto::KeyPair bob = crypto::KeyPair::generate();
   Key32 run = key32(authority.public_key()).value();
 
-  static net::PeerId id(const crypto::KeyPair& k) { return net::PeerId::from_public_key(k.public_key()); }
+  static net::PeerId id(const crypto::KeyPair& k) {
+    return net::PeerId::from_public_key(k.public_key());
+  }
   static Key32 key(const crypto::KeyPair& k) { return key32(k.public_key()).value(); }
   Certificate cert(const crypto::KeyPair& member, std::uint64_t issued = kT0,
                    std::uint64_t expires = kT0 + kDay) const {
@@ -70,7 +72,8 @@ TEST(Certificate, ExpiredAndNotYetValid) {
 TEST(Certificate, WrongKeyWrongPeerTampered) {
   Fixture f;
   // Signed by another authority: not this run's certificate.
-  const auto foreign = sign_certificate(f.other_authority, Fixture::key(f.alice), kT0, kT0 + kDay).value();
+  const auto foreign =
+      sign_certificate(f.other_authority, Fixture::key(f.alice), kT0, kT0 + kDay).value();
   EXPECT_EQ(check(f, foreign, f.alice), Refusal::wrong_key);
   // Claims this run's key but was signed by another key.
   auto forged = foreign;
@@ -116,7 +119,8 @@ TEST(Revocations, RevokedAndReadmitted) {
   // A certificate issued after the revocation admits the member again.
   EXPECT_EQ(check(f, f.cert(f.alice, kT0 + 11), f.alice, kT0 + 60, &list), Refusal::none);
   // A list for another run does not revoke here.
-  const auto foreign = sign_revocations(f.other_authority, 5, kT0, {{Fixture::key(f.alice), kT0 + 10}}).value();
+  const auto foreign =
+      sign_revocations(f.other_authority, 5, kT0, {{Fixture::key(f.alice), kT0 + 10}}).value();
   EXPECT_EQ(check(f, c, f.alice, kT0 + 60, &foreign), Refusal::none);
 }
 
@@ -187,8 +191,8 @@ TEST(Membership, AdmitsOnlyVerifiedUnrevokedMembers) {
   auto forged = f.revoke(3, {});
   forged.signature[0] ^= 1;
   EXPECT_FALSE(m.update_revocations(encode(forged)));
-  EXPECT_FALSE(m.update_revocations(
-      encode(sign_revocations(f.other_authority, 9, kT0, {}).value())));
+  EXPECT_FALSE(
+      m.update_revocations(encode(sign_revocations(f.other_authority, 9, kT0, {}).value())));
   EXPECT_EQ(m.revocation_sequence(), 2u);
   EXPECT_EQ(m.status(bob, kT0 + 1), MemberStatus::revoked);
   // Re-admitted with a newer certificate.

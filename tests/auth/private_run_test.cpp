@@ -11,8 +11,8 @@
 
 #include "starling/training/progress.hpp"
 #include "starling/training/state_format.hpp"
-#include "support/crashable_node.hpp"
 #include "support/average_all.hpp"
+#include "support/crashable_node.hpp"
 
 using namespace starling;
 using namespace starling::auth;
@@ -215,9 +215,8 @@ TEST(PrivateRun, RevokedMemberIsDroppedWithinBoundedTime) {
   ASSERT_TRUE(list);
   auto c0 = cs[0];
   const TimePoint published = Clock::now();
-  auto p = on(c0, [c0, b = encode(list.value())]() {
-    return c0->membership()->publish_revocations(b);
-  });
+  auto p =
+      on(c0, [c0, b = encode(list.value())]() { return c0->membership()->publish_revocations(b); });
   ASSERT_TRUE(p) << p.error().message();
   const std::set<net::PeerId> remaining{cs[0]->self(), cs[1]->self()};
   for (int i = 0; i < 2; ++i)

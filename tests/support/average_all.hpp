@@ -22,9 +22,9 @@ struct RoundSpec {
   std::string key;
   std::size_t floats = 1000;
   Duration timeout = 20s;
-  std::vector<float> values;           // one per collaboration
-  std::vector<std::size_t> expected;   // RoundOptions::expected_members, one per collaboration
-  std::size_t expected_group = 0;      // RoundOptions::expected_group and live_peers (0: none)
+  std::vector<float> values;          // one per collaboration
+  std::vector<std::size_t> expected;  // RoundOptions::expected_members, one per collaboration
+  std::size_t expected_group = 0;     // RoundOptions::expected_group and live_peers (0: none)
 };
 
 namespace detail {

@@ -34,7 +34,8 @@ result<Bytes> read_small_file(const std::string& path, std::size_t max) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return make_error(errc::not_found, "cannot read " + path);
   Bytes b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (b.size() > max) return make_error(errc::too_large, path + ": above " + std::to_string(max) + " bytes");
+  if (b.size() > max)
+    return make_error(errc::too_large, path + ": above " + std::to_string(max) + " bytes");
   return b;
 }
 

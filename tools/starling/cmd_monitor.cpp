@@ -27,8 +27,7 @@ struct ToDashboard {
   monitor::Dashboard* dashboard;
   std::shared_ptr<auth::MembershipService> members;
   void operator()(std::vector<monitor::MetricsEntry> entries) const {
-    if (members)
-      std::erase_if(entries, [this](const auto& e) { return !members->admits(e.peer); });
+    if (members) std::erase_if(entries, [this](const auto& e) { return !members->admits(e.peer); });
     dashboard->update(entries);
   }
 };

@@ -14,7 +14,8 @@ namespace {
 
 result<void> write_file(const std::string& path, const Bytes& b) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f || !f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size())))
+  if (!f ||
+      !f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size())))
     return make_error(errc::io, "cannot write " + path);
   return success();
 }
@@ -110,21 +111,25 @@ int cmd_show(const Args& a) {
     const auto& x = c.value();
     const auto r = auth::check_certificate(x, run.value_or(x.run_key), x.member, now, nullptr);
     std::cout << "membership certificate\n  run key: " << auth::format_run_key(x.run_key)
-              << "\n  member:  " << net::PeerId::from_public_key(auth::public_key(x.member)).to_string()
+              << "\n  member:  "
+              << net::PeerId::from_public_key(auth::public_key(x.member)).to_string()
               << "\n  issued:  " << when(x.issued_at) << "\n  expires: " << when(x.expires_at)
               << "\n  check:   " << auth::refusal_name(r) << "\n";
     return r == auth::Refusal::none ? 0 : 1;
   }
   auto l = auth::decode_revocations(b.value());
-  if (!l) return fail(make_error(errc::invalid_argument,
-                                 a.file + ": neither a certificate nor a revocation list"));
+  if (!l)
+    return fail(make_error(errc::invalid_argument,
+                           a.file + ": neither a certificate nor a revocation list"));
   const auto& x = l.value();
   const bool ok = auth::signature_valid(x) && (!run || *run == x.run_key);
-  std::cout << "revocation list " << x.sequence << "\n  run key: " << auth::format_run_key(x.run_key)
+  std::cout << "revocation list " << x.sequence
+            << "\n  run key: " << auth::format_run_key(x.run_key)
             << "\n  issued:  " << when(x.issued_at) << "\n  check:   " << (ok ? "valid" : "INVALID")
             << "\n";
   for (const auto& e : x.entries)
-    std::cout << "  revoked: " << net::PeerId::from_public_key(auth::public_key(e.member)).to_string()
+    std::cout << "  revoked: "
+              << net::PeerId::from_public_key(auth::public_key(e.member)).to_string()
               << " (certificates issued up to " << e.revoked_at << ")\n";
   return ok ? 0 : 1;
 }
@@ -132,8 +137,9 @@ int cmd_show(const Args& a) {
 }  // namespace
 
 void add_run_key_command(CLI::App& app, Runner& run) {
-  auto* cmd = app.add_subcommand("run-key", "private runs: the run authority key, membership "
-                                            "certificates and revocations (docs/security.md)");
+  auto* cmd = app.add_subcommand("run-key",
+                                 "private runs: the run authority key, membership "
+                                 "certificates and revocations (docs/security.md)");
   cmd->require_subcommand(1);
   auto a = std::make_shared<Args>();
   auto* n = cmd->add_subcommand("new", "create a run authority key file; prints the run key");
@@ -142,7 +148,9 @@ void add_run_key_command(CLI::App& app, Runner& run) {
 
   auto* s = cmd->add_subcommand("sign", "sign a membership certificate for a peer id");
   s->add_option("--key,-k", a->key, "run authority key file")->required();
-  s->add_option("--peer,-p", a->peers, "the member's peer id (starling id)")->required()->expected(1);
+  s->add_option("--peer,-p", a->peers, "the member's peer id (starling id)")
+      ->required()
+      ->expected(1);
   s->add_option("--days", a->days, "validity in days")->capture_default_str();
   s->add_option("--out,-o", a->out, "certificate file to write")->required();
   s->callback([&run, a] { run = [a] { return cmd_sign(*a); }; });

@@ -1,5 +1,5 @@
-// starling: identity, node, ping, echo, dht, monitor, run-key; `train` runs starling-train (the only part that
-// needs libtorch, kept out of this executable so that it starts in milliseconds).
+// starling: identity, node, ping, echo, dht, monitor, run-key; `train` runs starling-train (the
+// only part that needs libtorch, kept out of this executable so that it starts in milliseconds).
 #include <unistd.h>
 
 #include <cerrno>

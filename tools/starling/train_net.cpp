@@ -90,7 +90,8 @@ class DhtNetwork final : public TrainNetwork {
   }
   std::pair<std::uint64_t, std::uint64_t> traffic() override { return node_->traffic(); }
   result<void> check_run_identity(const std::string& identity) override {
-    ReadRecords r{node_->dht(), monitor::metrics_key(run_id_), node_->collaboration()->membership()};
+    ReadRecords r{node_->dht(), monitor::metrics_key(run_id_),
+                  node_->collaboration()->membership()};
     auto read = block_on(node_->executor(), r, 15s);
     if (!read) return read.error().with_context("reading the run's metrics records");
     return cli::check_run_identity(read.value(), peer_id(), run_id_, identity);
@@ -112,7 +113,8 @@ result<std::optional<auth::MembershipConfig>> membership_config(const TrainOptio
   if (o.run_key.empty() && o.membership.empty() && o.revocations.empty())
     return std::optional<auth::MembershipConfig>();
   if (o.run_key.empty() || o.membership.empty())
-    return make_error(errc::invalid_argument, "a private run needs both --run-key and --membership");
+    return make_error(errc::invalid_argument,
+                      "a private run needs both --run-key and --membership");
   ST_TRY(auto m, auth::membership_from_files(o.run_key, o.membership, o.revocations));
   return std::optional<auth::MembershipConfig>(std::move(m));
 }

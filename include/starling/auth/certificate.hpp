@@ -68,8 +68,15 @@ struct RevocationList {
 
 // Why a certificate does not admit its holder (errors carry errc::permission and one of these
 // words first in their message, so logs and tests can tell them apart).
-enum class Refusal : std::uint8_t { none, wrong_key, bad_signature, wrong_member, expired,
-                                    not_yet_valid, revoked };
+enum class Refusal : std::uint8_t {
+  none,
+  wrong_key,
+  bad_signature,
+  wrong_member,
+  expired,
+  not_yet_valid,
+  revoked
+};
 const char* refusal_name(Refusal r);
 
 // Ed25519 keys as 32 raw bytes. errc::invalid_argument for another key type.

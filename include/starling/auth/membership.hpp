@@ -45,10 +45,10 @@ class Membership {
   std::uint64_t revocation_sequence() const;
 
   struct Stats {
-    std::uint64_t verified = 0;     // certificate signatures checked
-    std::uint64_t cache_hits = 0;   // certificates seen again (no signature check)
-    std::uint64_t rejected = 0;     // certificates or lists that failed their checks
-    std::size_t members = 0;        // certificates held
+    std::uint64_t verified = 0;    // certificate signatures checked
+    std::uint64_t cache_hits = 0;  // certificates seen again (no signature check)
+    std::uint64_t rejected = 0;    // certificates or lists that failed their checks
+    std::size_t members = 0;       // certificates held
   };
   Stats stats() const;
 

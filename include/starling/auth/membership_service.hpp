@@ -28,7 +28,7 @@
 namespace starling::auth {
 
 struct MembershipConfig {
-  Key32 run_key{};    // the run authority's public key
+  Key32 run_key{};  // the run authority's public key
   // This peer's certificate (encoded); must be valid for it now. Empty: an observer (a
   // monitor) that reads the members and revocations but publishes nothing.
   Bytes certificate;
@@ -53,7 +53,7 @@ class MembershipService final : public averaging::PeerGate,
  public:
   // Checks the own certificate (errc::permission naming the refusal) and the initial list.
   static result<std::shared_ptr<MembershipService>> create(std::shared_ptr<dht::DhtNode> node,
-                                                          MembershipConfig cfg);
+                                                           MembershipConfig cfg);
   ~MembershipService() override;
 
   // Any thread: (on the executor) publishes the own certificate (and list), reads the
@@ -90,7 +90,7 @@ class MembershipService final : public averaging::PeerGate,
   std::shared_ptr<Membership> members_;
   dht::RecordKey members_key_, revocations_key_;
   TaskScope scope_;
-  AsyncEvent refreshed_;  // pulsed when a refresh ends
+  AsyncEvent refreshed_;      // pulsed when a refresh ends
   int refreshing_count_ = 0;  // reads in flight (admit() waits for them)
   bool stopped_ = false;
   TimePoint last_lookup_{};
