@@ -43,7 +43,11 @@ std::string loadavg() {
   return a + " " + b + " " + c;
 }
 
-void cpu_costs() {
+struct CpuCosts {
+  double anchor, first, again, status;
+};
+
+CpuCosts cpu_costs() {
   const auto authority = crypto::KeyPair::generate();
   const Key32 run = key32(authority.public_key()).value();
   const std::uint64_t now = unix_seconds(WallClock::now());
@@ -78,6 +82,7 @@ void cpu_costs() {
   std::printf("  known certificate again (cache hit)  %8.0f ns  (x%.3f)\n", again, again / anchor);
   std::printf("  member? (every join / record / state request) %6.0f ns  (x%.3f)\n", status,
               status / anchor);
+  return {anchor, first, again, status};
 }
 
 using Node = std::unique_ptr<test::CrashableNode>;
@@ -109,7 +114,7 @@ std::vector<Node> start_run(const std::string& run_id, const crypto::KeyPair* au
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 10;
   const std::size_t floats = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 262144;
-  cpu_costs();
+  const CpuCosts cpu = cpu_costs();
 
   const auto authority = crypto::KeyPair::generate();
   auto open_nodes = start_run("bench-open", nullptr);
@@ -152,5 +157,10 @@ int main(int argc, char** argv) {
       "%llu refusals\n",
       static_cast<unsigned long long>(s.refreshes), static_cast<unsigned long long>(s.lookups),
       static_cast<unsigned long long>(s.refused));
+  std::printf(
+      "RESULT {\"anchor_verify_ns\":%.0f,\"new_certificate_ns\":%.0f,"
+      "\"known_certificate_ns\":%.0f,\"member_check_ns\":%.0f,\"round_open_ms\":%.1f,"
+      "\"round_private_ms\":%.1f,\"round_ratio\":%.3f,\"failed_rounds\":%d}\n",
+      cpu.anchor, cpu.first, cpu.again, cpu.status, mo, mp, mp / mo, failed);
   return failed == 0 ? 0 : 1;
 }

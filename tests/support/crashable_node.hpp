@@ -81,6 +81,7 @@ class CrashableNode {
   ~CrashableNode() { stop(); }
 
   std::shared_ptr<collab::NetCollaboration> collaboration() const { return collab_; }
+  std::shared_ptr<dht::DhtNode> dht() const { return dht_; }
   std::vector<net::Multiaddr> listen_addresses() const {
     std::vector<net::Multiaddr> out;
     for (const auto& a : host_->listen_addresses())
