@@ -24,7 +24,8 @@ struct RoundSpec {
   Duration timeout = 20s;
   std::vector<float> values;          // one per collaboration
   std::vector<std::size_t> expected;  // RoundOptions::expected_members, one per collaboration
-  std::size_t expected_group = 0;     // RoundOptions::expected_group and live_peers (0: none)
+  std::size_t expected_group = 0;     // RoundOptions::expected_group (0: none)
+  std::size_t live_peers = 0;         // RoundOptions::live_peers (0: unknown)
 };
 
 namespace detail {
@@ -52,7 +53,8 @@ std::vector<RoundOutcome> average_all(const std::vector<std::shared_ptr<C>>& cs,
     o.weight = 1;
     o.deadline = Clock::now() + spec.timeout;
     o.expected_members = spec.expected[i];
-    o.expected_group = o.live_peers = spec.expected_group;
+    o.expected_group = spec.expected_group;
+    o.live_peers = spec.live_peers;
     std::shared_ptr<training::Collaboration> c = cs[i];
     const Duration bound = spec.timeout + 30s;
     threads.emplace_back([c, out, o, bound] {
