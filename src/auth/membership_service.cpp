@@ -143,6 +143,11 @@ awaitable<result<void>> MembershipService::refresh() {
       else if (r.value())
         log()->info("membership: revocation list {} installed", members_->revocation_sequence());
     }
+    if (!cfg_.certificate.empty() && !told_revoked_ &&
+        members_->status(node_->peer(), now()) == MemberStatus::revoked) {
+      told_revoked_ = true;
+      log()->warn("membership: this peer's certificate is revoked: the run's members refuse it");
+    }
   }
   auto found = co_await node_->get(members_key_, true);
   if (!found) co_return found.error().with_context("membership: reading the members");

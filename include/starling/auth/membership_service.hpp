@@ -92,7 +92,7 @@ class MembershipService final : public averaging::PeerGate,
   TaskScope scope_;
   AsyncEvent refreshed_;      // pulsed when a refresh ends
   int refreshing_count_ = 0;  // reads in flight (admit() waits for them)
-  bool stopped_ = false;
+  bool stopped_ = false, told_revoked_ = false;
   TimePoint last_lookup_{};
   Stats stats_;
 };
