@@ -112,7 +112,7 @@ class PyOptimizer {
               const std::string& compression, std::uint32_t diloco_steps, double matchmaking_time,
               double averaging_timeout, double load_state_timeout,
               const std::string& checkpoint_dir, bool auxiliary, const py::object& model,
-              const py::object& names)
+              const py::object& names, const std::string& run_key, const std::string& membership)
       : dht_(std::move(dht)), py_opt_(std::move(optimizer)) {
     dht_->check_open();
     if (!py::hasattr(py_opt_, "param_groups") || !py::hasattr(py_opt_, "step"))
@@ -166,6 +166,11 @@ class PyOptimizer {
     collab::NetCollaborationConfig cfg;
     cfg.run_id = run_id;
     cfg.client_mode = dht_->client_mode();
+    if (!run_key.empty() || !membership.empty()) {  // a private run
+      if (run_key.empty() || membership.empty())
+        throw py::value_error("a private run needs both run_key and membership");
+      cfg.membership = unwrap(auth::membership_from_files(run_key, membership, ""));
+    }
     {
       py::gil_scoped_release release;
       collab_ = unwrap(collab::NetCollaboration::create(dht_->host(), dht_->node(), cfg));
@@ -396,16 +401,19 @@ average them and every peer calls your optimizer's step() on the averaged gradie
 thread that called step(), so Python-written optimizers work). Parameters, gradients and the
 optimizer's state tensors are read and written in place. Pass model= (the module the
 optimizer trains) to name the parameters as the model does: peers of one run must agree on
-names and shapes, and `starling train` peers use the model's names.)doc")
+names and shapes, and `starling train` peers use the model's names. A private run (see
+docs/security.md): run_key= (the run key's text) and membership= (this peer's certificate
+file, `starling run-key sign`).)doc")
       .def(py::init<std::shared_ptr<Dht>, std::string, py::object, std::uint64_t, std::size_t,
                     std::string, std::uint32_t, double, double, double, std::string, bool,
-                    py::object, py::object>(),
+                    py::object, py::object, std::string, std::string>(),
            py::arg("dht"), py::arg("run_id"), py::arg("optimizer"), py::arg("target_batch_size"),
            py::arg("batch_size_per_step") = 0, py::arg("compression") = "none",
            py::arg("diloco_steps") = 0, py::arg("matchmaking_time") = 5.0,
            py::arg("averaging_timeout") = 30.0, py::arg("load_state_timeout") = 60.0,
            py::arg("checkpoint_dir") = "", py::arg("auxiliary") = false,
-           py::arg("model") = py::none(), py::arg("names") = py::none())
+           py::arg("model") = py::none(), py::arg("names") = py::none(), py::arg("run_key") = "",
+           py::arg("membership") = "")
       .def("step", &PyOptimizer::step, py::arg("batch_size") = py::none(),
            "Call after loss.backward() on a batch (batch_size: its samples; default "
            "batch_size_per_step). Returns True when the collaboration's epoch advanced.")

@@ -133,6 +133,19 @@ void Averager::start() {
           s->reset();
           co_return;
         }
+        if (auto gate = self->cfg_.gate) {  // a private run: members only
+          self.reset();
+          const bool admitted = co_await gate->admit(remote);
+          self = weak.lock();
+          if (!admitted || !self) {
+            logger("averaging")
+                ->info("join request from {}: not a member of this run", remote.short_string());
+            auto r = net::length_prefixed(wire::encode_match(JoinReply{JoinVerdict::not_admitted}));
+            (void)co_await s->write(r);
+            (void)co_await s->close_write();
+            co_return;
+          }
+        }
         auto session = self->impl_->match;
         if (!session) session = co_await self->await_match(PeerKey(remote.bytes()));
         if (!session) {

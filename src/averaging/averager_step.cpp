@@ -137,6 +137,7 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
     auto session = std::make_shared<detail::MatchSession>(*host_, *directory_, std::move(core),
                                                           add_addresses_, cfg_.open_timeout,
                                                           impl_->join_protocol, cfg_.on_phase);
+    session->set_gate(cfg_.gate);
     if (opts.reuse_group && reuse_last_group(mcfg))
       session->predict(predicted_view(match_deadline));
     impl_->match = session;
@@ -159,6 +160,7 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
     co_return make_error(errc::invalid_argument, "averager: the group has another schema");
   const auto me = group.index_of(PeerKey(host_->local_peer().bytes()));
   if (!me) co_return make_error(errc::invalid_argument, "averager: this peer is not in the group");
+  if (matched && cfg_.gate) ST_CO_TRY(co_await check_members(group, *me));
   std::vector<net::PeerId> peers;
   for (const auto& m : group.members) {
     auto id = net::PeerId::from_bytes(m.peer.bytes());
@@ -246,6 +248,23 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   res.group = std::move(group);
   res.total_time = Clock::now() - t0;
   co_return res;
+}
+
+// A private run: every other member of a group must be admitted by the gate (the leader admits
+// its followers; this catches a leader that let a non-member in, or a member revoked since).
+awaitable<result<void>> Averager::check_members(const GroupInfo& group, std::size_t me) {
+  auto self = shared_from_this();
+  auto gate = cfg_.gate;
+  for (std::size_t i = 0; i < group.members.size(); ++i) {
+    if (i == me) continue;
+    auto id = net::PeerId::from_bytes(group.members[i].peer.bytes());
+    if (!id) co_return make_error(errc::invalid_argument, "averager: bad peer id in the group");
+    const bool admitted = co_await gate->admit(id.value());
+    if (!admitted)
+      co_return make_error(errc::permission, "averager: group member " + id.value().short_string() +
+                                                 " is not a member of this run");
+  }
+  co_return success();
 }
 
 bool Averager::reuse_last_group(const MatchmakingConfig& m) const {

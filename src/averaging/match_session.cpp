@@ -3,6 +3,14 @@
 #include "starling/core/log.hpp"
 
 namespace starling::averaging::detail {
+namespace {
+
+bool admitted(PeerGate& gate, const PeerKey& peer) {
+  auto id = net::PeerId::from_bytes(peer.bytes());
+  return id && gate.admits(id.value());
+}
+
+}  // namespace
 
 MatchSession::MatchSession(net::StreamHost& host, Directory& dir, MatchmakingCore core,
                            Averager::AddressSink sink, Duration open_timeout,
@@ -55,6 +63,7 @@ awaitable<void> MatchSession::refresh() {
     for (const auto& v : got.value()) {
       auto e = wire::decode_entry(v);
       if (!e) continue;  // someone's garbage: ignore it
+      if (gate_ && !admitted(*gate_, e.value().info.peer)) continue;  // not a member
       entries_[e.value().info.peer] = e.value();
       entries.push_back(std::move(e).value());
     }

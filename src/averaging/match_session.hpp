@@ -43,6 +43,8 @@ class MatchSession : public std::enable_shared_from_this<MatchSession> {
   void cancel(const std::string& why);
 
   const MatchmakingCore& core() const { return core_; }
+  // A private run: directory entries of peers the gate does not admit are ignored.
+  void set_gate(std::shared_ptr<PeerGate> gate) { gate_ = std::move(gate); }
 
  private:
   struct Link {
@@ -79,6 +81,7 @@ class MatchSession : public std::enable_shared_from_this<MatchSession> {
   bool published_ = false;  // our entry is in the directory
   std::size_t readers_ = 0;
   std::function<void(const std::string&)> on_phase_;
+  std::shared_ptr<PeerGate> gate_;
   MatchmakingCore::State last_state_ = MatchmakingCore::State::looking;
 };
 

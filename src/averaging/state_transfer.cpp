@@ -160,6 +160,18 @@ awaitable<void> Averager::serve_state(net::ByteStreamPtr s, net::PeerId remote) 
   // after newer snapshots replaced it (a donor stepping every few hundred ms replaced two
   // while a newcomer fetched, and the download failed with "unknown snapshot").
   std::shared_ptr<const StateSnapshot> given;
+  if (auto gate = cfg_.gate) {  // a private run: members only
+    const bool admitted = co_await gate->admit(remote);
+    if (!admitted) {
+      logger("averaging")
+          ->info("state request from {}: not a member of this run", remote.short_string());
+      StateFrame f;
+      f.error = "not a member of this run";
+      (void)co_await write_frame(*s, f);
+      s->reset();
+      co_return;
+    }
+  }
   for (;;) {
     auto frame =
         co_await with_timeout(r.read_length_prefixed(wire::kMaxFrame), kStateIdle, "state request");
@@ -236,6 +248,12 @@ awaitable<result<std::vector<StateAnnouncement>>> Averager::announcements(const 
     if (!a || a.value().schema_hash != kind || a.value().donor.peer == me ||
         a.value().expires <= WallClock::now())
       continue;
+    if (cfg_.gate) {  // a private run: members' announcements only
+      auto id = net::PeerId::from_bytes(a.value().donor.peer.bytes());
+      bool admitted = false;
+      if (id) admitted = co_await cfg_.gate->admit(id.value());
+      if (!admitted) continue;
+    }
     anns.push_back(std::move(a).value());
   }
   if (anns.empty())

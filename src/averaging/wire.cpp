@@ -146,7 +146,8 @@ result<MatchFrame> decode_match(BytesView b) {
     return MatchFrame{r};
   }
   if (m.has_reply()) {
-    if (m.reply() > static_cast<std::uint32_t>(JoinVerdict::expired)) return bad("join verdict");
+    if (m.reply() > static_cast<std::uint32_t>(JoinVerdict::not_admitted))
+      return bad("join verdict");
     return MatchFrame{JoinReply{static_cast<JoinVerdict>(m.reply())}};
   }
   if (m.has_begin()) {

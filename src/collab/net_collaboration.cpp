@@ -63,7 +63,12 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
     return k.error().with_context("collaboration: run id '" + cfg.run_id + "'");
   if (cfg.addrs.empty() && !cfg.client_mode)
     for (const auto& a : host->announce_addresses()) cfg.addrs.push_back(a.to_string());
+  std::shared_ptr<auth::MembershipService> members;
+  if (cfg.membership) {
+    ST_TRY(members, auth::MembershipService::create(node, *cfg.membership));
+  }
   std::shared_ptr<NetCollaboration> c(new NetCollaboration(host, node, std::move(cfg)));
+  c->impl_->members = members;
   c->impl_->directory = std::make_shared<averaging::DhtDirectory>(node);
   c->impl_->progress_key = dht::RecordKey(
       averaging::blake2b_256(as_bytes("starling/collab/progress/" + c->cfg_.run_id)));
@@ -74,10 +79,12 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
   sc.client_mode = c->cfg_.client_mode;
   sc.open_timeout = c->cfg_.open_timeout;
   sc.reduce_threads = 1;
+  sc.gate = members;
   auto sink = averaging::host_address_sink(host);
   ST_TRY(auto state,
          averaging::Averager::create(host, c->impl_->directory, averaging::Schema{}, {}, sc, sink));
   c->impl_->state = state;
+  if (members) members->start();
   return c;
 }
 
@@ -112,6 +119,11 @@ awaitable<void> NetCollaboration::stop() {
     log()->info("stop: a cancelled early step is still matchmaking; left to its deadline");
   co_await impl_->state->stop();
   if (impl_->grads) co_await impl_->grads->stop();
+  if (impl_->members) co_await impl_->members->stop();
+}
+
+std::shared_ptr<auth::MembershipService> NetCollaboration::membership() const {
+  return impl_->members;
 }
 
 // --- progress -----------------------------------------------------------------------------
@@ -143,6 +155,10 @@ awaitable<result<std::vector<training::ProgressEntry>>> NetCollaboration::fetch_
     }
     training::ProgressEntry e;
     e.peer = owners.value().front();
+    if (impl_->members) {  // a private run: members' records only
+      const bool admitted = co_await impl_->members->admit(e.peer);
+      if (!admitted) continue;
+    }
     e.value = v.value;
     e.remaining_ttl = v.ttl;
     out.push_back(std::move(e));

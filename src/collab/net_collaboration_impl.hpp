@@ -20,6 +20,7 @@ struct NetCollaboration::Impl {
   explicit Impl(asio::any_io_executor ex) : scope(ex) {}
   std::shared_ptr<averaging::DhtDirectory> directory;
   std::shared_ptr<averaging::Averager> grads, state;
+  std::shared_ptr<auth::MembershipService> members;  // a private run (else null)
   std::vector<float> attack_buf;  // NetCollaborationConfig::attack: the corrupted gradient sent
   // The gradient averager's layout (names, sizes) and codec. It has no tensors of its own:
   // every round reads and writes the caller's buffers (training::RoundData).

@@ -49,6 +49,7 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, training::Comp
   for (const auto& [name, n] : layout)
     schema.tensors.push_back({name, {static_cast<std::int64_t>(n)}, averaging::DType::f32});
   averaging::AveragerConfig ac;
+  ac.gate = impl_->members;  // a private run: members only
   ac.key = {cfg_.run_id + ".grads", 16, 0};
   ac.matchmaking = cfg_.matchmaking;
   ac.round.stall_timeout = cfg_.stall_timeout;

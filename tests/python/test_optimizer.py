@@ -183,6 +183,27 @@ class OptimizerTest(unittest.TestCase):
             with self.assertRaises(starling.StarlingError):
                 opt.step()
 
+    def test_private_run_options(self):
+        # A private run needs both options; the certificate must exist and be one that admits
+        # this peer (docs/security.md, "Private runs"; the C++ tests cover the protocol).
+        import tempfile
+        with starling.DHT(listen=LISTEN) as a, tempfile.TemporaryDirectory() as d:
+            model = make_model()
+            sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+            run_key = a.peer_id  # any Ed25519 key in its text form
+            with self.assertRaises(ValueError):
+                starling.Optimizer(dht=a, run_id="x", optimizer=sgd, target_batch_size=8,
+                                   run_key=run_key)
+            with self.assertRaises(starling.StarlingError):
+                starling.Optimizer(dht=a, run_id="x", optimizer=sgd, target_batch_size=8,
+                                   run_key=run_key, membership=d + "/missing.cert")
+            garbage = d + "/garbage.cert"
+            with open(garbage, "wb") as f:
+                f.write(b"not a certificate")
+            with self.assertRaisesRegex(ValueError, "membership certificate"):
+                starling.Optimizer(dht=a, run_id="x", optimizer=sgd, target_batch_size=8,
+                                   run_key=run_key, membership=garbage)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

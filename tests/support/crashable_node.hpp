@@ -55,13 +55,14 @@ class CrashableNode {
  public:
   // Throws std::runtime_error if the host cannot start or the DHT cannot be joined.
   static std::unique_ptr<CrashableNode> start(const std::vector<net::Multiaddr>& bootstrap,
-                                              collab::NetCollaborationConfig cfg) {
+                                              collab::NetCollaborationConfig cfg,
+                                              crypto::KeyPair key = crypto::KeyPair::generate()) {
     std::unique_ptr<CrashableNode> n(new CrashableNode());
     n->io_ = std::make_unique<starling::IoThread>("test-node-io");
     net::HostConfig hc;
     hc.listen = {"/ip4/127.0.0.1/tcp/0"};
     hc.shutdown_timeout = 3s;
-    n->host_ = net::Host::create(n->io_->executor(), crypto::KeyPair::generate(), hc);
+    n->host_ = net::Host::create(n->io_->executor(), std::move(key), hc);
     auto host = n->host_;
     check(block_on(
               n->io_->executor(), [host] { return host->start(); }, 60s),
@@ -80,6 +81,7 @@ class CrashableNode {
   ~CrashableNode() { stop(); }
 
   std::shared_ptr<collab::NetCollaboration> collaboration() const { return collab_; }
+  std::shared_ptr<dht::DhtNode> dht() const { return dht_; }
   std::vector<net::Multiaddr> listen_addresses() const {
     std::vector<net::Multiaddr> out;
     for (const auto& a : host_->listen_addresses())

@@ -20,6 +20,7 @@ void add_ping_command(CLI::App& app, Runner& run);
 void add_echo_command(CLI::App& app, Runner& run);
 void add_dht_command(CLI::App& app, Runner& run);
 void add_monitor_command(CLI::App& app, Runner& run);
+void add_run_key_command(CLI::App& app, Runner& run);  // private runs
 // In starling-train only (built with libtorch).
 void add_train_command(CLI::App& app, Runner& run);
 void add_experts_command(CLI::App& app, Runner& run);  // starling experts serve
@@ -28,6 +29,9 @@ void add_experts_command(CLI::App& app, Runner& run);  // starling experts serve
 std::string default_identity_path();
 // Loads (or creates, with a note on stderr) the identity at `path`; prints errors and exits 2.
 crypto::KeyPair load_identity_or_exit(const std::string& path, bool create);
+
+// A small file's bytes (errc::not_found if unreadable, errc::too_large above `max`).
+result<Bytes> read_small_file(const std::string& path, std::size_t max = 1 << 20);
 
 // Runs `main` on a fresh io_context until it finishes or SIGINT/SIGTERM arrives; on a signal
 // the coroutine is cancelled (it should then clean up, bounded). Returns main's exit code.

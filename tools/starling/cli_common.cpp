@@ -1,7 +1,9 @@
 // Shared by the two executables of the command line: `starling` (no libtorch, starts in
 // milliseconds) and `starling-train` (the `train` subcommand, links libtorch).
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include <asio/signal_set.hpp>
 
@@ -26,6 +28,15 @@ crypto::KeyPair load_identity_or_exit(const std::string& path, bool create) {
   }
   if (created) std::cerr << "created new identity at " << path << "\n";
   return std::move(k).value();
+}
+
+result<Bytes> read_small_file(const std::string& path, std::size_t max) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return make_error(errc::not_found, "cannot read " + path);
+  Bytes b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (b.size() > max)
+    return make_error(errc::too_large, path + ": above " + std::to_string(max) + " bytes");
+  return b;
 }
 
 int run_main(std::function<awaitable<int>()> main) {

@@ -232,6 +232,8 @@ void add_dht_command(CLI::App& app, Runner& run) {
   cmd->add_option("--dashboard", o->dashboard.http,
                   "also serve the live dashboard of --run-id on HOST:PORT (as starling monitor)");
   cmd->add_option("--run-id", o->dashboard.run_id, "the run --dashboard shows");
+  cmd->add_option("--run-key", o->dashboard.run_key,
+                  "a private run's key: --dashboard shows only its members' records");
 
   auto* put = cmd->add_subcommand("put", "store a value (or a dictionary sub-key) and exit");
   put->add_option("key", o->key, "key")->required();

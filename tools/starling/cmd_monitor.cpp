@@ -6,6 +6,7 @@
 
 #include "cli.hpp"
 #include "monitor_cli.hpp"
+#include "starling/auth/membership_service.hpp"
 #include "starling/core/log.hpp"
 #include "starling/monitor/metrics_dht.hpp"
 #include "starling/net/host.hpp"
@@ -21,9 +22,14 @@ struct MonitorOptions {
 
 // Hands each complete read to the dashboard (a function object: GCC 12 and lambdas in
 // coroutines).
+// A private run: only members' records (peers not known yet are looked up for the next read).
 struct ToDashboard {
   monitor::Dashboard* dashboard;
-  void operator()(std::vector<monitor::MetricsEntry> entries) const { dashboard->update(entries); }
+  std::shared_ptr<auth::MembershipService> members;
+  void operator()(std::vector<monitor::MetricsEntry> entries) const {
+    if (members) std::erase_if(entries, [this](const auto& e) { return !members->admits(e.peer); });
+    dashboard->update(entries);
+  }
 };
 
 awaitable<result<std::shared_ptr<dht::DhtNode>>> start_client(const MonitorOptions& o) {
@@ -104,8 +110,15 @@ awaitable<result<void>> serve_dashboard(std::shared_ptr<dht::DhtNode> node,
   dc.host = addr.first;
   dc.port = addr.second;
   dc.chartjs_path = o.chartjs;
+  std::shared_ptr<auth::MembershipService> members;
+  if (!o.run_key.empty()) {  // an observer of a private run
+    auth::MembershipConfig mc;
+    ST_CO_TRY(mc.run_key, auth::parse_run_key(o.run_key));
+    ST_CO_TRY(members, auth::MembershipService::create(node, mc));
+  }
   auto started = monitor::Dashboard::start(dc);
   if (!started) co_return started.error();
+  if (members) members->start();
   auto dashboard = std::move(started).value();
   std::cout << "dashboard " << dashboard->url() << " run " << o.run_id << std::endl;
   monitor::PollerConfig pc;
@@ -113,7 +126,8 @@ awaitable<result<void>> serve_dashboard(std::shared_ptr<dht::DhtNode> node,
   pc.interval = std::chrono::duration_cast<Duration>(
       std::chrono::duration<double>(std::max(0.05, o.poll_interval)));
   // Polls until cancelled (Ctrl-C).
-  co_await monitor::poll_metrics(node, pc, ToDashboard{dashboard.get()});
+  co_await monitor::poll_metrics(node, pc, ToDashboard{dashboard.get(), members});
+  if (members) co_await members->stop();
   dashboard->stop();
   co_return success();
 }
@@ -133,6 +147,8 @@ void add_monitor_command(CLI::App& app, Runner& run) {
   cmd->add_option("--poll-interval", o->dashboard.poll_interval,
                   "seconds between reads of the run's records")
       ->capture_default_str();
+  cmd->add_option("--run-key", o->dashboard.run_key,
+                  "a private run's key: show only its members' records");
   cmd->add_option("--chartjs", o->dashboard.chartjs, "Chart.js file served to the page")
       ->capture_default_str();
   cmd->add_option("--timeout", o->start_timeout, "seconds to join the DHT")->capture_default_str();

@@ -1,5 +1,5 @@
-// starling: identity, node, ping, echo, dht; `train` runs starling-train (the only part that
-// needs libtorch, kept out of this executable so that it starts in milliseconds).
+// starling: identity, node, ping, echo, dht, monitor, run-key; `train` runs starling-train (the
+// only part that needs libtorch, kept out of this executable so that it starts in milliseconds).
 #include <unistd.h>
 
 #include <cerrno>
@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     add_echo_command(app, run);
     add_dht_command(app, run);
     add_monitor_command(app, run);
+    add_run_key_command(app, run);
     add_forwarder(app, run, "train",
                   "join or start a collaboration training the built-in Fashion-MNIST task "
                   "(starling-train)");

@@ -18,6 +18,7 @@ struct DashboardOptions {
   std::string run_id;  // the run whose records are shown
   double poll_interval = 2;
   std::string chartjs = monitor::DashboardConfig{}.chartjs_path;
+  std::string run_key;  // a private run: only its members' records are shown
 };
 
 // "HOST:PORT", "[v6]:PORT" or "PORT" (host 127.0.0.1) -> host, port.

@@ -1,6 +1,7 @@
 // The networked side of `starling train`: identity, io thread, Host, DHT node and the
 // NetCollaboration (collab/training_node.hpp).
 #include <iostream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -39,12 +40,20 @@ struct StopPublisher {
   }
 };
 
-// Reads the run's metrics records on the node's executor.
+// Reads the run's metrics records on the node's executor (a private run: members' only).
 struct ReadRecords {
   std::shared_ptr<dht::DhtNode> node;
   dht::RecordKey key;
+  std::shared_ptr<averaging::PeerGate> gate;
   awaitable<result<std::vector<monitor::MetricsEntry>>> operator()() const {
-    co_return co_await monitor::read_metrics(node, key);
+    ST_CO_TRY(auto all, co_await monitor::read_metrics(node, key));
+    if (!gate) co_return all;
+    std::vector<monitor::MetricsEntry> members;
+    for (auto& e : all) {
+      const bool admitted = co_await gate->admit(e.peer);
+      if (admitted) members.push_back(std::move(e));
+    }
+    co_return members;
   }
 };
 
@@ -81,8 +90,9 @@ class DhtNetwork final : public TrainNetwork {
   }
   std::pair<std::uint64_t, std::uint64_t> traffic() override { return node_->traffic(); }
   result<void> check_run_identity(const std::string& identity, double own_uptime_s) override {
-    auto read =
-        block_on(node_->executor(), ReadRecords{node_->dht(), monitor::metrics_key(run_id_)}, 15s);
+    ReadRecords r{node_->dht(), monitor::metrics_key(run_id_),
+                  node_->collaboration()->membership()};
+    auto read = block_on(node_->executor(), r, 15s);
     if (!read) return read.error().with_context("reading the run's metrics records");
     return cli::check_run_identity(read.value(), node_->peer(), run_id_, identity,
                                    own_uptime_s);
@@ -98,6 +108,17 @@ class DhtNetwork final : public TrainNetwork {
   std::shared_ptr<monitor::MetricsPublisher> publisher_;
   std::string run_id_;
 };
+
+// --run-key, --membership, --revocations: a private run's membership (none: an open run).
+result<std::optional<auth::MembershipConfig>> membership_config(const TrainOptions& o) {
+  if (o.run_key.empty() && o.membership.empty() && o.revocations.empty())
+    return std::optional<auth::MembershipConfig>();
+  if (o.run_key.empty() || o.membership.empty())
+    return make_error(errc::invalid_argument,
+                      "a private run needs both --run-key and --membership");
+  ST_TRY(auto m, auth::membership_from_files(o.run_key, o.membership, o.revocations));
+  return std::optional<auth::MembershipConfig>(std::move(m));
+}
 
 }  // namespace
 
@@ -172,6 +193,7 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
   else if (o.attack != "none")
     return make_error(errc::invalid_argument,
                       "--attack " + o.attack + ": expected none, sign-flip or random");
+  ST_TRY(cfg.collab.membership, membership_config(o));
   cfg.relay_service = o.relay;
   cfg.use_relays = o.use_relays;
   cfg.hole_punching = o.hole_punching;

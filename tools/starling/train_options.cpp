@@ -91,6 +91,13 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
          "FOR TESTING ROBUSTNESS: send reversed (sign-flip, x -10) or random (noise 100x the "
          "gradient's RMS) gradients claiming 10x the samples")
       ->capture_default_str();
+  cmd.add_option("--run-key", o.run_key,
+                 "a private run: its run key (starling run-key new); only peers with a "
+                 "certificate it signed take part (needs --membership)");
+  cmd.add_option("--membership", o.membership,
+                 "this peer's membership certificate file (starling run-key sign)");
+  cmd.add_option("--revocations", o.revocations,
+                 "a revocation list (starling run-key revoke) to apply and publish to the run");
   cmd.add_flag("--relay", o.relay,
                "serve circuit relay v2 and AutoNAT to peers behind NATs (needs a public address)");
   cmd.add_flag("--use-relays", o.use_relays,

@@ -64,6 +64,9 @@ struct TrainOptions {
   std::string aggregation = "mean";
   double clip_tau = 0;          // CenteredClip radius (0: adaptive)
   std::string attack = "none";  // testing robustness: none | sign-flip | random
+  // A private run: the run key (starling run-key new), this peer's certificate file
+  // (starling run-key sign) and optionally a revocation list to publish (run-key revoke).
+  std::string run_key, membership, revocations;
   bool delay_step = false;
   std::string delay_correction = "predict";
   bool client = false;         // no incoming connections

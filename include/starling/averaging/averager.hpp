@@ -19,6 +19,7 @@
 #include "starling/averaging/directory.hpp"
 #include "starling/averaging/group_key.hpp"
 #include "starling/averaging/matchmaking_core.hpp"
+#include "starling/averaging/peer_gate.hpp"
 #include "starling/averaging/round_core.hpp"
 #include "starling/averaging/schema.hpp"
 #include "starling/averaging/state_transfer.hpp"
@@ -62,6 +63,9 @@ struct AveragerConfig {
   bool reuse_group = true;
   // Part size of blob snapshots (share_blob / blob sources); tensor snapshots use round.part_elems.
   std::size_t blob_part_bytes = 256 * 1024;
+  // Private runs: only peers this gate admits are matched with, joined, grouped with, served
+  // state or downloaded from (auth::MembershipService). Null: an open run.
+  std::shared_ptr<PeerGate> gate;
   // Test hook: called on the I/O thread when this peer's step enters a phase
   // ("matchmaking:<state>", "reduce-scatter", "report", "all-gather", "fin", "done").
   std::function<void(const std::string& phase)> on_phase;
@@ -274,6 +278,7 @@ class Averager : public std::enable_shared_from_this<Averager> {
   // AveragerConfig::reuse_group: whether this step's matchmaking starts from the last group,
   // and that group as a view (entries open until `deadline`).
   bool reuse_last_group(const MatchmakingConfig& m) const;
+  awaitable<result<void>> check_members(const GroupInfo& group, std::size_t me);
   awaitable<std::shared_ptr<detail::MatchSession>> await_match(const PeerKey& who);
   std::vector<MatchEntry> predicted_view(WallTime deadline) const;
   Averager(std::shared_ptr<net::StreamHost> host, std::shared_ptr<Directory> directory,

@@ -62,8 +62,9 @@ enum class JoinVerdict : std::uint8_t {
   begun = 3,  // already began (or finished) this round
   schema_mismatch = 4,
   key_mismatch = 5,
-  not_leader = 6,  // a client-mode peer cannot lead
-  expired = 7,     // the request's deadline already passed
+  not_leader = 6,    // a client-mode peer cannot lead
+  expired = 7,       // the request's deadline already passed
+  not_admitted = 8,  // not a member of this private run (AveragerConfig::gate)
 };
 struct JoinReply {
   JoinVerdict verdict = JoinVerdict::accepted;

@@ -23,10 +23,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "starling/auth/membership_service.hpp"
 #include "starling/averaging/averager.hpp"
 #include "starling/dht/node.hpp"
 #include "starling/net/host.hpp"
@@ -60,6 +62,10 @@ struct NetCollaborationConfig {
   // attack on Adam-like optimizers, which normalise the step's scale.)
   enum class Attack : std::uint8_t { none, sign_flip, random };
   Attack attack = Attack::none;
+  // A private run (docs/security.md, "Private runs"): only peers holding a certificate signed
+  // by the run key are matched with, grouped with, served state or downloaded from, and only
+  // their progress records count (auth::MembershipService). None: an open run.
+  std::optional<auth::MembershipConfig> membership;
 
   static averaging::MatchmakingConfig default_matchmaking();
 };
@@ -104,6 +110,8 @@ class NetCollaboration final : public training::Collaboration,
   // The key of the round prepared now ("" if none) and whether its group has formed.
   std::string prepared_round() const;
   bool prepared_round_grouped() const;
+  // The private run's membership (null in an open run).
+  std::shared_ptr<auth::MembershipService> membership() const;
 
   struct Impl;
 
