@@ -236,7 +236,7 @@ TEST(MoeRemote, StopWithRequestsInFlightIsBounded) {
       o.timeout = 10s;
       return call_forward(*host, to, t, o);
     });
-  std::vector<std::optional<result<TensorData>>> res;
+  std::vector<std::optional<result<ExpertAnswer>>> res;
   std::thread caller(
       [&] { res = run_calls(env.io.executor(), std::move(calls), Clock::now() + 15s); });
   ASSERT_EQ(started->get_future().wait_for(10s), std::future_status::ready);
@@ -300,7 +300,7 @@ TEST(MoeRemote, BadRequestsGetErrorsAndServerKeepsServing) {
 
   r = call(to, good);
   ASSERT_TRUE(r) << r.error().message();
-  EXPECT_EQ(r.value().shape, (std::vector<std::int64_t>{2, kDim}));
+  EXPECT_EQ(r.value().tensor.shape, (std::vector<std::int64_t>{2, kDim}));
   EXPECT_GE(server->stats().bad_requests.load(), 2u);
   env.stop(server);
 }

@@ -1,5 +1,6 @@
-// Replicas of one expert: requests spread over the servers declaring it, and a server whose
-// call failed is avoided while another replica serves the expert.
+// Replicas of one expert: the choice by expected finish time (ReplicaChooser, in virtual
+// time), requests spread over the servers declaring it, a slow replica gets less traffic, and
+// a server whose call failed is avoided while another replica serves the expert.
 #include <gtest/gtest.h>
 
 #include "moe/moe_env.hpp"
@@ -8,6 +9,103 @@ namespace starling::moe {
 namespace {
 
 using namespace test;
+
+// Calls of `rows` rows planned in one forward among `servers`: how many each got.
+std::map<std::string, int> plan(ReplicaChooser& c, TimePoint now, int calls, std::size_t rows,
+                                const std::vector<std::string>& servers) {
+  c.begin(now);
+  std::map<std::string, int> got;
+  for (int i = 0; i < calls; ++i) ++got[servers[c.choose("e" + std::to_string(i), servers, rows)]];
+  return got;
+}
+
+TEST(MoeReplicaChooser, UnmeasuredReplicasShareTheCalls) {
+  ReplicaChooser c;
+  auto got = plan(c, TimePoint{}, 6, 4, {"a", "b", "c"});
+  EXPECT_EQ(got["a"], 2);
+  EXPECT_EQ(got["b"], 2);
+  EXPECT_EQ(got["c"], 2);
+}
+
+TEST(MoeReplicaChooser, FasterReplicaTakesCallsUntilItsQueueIsLonger) {
+  ReplicaChooser c;
+  const TimePoint t{};
+  for (int i = 0; i < 5; ++i) {
+    c.observe("fast", 4, 1ms, t);
+    c.observe("slow", 4, 20ms, t);
+  }
+  auto few = plan(c, t, 10, 4, {"slow", "fast"});
+  EXPECT_EQ(few["fast"], 10);
+  // 40 calls: fast's queue passes 20 ms after about 20 of them, then slow takes some.
+  auto many = plan(c, t, 40, 4, {"slow", "fast"});
+  EXPECT_GE(many["fast"], 35);
+  EXPECT_GE(many["slow"], 1);
+  // An unmeasured replica is priced like the best measured one, so it is tried.
+  auto fresh = plan(c, t, 2, 4, {"slow", "fast", "new"});
+  EXPECT_EQ(fresh["new"], 1);
+  EXPECT_EQ(fresh["fast"], 1);
+}
+
+TEST(MoeReplicaChooser, FitSeparatesLatencyFromPerRowCost) {
+  ReplicaChooser c;
+  for (int i = 0; i < 20; ++i) {
+    c.observe("s", 1, 10ms + 1ms, TimePoint{});
+    c.observe("s", 101, 10ms + 101ms, TimePoint{});
+  }
+  const double ms51 = std::chrono::duration<double, std::milli>(c.expected("s", 51)).count();
+  const double ms1001 = std::chrono::duration<double, std::milli>(c.expected("s", 1001)).count();
+  EXPECT_NEAR(ms51, 61.0, 1.0);
+  EXPECT_NEAR(ms1001, 1011.0, 5.0);
+}
+
+TEST(MoeReplicaChooser, FailedReplicaIsAvoidedForThatExpertAndMeasurementsAreForgotten) {
+  ReplicaChoiceOptions o;
+  o.avoid_failed = 10s;
+  o.forget_after = 60s;
+  ReplicaChooser c(o);
+  const TimePoint t0{};
+  c.observe("a", 4, 1ms, t0);
+  c.observe("b", 4, 50ms, t0);
+  c.failed("u", "a", t0);
+  c.begin(t0 + 1s);
+  const std::vector<std::string> ab{"a", "b"};
+  EXPECT_EQ(c.choose("u", ab, 4), 1u) << "the failed replica was chosen";
+  EXPECT_EQ(c.choose("v", ab, 4), 0u) << "another expert of the same server is not avoided";
+  c.begin(t0 + 10s);
+  EXPECT_EQ(c.choose("u", ab, 4), 0u) << "still avoided when avoid_failed has passed";
+  EXPECT_EQ(c.choose("u", std::vector<std::string>{"a"}, 4), 0u);
+  EXPECT_TRUE(c.measured("b"));
+  c.begin(t0 + 61s);
+  EXPECT_FALSE(c.measured("b")) << "a slow replica is never tried again";
+}
+
+TEST(MoeReplicaChoice, SlowReplicaGetsLessTraffic) {
+  Env env;
+  auto fast = env.serve(0, "ffn.0.[0:2]");
+  auto slow = env.serve(1, "ffn.0.[0:2]", 100ms);  // 100 ms per batch on its runtime thread
+  auto dir = env.directory(2, 60s);
+  MoeOptions o;
+  o.grid_size = {1, 2};
+  o.in_features = kDim;
+  o.out_features = kDim;
+  o.k = 2;
+  o.k_min = 2;
+  o.forward_timeout = 10s;
+  o.timeout_after_k_min = 5s;
+  RemoteMixtureOfExperts moe(o, env.cluster->host_ptr(2), dir);
+  torch::manual_seed(8);
+  auto x = torch::randn({8, kDim});
+  torch::NoGradGuard ng;
+  for (int i = 0; i < 20; ++i) (void)moe->forward(x);
+  EXPECT_EQ(moe->stats().forward_failures, 0u);
+  EXPECT_EQ(moe->stats().forward_late, 0u);
+  const auto f = fast->stats().forward_rows.load();
+  const auto s = slow->stats().forward_rows.load();
+  EXPECT_EQ(f + s, 20u * 2u * 8u);
+  EXPECT_LT(4 * s, f + s) << "the slow replica got " << s << " of " << f + s << " rows";
+  env.stop(fast);
+  env.stop(slow);
+}
 
 TEST(MoeReplicaChoice, RequestsSpreadAndAFailedReplicaIsAvoided) {
   Env env;

@@ -38,6 +38,7 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
   std::map<BatchScheduler::TaskId, Task> queued;
   std::map<std::size_t, std::pair<Backend*, bool>> pool_owner;  // pool -> (expert, backward)
   bool stopping = false;
+  bool final_save = false;  // stop() (not the destructor) saves the checkpoints once more
   std::atomic<bool> runtime_exited{false};
   std::thread runtime;
   bool started = false;
@@ -83,13 +84,48 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
     }
   }
 
+  // SWARM mode with a time bound: steps every expert whose first accumulated gradient is
+  // max_step_delay old; returns when the next one is due. Runtime thread.
+  std::optional<TimePoint> step_overdue() {
+    std::optional<TimePoint> next;
+    const auto now = Clock::now();
+    for (auto& b : backends) {
+      if (b->accumulated_rows == 0) continue;
+      const auto due = b->accumulating_since + cfg.max_step_delay;
+      if (due <= now)
+        step_expert(*stats, *b);
+      else if (!next || due < *next)
+        next = due;
+    }
+    return next;
+  }
+
   void runtime_loop() {
+    run_batches();
+    bool save = false;
+    {
+      std::lock_guard lk(mu);
+      save = final_save;
+    }
+    if (save) save_checkpoints();  // stop()'s, here rather than on its io thread
+    runtime_exited = true;
+  }
+
+  void run_batches() {
     std::unique_lock lk(mu);
     const bool checkpoints = !cfg.checkpoint_dir.empty();
     const bool snapshots = cfg.share_state && directory;
+    const bool delayed_steps = cfg.step_samples > 0 && cfg.max_step_delay > Duration::zero();
     auto next_checkpoint = Clock::now() + cfg.checkpoint_period;
     auto next_snapshot = Clock::now() + cfg.declare_period;
+    std::optional<TimePoint> next_step;
     while (!stopping) {
+      if (delayed_steps && next_step && Clock::now() >= *next_step) {
+        lk.unlock();
+        next_step = step_overdue();
+        lk.lock();
+        continue;
+      }
       if (checkpoints && Clock::now() >= next_checkpoint) {
         lk.unlock();
         save_checkpoints();
@@ -109,6 +145,7 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
         auto w = sched.next_wakeup();
         if (checkpoints && (!w || next_checkpoint < *w)) w = next_checkpoint;
         if (snapshots && (!w || next_snapshot < *w)) w = next_snapshot;
+        if (next_step && (!w || *next_step < *w)) w = next_step;
         if (w)
           cv.wait_until(lk, *w);
         else
@@ -125,9 +162,12 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
       auto [backend, backward] = pool_owner.at(batch->pool);
       lk.unlock();
       run_batch(cfg, *stats, *backend, backward, tasks);
+      if (delayed_steps && backward && backend->accumulated_rows > 0) {
+        const auto due = backend->accumulating_since + cfg.max_step_delay;
+        if (!next_step || due < *next_step) next_step = due;
+      }
       lk.lock();
     }
-    runtime_exited = true;
   }
 
   awaitable<result<pb::ExpertResponse>> submit(bool backward, const net::RpcContext& ctx,
@@ -422,6 +462,7 @@ awaitable<void> ExpertServer::stop() {
   {
     std::lock_guard lk(im.mu);
     im.stopping = true;
+    im.final_save = true;
     for (auto& [id, t] : im.queued) {
       im.sched.remove(id);
       dropped.push_back(std::move(t));
@@ -438,7 +479,6 @@ awaitable<void> ExpertServer::stop() {
     while (!im.runtime_exited && Clock::now() < until) (void)co_await sleep_for(2ms);
     if (im.runtime_exited) {
       im.runtime.join();
-      im.save_checkpoints();
     } else {
       logger("moe")->warn("expert runtime still busy after {} ms; detached",
                           std::chrono::duration_cast<Millis>(im.cfg.stop_timeout).count());

@@ -24,6 +24,10 @@ struct Backend {
   std::uint64_t steps = 0;
   std::uint64_t samples = 0;
   std::uint64_t saved_steps = 0;
+  // Rows backpropagated since the last optimizer step (their gradients are accumulated in
+  // the parameters' .grad), and when the first of them came.
+  std::uint64_t accumulated_rows = 0;
+  TimePoint accumulating_since{};
   // Replica state transfer (share_state / download_state): the averager serving this expert's
   // blob; the newest snapshot (under ExpertServer::Impl::mu) and the steps it holds.
   std::shared_ptr<averaging::Averager> state;
@@ -65,6 +69,9 @@ struct Task {
 
 // Posts the answer of `t` to its io thread.
 void complete(Task& t, result<pb::ExpertResponse> r);
+
+// Applies the accumulated gradients: one optimizer step of the expert. Runtime thread.
+void step_expert(ExpertServerStats& stats, Backend& b);
 
 // Runs one batch of one expert (tasks in arrival order) and completes every task.
 void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend& b, bool backward,
