@@ -69,7 +69,9 @@ TEST(MoeSwarmSteps, TimeBoundStepsAccumulatedGradients) {
   RemoteExpert remote(env.cluster->host_ptr(2), env.address(1, uid));
   const auto t0 = Clock::now();
   remote.forward(torch::randn({4, kDim}).requires_grad_(true)).sum().backward();
-  if (Clock::now() - t0 < 1s) EXPECT_EQ(server->stats().optimizer_steps.load(), 0u);
+  if (Clock::now() - t0 < 1s) {
+    EXPECT_EQ(server->stats().optimizer_steps.load(), 0u);
+  }
   ASSERT_TRUE(wait_for([&] { return server->stats().optimizer_steps.load() >= 1; }))
       << "the accumulated gradient was never applied";
   EXPECT_GE(Clock::now() - t0, 1s);

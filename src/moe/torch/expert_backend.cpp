@@ -64,7 +64,7 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
         const std::uint64_t f = *d.value().forward_step;
         if (f > b.steps || b.steps - f > cfg.max_staleness) {
           ++stats.stale_gradients;
-          complete(t, Error(errc::invalid_argument,
+          complete(t, Error(errc::unavailable,
                             "expert " + b.schema.uid + ": gradient too stale (forward at step " +
                                 std::to_string(f) + ", expert at step " + std::to_string(b.steps) +
                                 ", bound " + std::to_string(cfg.max_staleness) + ")"));
