@@ -36,6 +36,8 @@ void ReplicaChooser::begin(TimePoint now) {
   now_ = now;
   queue_.clear();
   std::erase_if(failed_, [&](const auto& f) { return now - f.second >= options_.avoid_failed; });
+  std::erase_if(failed_servers_,
+                [&](const auto& f) { return now - f.second >= options_.avoid_failed; });
   std::erase_if(models_,
                 [&](const auto& m) { return now - m.second.last >= options_.forget_after; });
 }
@@ -58,17 +60,25 @@ std::size_t ReplicaChooser::choose(const std::string& uid, const std::vector<std
                                    std::size_t rows) {
   std::size_t best = 0;
   Duration best_finish{}, best_cost{};
-  bool best_avoided = true;
+  int best_avoided = 0;
+  bool best_fresh = false;
   for (std::size_t i = 0; i < servers.size(); ++i) {
-    const bool avoided = failed_.count({uid, servers[i]}) > 0;
+    // 2: failed for this expert; 1: failed for another; 0: no recent failure.
+    const int avoided = failed_.count({uid, servers[i]})    ? 2
+                        : failed_servers_.count(servers[i]) ? 1
+                                                            : 0;
     const Duration cost = expected(servers[i], rows);
     auto q = queue_.find(servers[i]);
     const Duration finish = (q == queue_.end() ? Duration::zero() : q->second) + cost;
-    if (i == 0 || (best_avoided && !avoided) || (avoided == best_avoided && finish < best_finish)) {
+    const bool fresh = !measured(servers[i]);  // wins ties, so it gets tried
+    if (i == 0 || avoided < best_avoided ||
+        (avoided == best_avoided &&
+         (finish < best_finish || (finish == best_finish && fresh && !best_fresh)))) {
       best = i;
       best_finish = finish;
       best_cost = cost;
       best_avoided = avoided;
+      best_fresh = fresh;
     }
   }
   if (!servers.empty()) queue_[servers[best]] += best_cost;
@@ -91,6 +101,7 @@ void ReplicaChooser::observe(const std::string& server, std::size_t rows, Durati
 
 void ReplicaChooser::failed(const std::string& uid, const std::string& server, TimePoint now) {
   failed_[{uid, server}] = now;
+  failed_servers_[server] = now;
 }
 
 }  // namespace starling::moe

@@ -19,8 +19,8 @@
 //
 // Replicas (several servers declaring one uid): each expert's request goes to the replica
 // expected to finish it first, from the throughput and latency measured on this layer's
-// earlier calls and the calls already planned for this forward (replica_choice.hpp), among
-// those whose call for that expert did not fail within `avoid_failed` (if all did, any).
+// earlier calls and the calls already planned for this forward (replica_choice.hpp), avoiding
+// for `avoid_failed` a server whose call failed or came late (replica_choice.hpp).
 //
 // Staleness: every forward answer carries the expert's step count, which the backward sends
 // back (the server refuses a gradient past its staleness bound: a backward failure here).

@@ -6,13 +6,16 @@
 // (rows, elapsed) of its calls (weight `alpha` for the newest). When every call had the same
 // rows the slope is unknown and the cost is the weighted mean time. A server not measured
 // (or not measured for `forget_after`, so a replica that was slow is tried again) is priced
-// at the best measured server's cost (1 ms per call when none is measured), so it gets tried.
+// at the best measured server's cost (1 ms per call when none is measured) and wins ties, so
+// it gets tried.
 //
 // A forward plans its calls with begin() and one choose() per expert: every server has a
 // queue that starts empty at begin(); choose() gives the expert to the replica whose queue
 // plus the call's expected time ends first, and appends the call to that queue (one server
 // runs its batches one after another). A server whose call for that expert failed or came
-// late within `avoid_failed` is chosen only when every replica of the expert is avoided.
+// late within `avoid_failed` is chosen last, and one whose call for another expert did is
+// chosen only when no replica without a recent failure is left (a dead server fails every
+// expert it serves).
 //
 // Threading: not thread-safe; one trainer's forward (its training thread) owns it. Time is
 // passed in, so tests can drive it with virtual time.
@@ -65,7 +68,8 @@ class ReplicaChooser {
   ReplicaChoiceOptions options_;
   std::map<std::string, Model> models_;
   std::map<std::string, Duration> queue_;  // the plan of the current forward
-  std::map<std::pair<std::string, std::string>, TimePoint> failed_;
+  std::map<std::pair<std::string, std::string>, TimePoint> failed_;  // (uid, server)
+  std::map<std::string, TimePoint> failed_servers_;
   TimePoint now_{};
 };
 
