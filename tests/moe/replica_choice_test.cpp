@@ -108,7 +108,7 @@ TEST(MoeReplicaChoice, SlowReplicaGetsLessTraffic) {
   env.stop(slow);
 }
 
-TEST(MoeReplicaChoice, ReplicasAreTriedThenAFailedReplicaIsAvoided) {
+TEST(MoeReplicaChoice, ReplicasAreTriedAndAFailedCallGoesToAnotherReplica) {
   Env env;
   auto a = env.serve(0, "ffn.0.0", 100ms);  // slower than b while b lives
   auto b = env.serve(1, "ffn.0.0");
@@ -134,16 +134,18 @@ TEST(MoeReplicaChoice, ReplicasAreTriedThenAFailedReplicaIsAvoided) {
   EXPECT_EQ(moe->stats().forward_failures, 0u);
 
   env.stop(b);
-  // The next forward goes to b and fails (the layer does not retry another replica within a
-  // forward: with one expert per sample, nothing answered and it throws).
-  EXPECT_THROW((void)moe->forward(x), std::runtime_error);
+  // The next forward goes to b, fails, and is sent again to a within the same forward.
+  auto y = moe->forward(x);
   EXPECT_EQ(moe->stats().forward_failures, 1u);
+  EXPECT_EQ(moe->stats().forward_retries, 1u);
+  EXPECT_EQ(moe->stats().empty_rows, 0u);
+  EXPECT_EQ(a->stats().forward_batches.load(), 2u);
   for (int i = 0; i < 3; ++i) {
-    auto y = moe->forward(x);
+    y = moe->forward(x);
     EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
   }
   EXPECT_EQ(moe->stats().forward_failures, 1u) << "the failed replica was called again";
-  EXPECT_EQ(a->stats().forward_batches.load(), 4u);
+  EXPECT_EQ(a->stats().forward_batches.load(), 5u);
   env.stop(a);
 }
 

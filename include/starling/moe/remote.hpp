@@ -20,7 +20,9 @@
 // Replicas (several servers declaring one uid): each expert's request goes to the replica
 // expected to finish it first, from the throughput and latency measured on this layer's
 // earlier calls and the calls already planned for this forward (replica_choice.hpp), avoiding
-// for `avoid_failed` a server whose call failed or came late (replica_choice.hpp).
+// for `avoid_failed` a server whose call failed or came late (replica_choice.hpp). A call that
+// fails (an error, not a late answer) is sent once more, within the same deadline, to another
+// replica of its expert that has not failed it, if one is declared.
 //
 // Staleness: every forward answer carries the expert's step count, which the backward sends
 // back (the server refuses a gradient past its staleness bound: a backward failure here).
@@ -80,6 +82,7 @@ struct MoeOptions {
 
 struct MoeStats {
   std::uint64_t forward_calls = 0, forward_failures = 0, forward_late = 0;
+  std::uint64_t forward_retries = 0;  // failed calls sent again to another replica
   std::uint64_t backward_calls = 0, backward_failures = 0;
   std::uint64_t empty_rows = 0;
   std::map<std::string, std::uint64_t> rows_per_expert;  // utilisation

@@ -191,62 +191,82 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
     }
   }
   auto xd = x.detach().to(torch::kFloat32).contiguous();
-  std::vector<CallFn> fns;
-  for (auto& c : st->calls) {
-    auto rows = torch::tensor(c.rows, torch::kLong);
-    c.input = to_data(xd.index_select(0, rows));
-    fns.push_back([host = host_, to = c.to, input = c.input, opts = st->opts]() {
-      return call_forward(*host, to, input, opts);
-    });
-  }
+  for (auto& c : st->calls)
+    c.input = to_data(xd.index_select(0, torch::tensor(c.rows, torch::kLong)));
   // Satisfied when every sample with experts has k_min answers (or all its calls failed).
   std::vector<std::vector<std::size_t>> calls_of_sample(B);
   for (std::size_t i = 0; i < st->calls.size(); ++i)
     for (auto r : st->calls[i].rows) calls_of_sample[r].push_back(i);
   const std::size_t k_min = std::max<std::size_t>(1, options_.k_min);
-  auto satisfied = [&calls_of_sample, k_min](const std::vector<char>& ok) {
-    for (const auto& cs : calls_of_sample) {
-      if (cs.empty()) continue;
-      std::size_t n = 0;
-      for (auto i : cs) n += ok[i] ? 1 : 0;
-      if (n < std::min(k_min, cs.size())) return false;
-    }
-    return true;
-  };
-  std::vector<Duration> elapsed;
-  auto results = run_calls(host_->get_executor(), std::move(fns), deadline, satisfied,
-                           options_.timeout_after_k_min, &elapsed);
-  const TimePoint ended = Clock::now();
   torch::Tensor out3 = torch::zeros({B, K, options_.out_features});
-  std::uint64_t failures = 0, late = 0;
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    auto& c = st->calls[i];
-    auto& r = results[i];
-    const std::string peer = c.to.peer.to_string();
-    if (!r) {
-      ++late;
-      replicas_.observe(peer, c.rows.size(), elapsed[i], ended);  // at least this slow
-      replicas_.failed(c.to.uid, peer, ended);
-      continue;
+  std::uint64_t failures = 0, late = 0, retries = 0;
+  // Round 0 calls every expert; round 1 calls the experts whose call failed (not late) again
+  // on another replica, if one is left and the deadline allows.
+  std::vector<std::size_t> round_calls(st->calls.size());
+  for (std::size_t i = 0; i < round_calls.size(); ++i) round_calls[i] = i;
+  for (int round = 0; round < 2 && !round_calls.empty() && Clock::now() < deadline; ++round) {
+    std::vector<CallFn> fns;
+    for (auto i : round_calls)
+      fns.push_back([host = host_, to = st->calls[i].to, input = st->calls[i].input,
+                     opts = st->opts]() { return call_forward(*host, to, input, opts); });
+    auto satisfied = [&](const std::vector<char>& ok_round) {
+      std::vector<char> ok(st->calls.size());
+      for (std::size_t i = 0; i < ok.size(); ++i) ok[i] = st->calls[i].ok;
+      for (std::size_t j = 0; j < round_calls.size(); ++j) ok[round_calls[j]] = ok_round[j];
+      for (const auto& cs : calls_of_sample) {
+        if (cs.empty()) continue;
+        std::size_t n = 0;
+        for (auto i : cs) n += ok[i] ? 1 : 0;
+        if (n < std::min(k_min, cs.size())) return false;
+      }
+      return true;
+    };
+    std::vector<Duration> elapsed;
+    auto results = run_calls(host_->get_executor(), std::move(fns), deadline, satisfied,
+                             options_.timeout_after_k_min, &elapsed);
+    const TimePoint ended = Clock::now();
+    std::vector<std::size_t> again;
+    for (std::size_t j = 0; j < results.size(); ++j) {
+      auto& c = st->calls[round_calls[j]];
+      auto& r = results[j];
+      const std::string peer = c.to.peer.to_string();
+      if (!r) {
+        ++late;
+        replicas_.observe(peer, c.rows.size(), elapsed[j], ended);  // at least this slow
+        replicas_.failed(c.to.uid, peer, ended);
+        continue;
+      }
+      if (!r->has_value() || r->value().tensor.shape.size() != 2 ||
+          r->value().tensor.shape[0] != static_cast<std::int64_t>(c.rows.size()) ||
+          r->value().tensor.shape[1] != options_.out_features) {
+        ++failures;
+        replicas_.failed(c.to.uid, peer, ended);
+        if (r->has_value())
+          logger("moe")->debug("expert {} answered shape {}", c.to.uid,
+                               describe_shape(r->value().tensor.shape));
+        else
+          logger("moe")->debug("expert {} failed: {}", c.to.uid, r->error().message());
+        // Another replica that has not failed this expert?
+        const auto& servers = *servers_of[round_calls[j]];
+        std::vector<std::string> peers;
+        for (const auto& sv : servers) peers.push_back(sv.peer.to_string());
+        const auto& next = servers[replicas_.choose(c.to.uid, peers, c.rows.size())];
+        if (next.peer != c.to.peer) {
+          c.to.peer = next.peer;
+          c.to.addrs = next.addrs;
+          again.push_back(round_calls[j]);
+        }
+        continue;
+      }
+      c.ok = true;
+      c.forward_step = r->value().expert_step;
+      replicas_.observe(peer, c.rows.size(), elapsed[j], ended);
+      auto rows = torch::tensor(c.rows, torch::kLong);
+      auto slots = torch::tensor(c.slots, torch::kLong);
+      out3.index_put_({rows, slots}, to_tensor(r->value().tensor));
     }
-    if (!r->has_value() || r->value().tensor.shape.size() != 2 ||
-        r->value().tensor.shape[0] != static_cast<std::int64_t>(c.rows.size()) ||
-        r->value().tensor.shape[1] != options_.out_features) {
-      ++failures;
-      replicas_.failed(c.to.uid, peer, ended);
-      if (r->has_value())
-        logger("moe")->debug("expert {} answered shape {}", c.to.uid,
-                             describe_shape(r->value().tensor.shape));
-      else
-        logger("moe")->debug("expert {} failed: {}", c.to.uid, r->error().message());
-      continue;
-    }
-    c.ok = true;
-    c.forward_step = r->value().expert_step;
-    replicas_.observe(peer, c.rows.size(), elapsed[i], ended);
-    auto rows = torch::tensor(c.rows, torch::kLong);
-    auto slots = torch::tensor(c.slots, torch::kLong);
-    out3.index_put_({rows, slots}, to_tensor(r->value().tensor));
+    round_calls = std::move(again);
+    if (round == 0) retries = round_calls.size();
   }
   torch::Tensor mask = torch::zeros({B, K}, torch::kBool);
   {
@@ -270,7 +290,8 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
   }
   {
     std::lock_guard lk(*stats_mu_);
-    stats_->forward_calls += st->calls.size();
+    stats_->forward_calls += st->calls.size() + retries;
+    stats_->forward_retries += retries;
     stats_->forward_failures += failures;
     stats_->forward_late += late;
     stats_->empty_rows += empty;
