@@ -35,17 +35,6 @@ void train(Env& env, std::size_t node, const std::string& uid, int steps) {
   }
 }
 
-// Waits (bounded) until `pred` holds; the stats it reads are bumped by the runtime thread.
-template <class Pred>
-bool wait_for(Pred pred, Duration limit = 10s) {
-  const auto until = Clock::now() + limit;
-  while (!pred()) {
-    if (Clock::now() > until) return false;
-    std::this_thread::sleep_for(10ms);  // polling a counter, bounded by `limit`
-  }
-  return true;
-}
-
 TEST(MoeCheckpoint, PeriodicCheckpointRestoresBitExactAfterKill) {
   starling::test::TempDir dir("moe-ckpt");
   Env env;

@@ -40,27 +40,13 @@ TEST(MoeRemote, ForwardBackwardMatchLocalAndOptimizerSteps) {
   EXPECT_EQ(schema.value().input_shape, (std::vector<std::int64_t>{kDim}));
 
   torch::manual_seed(3);
-  auto x = torch::randn({5, kDim}).requires_grad_(true);
-  auto x_local = x.detach().clone().requires_grad_(true);
-  auto g = torch::randn({5, kDim});
-
-  auto y = remote.forward(x);
-  auto y_local = local.forward(x_local);
-  EXPECT_TRUE(torch::allclose(y, y_local, 1e-5, 1e-5)) << (y - y_local).abs().max().item<float>();
-  y.backward(g);
-  y_local.backward(g);
-  ASSERT_TRUE(x.grad().defined());
-  EXPECT_TRUE(torch::allclose(x.grad(), x_local.grad(), 1e-5, 1e-5))
-      << (x.grad() - x_local.grad()).abs().max().item<float>();
+  expect_remote_matches_local(remote, local, torch::randn({5, kDim}), torch::randn({5, kDim}));
 
   // The server stepped SGD once on the same gradient.
   torch::optim::SGD opt(local.parameters->parameters(), torch::optim::SGDOptions(kLr));
   opt.step();
   EXPECT_GE(server->stats().optimizer_steps.load(), 1u);
-  auto remote_params = server->module_of(uid)->parameters();
-  auto local_params = local.parameters->parameters();
-  for (std::size_t i = 0; i < local_params.size(); ++i)
-    EXPECT_TRUE(torch::allclose(remote_params[i], local_params[i], 1e-5, 1e-6)) << "param " << i;
+  expect_params_close(*server->module_of(uid), *local.parameters, "after one step");
   env.stop(server);
 }
 

@@ -85,15 +85,7 @@ TEST(MoeReplicaChoice, SlowReplicaGetsLessTraffic) {
   auto fast = env.serve(0, "ffn.0.[0:2]");
   auto slow = env.serve(1, "ffn.0.[0:2]", 100ms);  // 100 ms per batch on its runtime thread
   auto dir = env.directory(2, 60s);
-  MoeOptions o;
-  o.grid_size = {1, 2};
-  o.in_features = kDim;
-  o.out_features = kDim;
-  o.k = 2;
-  o.k_min = 2;
-  o.forward_timeout = 10s;
-  o.timeout_after_k_min = 5s;
-  RemoteMixtureOfExperts moe(o, env.cluster->host_ptr(2), dir);
+  RemoteMixtureOfExperts moe(mixture_options({1, 2}, 2, 2, 10s, 5s), env.cluster->host_ptr(2), dir);
   torch::manual_seed(8);
   auto x = torch::randn({8, kDim});
   torch::NoGradGuard ng;
@@ -113,14 +105,7 @@ TEST(MoeReplicaChoice, ReplicasAreTriedAndAFailedCallGoesToAnotherReplica) {
   auto a = env.serve(0, "ffn.0.0", 100ms);  // slower than b while b lives
   auto b = env.serve(1, "ffn.0.0");
   auto dir = env.directory(2, 60s);  // the client keeps b declared after b stops
-  MoeOptions o;
-  o.grid_size = {1, 1};
-  o.in_features = kDim;
-  o.out_features = kDim;
-  o.k = 1;
-  o.forward_timeout = 5s;
-  o.timeout_after_k_min = 5s;
-  RemoteMixtureOfExperts moe(o, env.cluster->host_ptr(2), dir);
+  RemoteMixtureOfExperts moe(mixture_options({1, 1}, 1, 1, 5s, 5s), env.cluster->host_ptr(2), dir);
   torch::manual_seed(8);
   auto x = torch::randn({8, kDim});
   torch::NoGradGuard ng;

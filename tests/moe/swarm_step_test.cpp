@@ -12,25 +12,6 @@ namespace {
 
 using namespace test;
 
-// Waits (bounded) until `pred` holds; the stats it reads are bumped by the runtime thread.
-template <class Pred>
-bool wait_for(Pred pred, Duration limit = 10s) {
-  const auto until = Clock::now() + limit;
-  while (!pred()) {
-    if (Clock::now() > until) return false;
-    std::this_thread::sleep_for(10ms);  // polling a counter, bounded by `limit`
-  }
-  return true;
-}
-
-void expect_params_close(torch::nn::Module& a, torch::nn::Module& b, const char* when) {
-  auto pa = a.parameters();
-  auto pb = b.parameters();
-  ASSERT_EQ(pa.size(), pb.size());
-  for (std::size_t i = 0; i < pa.size(); ++i)
-    EXPECT_TRUE(torch::allclose(pa[i], pb[i], 1e-5, 1e-6)) << when << ": param " << i;
-}
-
 TEST(MoeSwarmSteps, AccumulatesGradientsAndStepsAfterTargetSamples) {
   Env env;
   env.config.step_samples = 12;  // three backward calls of 4 rows
@@ -41,13 +22,8 @@ TEST(MoeSwarmSteps, AccumulatesGradientsAndStepsAfterTargetSamples) {
   RemoteExpert remote(env.cluster->host_ptr(2), env.address(1, uid));
   torch::manual_seed(5);
   for (int i = 0; i < 4; ++i) {
-    auto x = torch::randn({4, kDim}).requires_grad_(true);
-    auto x_local = x.detach().clone().requires_grad_(true);
-    auto g = torch::randn({4, kDim});
-    remote.forward(x).backward(g);
-    local.forward(x_local).backward(g);  // accumulates into the local parameters' grads
-    ASSERT_TRUE(x.grad().defined());
-    EXPECT_TRUE(torch::allclose(x.grad(), x_local.grad(), 1e-5, 1e-5)) << "call " << i;
+    // The local module's parameter gradients accumulate over the calls, as the server's do.
+    expect_remote_matches_local(remote, local, torch::randn({4, kDim}), torch::randn({4, kDim}));
     if (i == 2) {  // 12 rows: one step on the sum of the three gradients
       opt.step();
       opt.zero_grad();
