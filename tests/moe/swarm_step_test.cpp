@@ -99,5 +99,26 @@ TEST(MoeSwarmSteps, GradientPastTheStalenessBoundIsRefused) {
   env.stop(server);
 }
 
+TEST(MoeSwarmSteps, MixtureSendsItsForwardStepsWithTheBackward) {
+  Env env;
+  env.config.max_staleness = 0;
+  const std::string uid = "ffn.0.0";
+  auto server = env.serve(1, uid);
+  RemoteMixtureOfExperts moe(mixture_options({1, 1}, 1, 1, 5s, 1s), env.cluster->host_ptr(2),
+                             env.directory(2));
+  RemoteExpert other(env.cluster->host_ptr(0), env.address(1, uid));
+  auto x = torch::randn({4, kDim}).requires_grad_(true);
+  moe->forward(x).sum().backward();  // staleness 0: applied
+  EXPECT_EQ(moe->stats().backward_failures, 0u);
+  EXPECT_EQ(server->steps_of(uid), 1u);
+  auto y = moe->forward(x);
+  other.forward(torch::randn({2, kDim}).requires_grad_(true)).sum().backward();  // a step between
+  y.sum().backward();
+  EXPECT_EQ(moe->stats().backward_failures, 1u);
+  EXPECT_EQ(server->stats().stale_gradients.load(), 1u);
+  EXPECT_EQ(server->steps_of(uid), 2u);
+  env.stop(server);
+}
+
 }  // namespace
 }  // namespace starling::moe
