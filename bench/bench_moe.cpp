@@ -5,17 +5,22 @@
 //   forward only:        p50/p99 of one call, remote and local, and remote minus local;
 //   forward + backward:  p50/p99 of one step (forward, backward, the expert's SGD step),
 //                        and rows/s, for batch sizes 1 and 32;
-//   batching:            the server's mean batch under 64 concurrent one-row forwards.
+//   batching:            the server's mean batch under 64 concurrent one-row forwards;
+//   concurrent clients:  rows/s of 8 client threads calling forward + backward of 4 experts
+//                        on a server with its own io thread, beside the same calls run
+//                        locally on one thread (the server's runtime is one thread).
 // The forward-only figures are taken last (right after the hosts start, calls were observed
 // to take a few ms more for a while). Torch runs on one thread on both sides. Prints the figures
 // and ratios, then `RESULT {json}`.
 //
-//   bench_moe [--reps N]
+//   bench_moe [--reps N] [--clients 8] [--client-batch 16]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/torch.h>
@@ -66,13 +71,115 @@ Stats time_it(int reps, F f) {
   return summarize(v);
 }
 
+// Server throughput: 4 experts on their own Host and io thread, `clients` threads each
+// calling forward + backward of [batch, 256] on the experts in turn, beside the anchor: the
+// same calls (expert, batch) run locally on one thread (the server computes on one runtime
+// thread: equal threads). rows/s of both and their ratio.
+nlohmann::json concurrent_clients(int clients, std::int64_t batch, int steps_per_client) {
+  IoThread sio("bench-moe-server-io");
+  IoThread cio("bench-moe-client-io");
+  auto server_host = bench::start_host_or_exit(sio);
+  auto client_host = bench::start_host_or_exit(cio);
+  auto server = ExpertServer::create(server_host, nullptr, ExpertServerConfig{});
+  constexpr int kExperts = 4;
+  std::vector<ExpertModule> local;
+  std::vector<std::unique_ptr<torch::optim::SGD>> local_opt;
+  for (int e = 0; e < kExperts; ++e) {
+    const std::string uid = "ffn.0." + std::to_string(e);
+    if (!server->add_expert(uid, make_ffn_expert(kDim, kHidden, 10 + e), sgd_factory(kLr)))
+      std::exit(1);
+    local.push_back(make_ffn_expert(kDim, kHidden, 10 + e));
+    local_opt.push_back(std::make_unique<torch::optim::SGD>(local.back().parameters->parameters(),
+                                                            torch::optim::SGDOptions(kLr)));
+  }
+  if (!block_on(
+          sio.executor(), [server] { return server->start(); }, 10s))
+    std::exit(1);
+  auto x = torch::randn({batch, kDim});
+  auto g = torch::randn({batch, kDim});
+  // Anchor: the same calls, one thread, in-process.
+  const int total = clients * steps_per_client;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < total; ++i) {
+    auto& e = local[static_cast<std::size_t>(i % kExperts)];
+    auto xi = x.clone().requires_grad_(true);
+    e.forward(xi).backward(g);
+    local_opt[static_cast<std::size_t>(i % kExperts)]->step();
+    local_opt[static_cast<std::size_t>(i % kExperts)]->zero_grad();
+  }
+  const double local_s = ms_since(t0) / 1000.0;
+  // Remote: `clients` threads.
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  t0 = std::chrono::steady_clock::now();
+  for (int c = 0; c < clients; ++c)
+    threads.emplace_back([&, c] {
+      std::vector<RemoteExpert> experts;
+      for (int e = 0; e < kExperts; ++e)
+        experts.emplace_back(client_host,
+                             ExpertAddress{"ffn.0." + std::to_string(e), server_host->local_peer(),
+                                           server_host->listen_addresses()});
+      for (int i = 0; i < steps_per_client; ++i) {
+        try {
+          auto xi = x.clone().requires_grad_(true);
+          experts[static_cast<std::size_t>((c + i) % kExperts)].forward(xi).backward(g);
+        } catch (const std::exception&) {
+          ++failed;
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  const double remote_s = ms_since(t0) / 1000.0;
+  const double rows = static_cast<double>(total) * static_cast<double>(batch);
+  const double local_rps = rows / local_s, remote_rps = rows / remote_s;
+  const auto& st = server->stats();
+  const double mean_batch = static_cast<double>(st.backward_rows.load()) /
+                            std::max<double>(1, static_cast<double>(st.backward_batches.load()));
+  std::printf(
+      "%d clients x %d forward+backward [%lld,%lld] over 4 experts: remote %.0f rows/s "
+      "(%d failed, mean backward batch %.1f rows) | local, one thread %.0f rows/s | ratio %.2f\n",
+      clients, steps_per_client, static_cast<long long>(batch), static_cast<long long>(kDim),
+      remote_rps, failed.load(), mean_batch, local_rps, remote_rps / local_rps);
+  (void)block_on(
+      sio.executor(),
+      [&]() -> awaitable<result<void>> {
+        co_await server->stop();
+        co_await server_host->stop();
+        co_return success();
+      },
+      20s);
+  (void)block_on(
+      cio.executor(),
+      [&]() -> awaitable<result<void>> {
+        co_await client_host->stop();
+        co_return success();
+      },
+      20s);
+  (void)sio.stop();
+  (void)cio.stop();
+  return {{"clients", clients},
+          {"batch", batch},
+          {"remote_rows_per_s", remote_rps},
+          {"local_rows_per_s", local_rps},
+          {"ratio", remote_rps / local_rps},
+          {"mean_backward_batch", mean_batch},
+          {"failed", failed.load()}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 300;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--reps") reps = std::atoi(argv[i + 1]);
+  int reps = 300, clients = 8;
+  std::int64_t client_batch = 16;
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    if (a == "--clients") clients = std::atoi(argv[i + 1]);
+    if (a == "--client-batch") client_batch = std::atoll(argv[i + 1]);
+  }
   torch::set_num_threads(1);
+  nlohmann::json out;
+  out["concurrent_clients"] = concurrent_clients(clients, client_batch, std::max(10, reps / 4));
   IoThread io("bench-moe-io");
   auto start_host = [&] { return bench::start_host_or_exit(io); };
   auto server_host = start_host();
@@ -93,7 +200,6 @@ int main(int argc, char** argv) {
       client_host, ExpertAddress{uid, server_host->local_peer(), server_host->listen_addresses()});
   if (!remote.info()) return 1;
 
-  nlohmann::json out;
   for (std::int64_t batch : {1, 32}) {
     auto x = torch::randn({batch, kDim});
     auto g = torch::randn({batch, kDim});

@@ -5,7 +5,9 @@
 //                 with its own Adam stepping when it got rows, as a server does);
 //   remote:       RemoteMixtureOfExperts over loopback, 4 ExpertServers of 4 experts each;
 //   remote-fail:  the same with 10% of the servers' forward/backward calls failing (injected);
-//   remote-kill:  the same without injection, one server of 4 (25%) stopped halfway.
+//   remote-kill:  the same without injection, one server of 4 (25%) stopped halfway;
+//   remote-swarm: the same, the servers stepping each expert once per 64 rows (SWARM steps:
+//                 gradients accumulated in between, staleness bound 1).
 // Prints test accuracy (10,000 test images), training wall time and the differences from the
 // anchor, then `RESULT {json}`. Torch on one thread everywhere.
 //
@@ -185,9 +187,10 @@ int main(int argc, char** argv) {
     const char* name;
     double fail_rate;
     bool kill;
+    std::uint64_t step_samples = 0;
   };
   for (const Variant v : {Variant{"remote", 0, false}, Variant{"remote-fail", 0.1, false},
-                          Variant{"remote-kill", 0, true}}) {
+                          Variant{"remote-kill", 0, true}, Variant{"remote-swarm", 0, false, 64}}) {
     auto directory = std::make_shared<averaging::MemoryDirectory>();
     std::vector<std::shared_ptr<net::Host>> hosts;
     std::vector<std::shared_ptr<ExpertServer>> servers;
@@ -199,6 +202,8 @@ int main(int argc, char** argv) {
       cfg.declare_period = 2s;
       cfg.declare_ttl = 4s;
       cfg.inject_failure_rate = v.fail_rate;
+      cfg.step_samples = v.step_samples;
+      if (v.step_samples > 0) cfg.max_staleness = 1;
       auto s = ExpertServer::create(hosts.back(), directory, cfg);
       for (std::int64_t j = 0; j < kGrid; ++j)
         if (!s->add_expert("ffn." + std::to_string(i) + "." + std::to_string(j),
@@ -271,6 +276,19 @@ int main(int argc, char** argv) {
                    {"forward_failures", r.stats.forward_failures},
                    {"backward_failures", r.stats.backward_failures},
                    {"batches_skipped", failed_batches}};
+    if (v.step_samples > 0) {
+      std::uint64_t steps_taken = 0, stale = 0;
+      for (auto& sv : servers) {
+        steps_taken += sv->stats().optimizer_steps.load();
+        stale += sv->stats().stale_gradients.load();
+      }
+      std::printf("%-12s expert optimizer steps %llu (one per %llu rows), stale gradients %llu\n",
+                  v.name, static_cast<unsigned long long>(steps_taken),
+                  static_cast<unsigned long long>(v.step_samples),
+                  static_cast<unsigned long long>(stale));
+      out[v.name]["expert_steps"] = steps_taken;
+      out[v.name]["stale_gradients"] = stale;
+    }
     (void)block_on(
         io.executor(),
         [&]() -> awaitable<result<void>> {

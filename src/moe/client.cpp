@@ -29,8 +29,8 @@ result<void> add_tensor(const ExpertCallOptions& o, const TensorData& t, pb::Exp
   return encode_tensor(o.codec, t.shape, t.values, *m);
 }
 
-awaitable<result<TensorData>> call(net::Host& host, ExpertAddress to, const char* protocol,
-                                   pb::ExpertRequest req, ExpertCallOptions opts) {
+awaitable<result<ExpertAnswer>> call(net::Host& host, ExpertAddress to, const char* protocol,
+                                     pb::ExpertRequest req, ExpertCallOptions opts) {
   remember(host, to);
   net::RpcClient client(host);
   const auto copts = rpc_options(opts);
@@ -43,7 +43,7 @@ awaitable<result<TensorData>> call(net::Host& host, ExpertAddress to, const char
     co_return Error(errc::protocol_violation, "expert " + to.uid + " answered " +
                                                   std::to_string(tensors.value().size()) +
                                                   " tensors, want 1");
-  co_return std::move(tensors.value().front());
+  co_return ExpertAnswer{std::move(tensors.value().front()), resp.value().expert_step()};
 }
 
 }  // namespace
@@ -61,8 +61,8 @@ awaitable<result<ExpertSchema>> call_info(net::Host& host, ExpertAddress to,
   co_return from_proto(resp.value(), opts.limits);
 }
 
-awaitable<result<TensorData>> call_forward(net::Host& host, ExpertAddress to, TensorData input,
-                                           ExpertCallOptions opts) {
+awaitable<result<ExpertAnswer>> call_forward(net::Host& host, ExpertAddress to, TensorData input,
+                                             ExpertCallOptions opts) {
   pb::ExpertRequest req;
   req.set_uid(to.uid);
   req.set_response_codec(opts.response_codec);
@@ -70,10 +70,12 @@ awaitable<result<TensorData>> call_forward(net::Host& host, ExpertAddress to, Te
   co_return co_await call(host, std::move(to), kForwardProtocol, std::move(req), std::move(opts));
 }
 
-awaitable<result<TensorData>> call_backward(net::Host& host, ExpertAddress to, TensorData input,
-                                            TensorData grad_output, ExpertCallOptions opts) {
+awaitable<result<ExpertAnswer>> call_backward(net::Host& host, ExpertAddress to, TensorData input,
+                                              TensorData grad_output, ExpertCallOptions opts,
+                                              std::optional<std::uint64_t> forward_step) {
   pb::ExpertRequest req;
   req.set_uid(to.uid);
+  if (forward_step) req.set_forward_step(*forward_step);
   req.set_response_codec(opts.response_codec);
   ST_CO_TRY(add_tensor(opts, input, req));
   ST_CO_TRY(add_tensor(opts, grad_output, req));
@@ -85,12 +87,14 @@ namespace {
 struct RunState {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<std::optional<result<TensorData>>> results;
+  std::vector<std::optional<result<ExpertAnswer>>> results;
+  std::vector<Duration> elapsed;
   std::size_t left = 0;
 };
 
 awaitable<void> run_one(std::shared_ptr<RunState> st, std::size_t i, CallFn fn) {
-  result<TensorData> r = Error(errc::internal, "expert call threw");
+  const TimePoint t0 = Clock::now();
+  result<ExpertAnswer> r = Error(errc::internal, "expert call threw");
   try {
     r = co_await fn();
   } catch (const std::exception& e) {
@@ -98,17 +102,21 @@ awaitable<void> run_one(std::shared_ptr<RunState> st, std::size_t i, CallFn fn) 
   }
   std::lock_guard lock(st->mu);
   st->results[i] = std::move(r);
+  st->elapsed[i] = Clock::now() - t0;
   --st->left;
   st->cv.notify_all();
 }
 
 }  // namespace
 
-std::vector<std::optional<result<TensorData>>> run_calls(
+std::vector<std::optional<result<ExpertAnswer>>> run_calls(
     asio::any_io_executor ex, std::vector<CallFn> calls, TimePoint deadline,
-    const std::function<bool(const std::vector<char>&)>& satisfied, Duration timeout_after_k_min) {
+    const std::function<bool(const std::vector<char>&)>& satisfied, Duration timeout_after_k_min,
+    std::vector<Duration>* elapsed) {
+  const TimePoint t0 = Clock::now();
   auto st = std::make_shared<RunState>();
   st->results.resize(calls.size());
+  st->elapsed.resize(calls.size());
   st->left = calls.size();
   for (std::size_t i = 0; i < calls.size(); ++i)
     asio::co_spawn(ex, run_one(st, i, std::move(calls[i])), asio::detached);
@@ -129,6 +137,11 @@ std::vector<std::optional<result<TensorData>>> run_calls(
     const TimePoint until = k_min_deadline ? std::min(*k_min_deadline, deadline) : deadline;
     if (Clock::now() >= until) break;
     st->cv.wait_until(lock, until);
+  }
+  if (elapsed) {
+    *elapsed = st->elapsed;
+    for (std::size_t i = 0; i < calls.size(); ++i)
+      if (!st->results[i]) (*elapsed)[i] = Clock::now() - t0;
   }
   return st->results;  // a copy: late calls keep writing into st
 }

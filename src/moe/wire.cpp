@@ -105,6 +105,7 @@ result<DecodedRequest> decode_request(const pb::ExpertRequest& msg, const WireLi
     d.response_codec = averaging::CodecSpec{*c};
     d.codec_given = true;
   }
+  if (msg.has_forward_step()) d.forward_step = msg.forward_step();
   return d;
 }
 

@@ -35,17 +35,6 @@ void train(Env& env, std::size_t node, const std::string& uid, int steps) {
   }
 }
 
-// Waits (bounded) until `pred` holds; the stats it reads are bumped by the runtime thread.
-template <class Pred>
-bool wait_for(Pred pred, Duration limit = 10s) {
-  const auto until = Clock::now() + limit;
-  while (!pred()) {
-    if (Clock::now() > until) return false;
-    std::this_thread::sleep_for(10ms);  // polling a counter, bounded by `limit`
-  }
-  return true;
-}
-
 TEST(MoeCheckpoint, PeriodicCheckpointRestoresBitExactAfterKill) {
   starling::test::TempDir dir("moe-ckpt");
   Env env;
@@ -61,14 +50,20 @@ TEST(MoeCheckpoint, PeriodicCheckpointRestoresBitExactAfterKill) {
   EXPECT_FALSE(std::filesystem::exists(ExpertServer::checkpoint_path(dir.path, "ffn.0.1")));
 
   // "Kill": a would never save again; a second server on the same directory is what a
-  // restarted process sees.
+  // restarted process sees. (A periodic save may have caught an earlier step while the calls
+  // ran: wait until the file holds all 3.)
   ExpertServerConfig cfg = server_config();
   cfg.checkpoint_dir = dir.path;
-  auto b = ExpertServer::create(env.cluster->host_ptr(0), nullptr, cfg);
-  for (const std::string uid : {"ffn.0.0", "ffn.0.1"}) {
-    auto r = b->add_expert(uid, make_ffn_expert(kDim, kHidden, 999), adam_factory(0.01));
-    ASSERT_TRUE(r) << r.error().message();
-  }
+  std::shared_ptr<ExpertServer> b;
+  auto restart = [&] {
+    b = ExpertServer::create(env.cluster->host_ptr(0), nullptr, cfg);
+    for (const std::string uid : {"ffn.0.0", "ffn.0.1"}) {
+      auto r = b->add_expert(uid, make_ffn_expert(kDim, kHidden, 999), adam_factory(0.01));
+      EXPECT_TRUE(r) << r.error().message();
+    }
+    return b->steps_of("ffn.0.0") == 3;
+  };
+  ASSERT_TRUE(wait_for(restart)) << "the checkpoint never reached step 3";
   EXPECT_EQ(b->stats().checkpoints_loaded.load(), 1u);
   EXPECT_EQ(b->steps_of("ffn.0.0"), 3u);
   const Bytes restored = state_of(b, "ffn.0.0");

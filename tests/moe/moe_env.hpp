@@ -2,6 +2,8 @@
 #pragma once
 
 #include <chrono>
+
+#include <gtest/gtest.h>
 #include <set>
 #include <thread>
 
@@ -30,6 +32,58 @@ inline ExpertServerConfig server_config() {
   c.declare_ttl = 2s;
   c.stop_timeout = 3s;
   return c;
+}
+
+// Waits (bounded) until `pred` holds; the stats it reads are bumped by the runtime thread.
+template <class Pred>
+bool wait_for(Pred pred, Duration limit = 10s) {
+  const auto until = Clock::now() + limit;
+  while (!pred()) {
+    if (Clock::now() > until) return false;
+    std::this_thread::sleep_for(10ms);  // polling a counter, bounded by `limit`
+  }
+  return true;
+}
+
+// Runs `x` through `remote` and `local` and backpropagates `g` through both: outputs and input
+// gradients must agree within 1e-5 (the local module's parameter gradients accumulate).
+inline void expect_remote_matches_local(RemoteExpert& remote, ExpertModule& local,
+                                        const torch::Tensor& x, const torch::Tensor& g) {
+  auto xr = x.detach().clone().requires_grad_(true);
+  auto xl = x.detach().clone().requires_grad_(true);
+  auto y = remote.forward(xr);
+  auto y_local = local.forward(xl);
+  ASSERT_EQ(y.sizes(), y_local.sizes());
+  EXPECT_TRUE(torch::allclose(y, y_local, 1e-5, 1e-5)) << (y - y_local).abs().max().item<float>();
+  y.backward(g);
+  y_local.backward(g);
+  ASSERT_TRUE(xr.grad().defined());
+  EXPECT_TRUE(torch::allclose(xr.grad(), xl.grad(), 1e-5, 1e-5))
+      << (xr.grad() - xl.grad()).abs().max().item<float>();
+}
+
+// The parameters of `a` and `b` agree within 1e-5.
+inline void expect_params_close(torch::nn::Module& a, torch::nn::Module& b,
+                                const std::string& when) {
+  auto pa = a.parameters();
+  auto pb = b.parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (std::size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(torch::allclose(pa[i], pb[i], 1e-5, 1e-6)) << when << ": param " << i;
+}
+
+// A RemoteMixtureOfExperts over grid `ffn` of kDim-wide experts.
+inline MoeOptions mixture_options(std::vector<std::int64_t> grid, std::size_t k, std::size_t k_min,
+                                  Duration forward_timeout, Duration timeout_after_k_min) {
+  MoeOptions o;
+  o.grid_size = std::move(grid);
+  o.in_features = kDim;
+  o.out_features = kDim;
+  o.k = k;
+  o.k_min = k_min;
+  o.forward_timeout = forward_timeout;
+  o.timeout_after_k_min = timeout_after_k_min;
+  return o;
 }
 
 struct Env {

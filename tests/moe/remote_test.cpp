@@ -40,27 +40,13 @@ TEST(MoeRemote, ForwardBackwardMatchLocalAndOptimizerSteps) {
   EXPECT_EQ(schema.value().input_shape, (std::vector<std::int64_t>{kDim}));
 
   torch::manual_seed(3);
-  auto x = torch::randn({5, kDim}).requires_grad_(true);
-  auto x_local = x.detach().clone().requires_grad_(true);
-  auto g = torch::randn({5, kDim});
-
-  auto y = remote.forward(x);
-  auto y_local = local.forward(x_local);
-  EXPECT_TRUE(torch::allclose(y, y_local, 1e-5, 1e-5)) << (y - y_local).abs().max().item<float>();
-  y.backward(g);
-  y_local.backward(g);
-  ASSERT_TRUE(x.grad().defined());
-  EXPECT_TRUE(torch::allclose(x.grad(), x_local.grad(), 1e-5, 1e-5))
-      << (x.grad() - x_local.grad()).abs().max().item<float>();
+  expect_remote_matches_local(remote, local, torch::randn({5, kDim}), torch::randn({5, kDim}));
 
   // The server stepped SGD once on the same gradient.
   torch::optim::SGD opt(local.parameters->parameters(), torch::optim::SGDOptions(kLr));
   opt.step();
   EXPECT_GE(server->stats().optimizer_steps.load(), 1u);
-  auto remote_params = server->module_of(uid)->parameters();
-  auto local_params = local.parameters->parameters();
-  for (std::size_t i = 0; i < local_params.size(); ++i)
-    EXPECT_TRUE(torch::allclose(remote_params[i], local_params[i], 1e-5, 1e-6)) << "param " << i;
+  expect_params_close(*server->module_of(uid), *local.parameters, "after one step");
   env.stop(server);
 }
 
@@ -236,7 +222,7 @@ TEST(MoeRemote, StopWithRequestsInFlightIsBounded) {
       o.timeout = 10s;
       return call_forward(*host, to, t, o);
     });
-  std::vector<std::optional<result<TensorData>>> res;
+  std::vector<std::optional<result<ExpertAnswer>>> res;
   std::thread caller(
       [&] { res = run_calls(env.io.executor(), std::move(calls), Clock::now() + 15s); });
   ASSERT_EQ(started->get_future().wait_for(10s), std::future_status::ready);
@@ -300,7 +286,7 @@ TEST(MoeRemote, BadRequestsGetErrorsAndServerKeepsServing) {
 
   r = call(to, good);
   ASSERT_TRUE(r) << r.error().message();
-  EXPECT_EQ(r.value().shape, (std::vector<std::int64_t>{2, kDim}));
+  EXPECT_EQ(r.value().tensor.shape, (std::vector<std::int64_t>{2, kDim}));
   EXPECT_GE(server->stats().bad_requests.load(), 2u);
   env.stop(server);
 }

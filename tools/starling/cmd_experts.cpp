@@ -13,7 +13,7 @@ namespace {
 struct ExpertsOptions {
   std::string experts = "ffn.[0:4].[0:4]";
   std::string type = "ffn";
-  std::int64_t dim = 64, hidden = 256;
+  std::int64_t dim = 64, hidden = 256, seq_len = 16, heads = 0;
   double lr = 1e-3;
   std::uint64_t seed = 1;
   std::vector<std::string> listen{"/ip4/0.0.0.0/tcp/0"};
@@ -24,6 +24,9 @@ struct ExpertsOptions {
   double fail_rate = 0;
   bool share_state = false;
   bool download_state = false;
+  std::uint64_t step_samples = 0;
+  double max_step_delay_s = 0;
+  std::int64_t max_staleness = -1;
 };
 
 awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
@@ -56,6 +59,10 @@ awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
   cfg.inject_failure_rate = o->fail_rate;
   cfg.share_state = o->share_state;
   cfg.download_state = o->download_state;
+  cfg.step_samples = o->step_samples;
+  cfg.max_step_delay =
+      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->max_step_delay_s));
+  if (o->max_staleness >= 0) cfg.max_staleness = static_cast<std::uint64_t>(o->max_staleness);
   auto server =
       moe::ExpertServer::create(host, std::make_shared<averaging::DhtDirectory>(node), cfg);
   int rc = 0;
@@ -64,7 +71,8 @@ awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
   } else {
     for (const auto& u : uids.value()) {
       auto m = moe::make_builtin_expert(o->type, o->dim, o->hidden,
-                                        o->seed + std::hash<std::string>{}(u.to_string()));
+                                        o->seed + std::hash<std::string>{}(u.to_string()),
+                                        o->seq_len, o->heads);
       if (!m) {
         rc = fail(m.error().message());
         break;
@@ -117,9 +125,13 @@ void add_experts_command(CLI::App& app, Runner& run) {
   auto* serve = cmd->add_subcommand("serve", "host experts and declare them in the DHT");
   serve->add_option("--experts", o->experts, "uid pattern, e.g. 'ffn.[0:4].[0:4]'")
       ->capture_default_str();
-  serve->add_option("--expert-type", o->type, "built-in expert type (ffn)")->capture_default_str();
+  serve->add_option("--expert-type", o->type, "built-in expert type (ffn, transformer)")
+      ->capture_default_str();
   serve->add_option("--dim", o->dim, "input/output width")->capture_default_str();
   serve->add_option("--hidden-dim", o->hidden, "hidden width")->capture_default_str();
+  serve->add_option("--seq-len", o->seq_len, "transformer: sequence length")->capture_default_str();
+  serve->add_option("--heads", o->heads, "transformer: attention heads (0: auto)")
+      ->capture_default_str();
   serve->add_option("--lr", o->lr, "Adam learning rate of every expert")->capture_default_str();
   serve->add_option("--seed", o->seed, "initialisation seed")->capture_default_str();
   serve->add_option("--listen,-l", o->listen, "multiaddr to listen on (repeatable)");
@@ -141,6 +153,21 @@ void add_experts_command(CLI::App& app, Runner& run) {
   serve->add_flag("--download-state", o->download_state,
                   "at start, download each expert's state from replicas sharing it (experts not "
                   "restored from --checkpoint-dir)");
+  serve
+      ->add_option("--step-samples", o->step_samples,
+                   "SWARM: accumulate gradients, step every expert once per this many rows "
+                   "(0: every backward batch)")
+      ->capture_default_str();
+  serve
+      ->add_option("--max-step-delay", o->max_step_delay_s,
+                   "SWARM: step anyway once the first accumulated gradient is this many seconds "
+                   "old (0: no bound)")
+      ->capture_default_str();
+  serve
+      ->add_option("--max-staleness", o->max_staleness,
+                   "refuse a gradient whose forward is more than this many steps old (-1: no "
+                   "bound)")
+      ->capture_default_str();
   serve->callback([&run, o] { run = [o] { return run_main([o] { return serve_main(o); }); }; });
 }
 

@@ -114,10 +114,12 @@ class FashionMoeTrainTask final : public TrainTask {
           fmt::format("{}{}:{:.1f}%", util.empty() ? "" : " ", uid,
                       total ? 100.0 * static_cast<double>(rows) / static_cast<double>(total) : 0.0);
     return fmt::format(
-        "moe: forward calls {} failed {} late {}; backward calls {} failed {}; rows with no "
-        "expert {}; batches failed {}; experts used {}\nmoe utilisation: {}",
-        st.forward_calls, st.forward_failures, st.forward_late, st.backward_calls,
-        st.backward_failures, st.empty_rows, failed_batches_, st.rows_per_expert.size(), util);
+        "moe: forward calls {} failed {} late {} sent again to another replica {}; backward "
+        "calls {} failed {}; rows with no expert {}; batches failed {}; experts used {}\nmoe "
+        "utilisation: {}",
+        st.forward_calls, st.forward_failures, st.forward_late, st.forward_retries,
+        st.backward_calls, st.backward_failures, st.empty_rows, failed_batches_,
+        st.rows_per_expert.size(), util);
   }
 
  private:

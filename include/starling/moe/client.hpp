@@ -31,23 +31,33 @@ struct ExpertAddress {
   std::vector<net::Multiaddr> addrs;  // remembered in the host's address book before dialling
 };
 
+// An expert's answer: its one tensor, and the optimizer steps the expert had taken when it
+// answered (a forward answer's step goes back with the backward: the staleness bound).
+struct ExpertAnswer {
+  TensorData tensor;
+  std::uint64_t expert_step = 0;
+};
+
 awaitable<result<ExpertSchema>> call_info(net::Host& host, ExpertAddress to,
                                           ExpertCallOptions opts);
 // forward: [input] -> output. The input must be finite (else errc::invalid_argument locally).
-awaitable<result<TensorData>> call_forward(net::Host& host, ExpertAddress to, TensorData input,
-                                           ExpertCallOptions opts);
-// backward: [input, grad_output] -> grad_input.
-awaitable<result<TensorData>> call_backward(net::Host& host, ExpertAddress to, TensorData input,
-                                            TensorData grad_output, ExpertCallOptions opts);
+awaitable<result<ExpertAnswer>> call_forward(net::Host& host, ExpertAddress to, TensorData input,
+                                             ExpertCallOptions opts);
+// backward: [input, grad_output] -> grad_input. `forward_step`: the expert_step of the forward
+// answer the gradient comes from (the server checks its staleness bound; absent: unchecked).
+awaitable<result<ExpertAnswer>> call_backward(net::Host& host, ExpertAddress to, TensorData input,
+                                              TensorData grad_output, ExpertCallOptions opts,
+                                              std::optional<std::uint64_t> forward_step = {});
 
 // Runs `calls` in parallel on `ex` and blocks until every call ended, or `deadline`, or
 // `timeout_after_k_min` after `satisfied(ok)` first returned true (ok[i]: call i succeeded).
 // Entry i of the result is the call's outcome, std::nullopt if it was still running (its
-// late result is dropped; each call ends by its own RPC deadline).
-using CallFn = std::function<awaitable<result<TensorData>>()>;
-std::vector<std::optional<result<TensorData>>> run_calls(
+// late result is dropped; each call ends by its own RPC deadline). With `elapsed`, entry i is
+// set to call i's duration (for a call still running: the time run_calls waited for it).
+using CallFn = std::function<awaitable<result<ExpertAnswer>>()>;
+std::vector<std::optional<result<ExpertAnswer>>> run_calls(
     asio::any_io_executor ex, std::vector<CallFn> calls, TimePoint deadline,
     const std::function<bool(const std::vector<char>&)>& satisfied = {},
-    Duration timeout_after_k_min = Duration::max());
+    Duration timeout_after_k_min = Duration::max(), std::vector<Duration>* elapsed = nullptr);
 
 }  // namespace starling::moe

@@ -1,7 +1,11 @@
 // ExpertServer: hosts experts (torch modules) on a libp2p Host and serves
-// /starling/moe/1.0.0 info / forward / backward (docs/moe.md). Learning@home mode: forward runs
-// without grad; backward recomputes the forward from the inputs it receives, returns the
-// input gradients and steps the expert's optimizer once per backward batch.
+// /starling/moe/1.0.0 info / forward / backward (docs/moe.md). Forward runs without grad;
+// backward recomputes the forward from the inputs it receives and returns the input
+// gradients. The expert's optimizer steps once per backward batch (Learning@home, the
+// default) or, with `step_samples`, once that many rows have been backpropagated (SWARM:
+// gradients accumulate in between), with a bound on gradient staleness (`max_staleness`).
+// Every answer carries the expert's step count; a backward carrying the step of its forward
+// is refused when that forward is more than `max_staleness` steps old.
 //
 // Batching: one pool per expert and direction (batching.hpp), one runtime thread that takes
 // the oldest ready batch across all pools, concatenates its requests, runs the module once and
@@ -24,8 +28,8 @@
 // (parameters, buffers, optimizer state, optimizer step and sample counts; a file that does
 // not match the expert is an error), the runtime thread rewrites the file of every expert
 // that stepped since its last save every `checkpoint_period` (between batches, atomically:
-// temporary file + fsync + rename, training/checkpoint.hpp), and stop() saves once more after
-// the runtime thread has exited.
+// temporary file + fsync + rename, training/checkpoint.hpp), and after stop() the runtime
+// thread saves once more as it exits (never the io thread).
 //
 // Threading rule: create/add_expert from any thread before start(); start()/stop() are
 // coroutines on the host's executor (BlockingExpertServer wraps them). Modules and optimizers
@@ -35,6 +39,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,9 +70,17 @@ using OptimizerFactory =
 // Built-in feed-forward expert: Linear(d, hidden) -> GELU -> Linear(hidden, d), with a
 // residual-free output of width d. Deterministic for a given seed.
 ExpertModule make_ffn_expert(std::int64_t dim, std::int64_t hidden, std::uint64_t seed);
-// Built-in expert types by name ("ffn"): dim, hidden from the arguments.
+// Built-in transformer expert: one transformer encoder block (self-attention with `heads`
+// heads, 0: the most of 8/4/2 that leaves >= 8 dims per head, else 1; then a GELU
+// feed-forward of width `hidden`; residuals and post-LayerNorms; no dropout) on sequences:
+// [N, seq_len, dim] -> [N, seq_len, dim]. Deterministic for a given seed.
+ExpertModule make_transformer_expert(std::int64_t dim, std::int64_t hidden, std::int64_t seq_len,
+                                     std::int64_t heads, std::uint64_t seed);
+// Built-in expert types by name ("ffn", "transformer"): dim, hidden (and for transformer
+// seq_len, heads) from the arguments; invalid_argument naming a bad one.
 result<ExpertModule> make_builtin_expert(const std::string& type, std::int64_t dim,
-                                         std::int64_t hidden, std::uint64_t seed);
+                                         std::int64_t hidden, std::uint64_t seed,
+                                         std::int64_t seq_len = 16, std::int64_t heads = 0);
 // Adam with learning rate `lr`.
 OptimizerFactory adam_factory(double lr);
 // SGD with learning rate `lr` (momentum 0).
@@ -98,6 +111,19 @@ struct ExpertServerConfig {
   bool share_state = false;
   bool download_state = false;
   Duration state_download_timeout = 15s;
+  // Optimizer steps. 0: one step per backward batch (Learning@home). N > 0 (SWARM): the
+  // gradients of backward batches accumulate and the expert steps once N rows have been
+  // backpropagated since its last step (the step applies the sum of the accumulated
+  // gradients, as if those rows had come in one batch), or once the first accumulated
+  // gradient is `max_step_delay` old (zero: no time bound). Accumulated gradients not yet
+  // applied are dropped by stop() (checkpoints hold parameters and optimizer state only).
+  std::uint64_t step_samples = 0;
+  Duration max_step_delay = Duration::zero();
+  // Staleness bound: a backward whose forward answer is more than this many optimizer steps
+  // old (the request's forward_step), or from a step the expert has not reached (a restart
+  // from an older checkpoint), is refused (stats.stale_gradients). Not checked for a request
+  // without forward_step, nor with the default (no bound).
+  std::uint64_t max_staleness = std::numeric_limits<std::uint64_t>::max();
 };
 
 struct ExpertServerStats {
@@ -109,6 +135,7 @@ struct ExpertServerStats {
   std::atomic<std::uint64_t> checkpoints_saved{0}, checkpoints_loaded{0}, checkpoint_failures{0};
   std::atomic<std::uint64_t> injected_failures{0};
   std::atomic<std::uint64_t> states_shared{0}, states_downloaded{0}, state_failures{0};
+  std::atomic<std::uint64_t> stale_gradients{0};
 };
 
 class ExpertServer : public std::enable_shared_from_this<ExpertServer> {
@@ -125,8 +152,9 @@ class ExpertServer : public std::enable_shared_from_this<ExpertServer> {
   // Registers the RPC methods, starts the runtime thread, declares the experts once (a
   // failed first declaration is logged, not fatal) and starts the re-declaring task.
   awaitable<result<void>> start();
-  // Unregisters the methods, fails queued requests, joins the runtime thread (bounded:
-  // the batch running finishes first) and stops the declaring task.
+  // Unregisters the methods, fails queued requests, stops the declaring task and joins the
+  // runtime thread after its running batch and final checkpoints (bounded by stop_timeout:
+  // past it the thread is detached and finishes on its own).
   awaitable<void> stop();
 
   std::vector<std::string> uids() const;

@@ -17,9 +17,15 @@
 // answered gets zeros (and no gradient) and is counted in stats().empty_rows; if no expert
 // answered at all, forward throws.
 //
-// Replicas (several servers declaring one uid): each expert's request goes to one of them,
-// the one with the fewest requests of this forward so far among those whose call for that
-// expert did not fail within `avoid_failed` (if all did, any of them).
+// Replicas (several servers declaring one uid): each expert's request goes to the replica
+// expected to finish it first, from the throughput and latency measured on this layer's
+// earlier calls and the calls already planned for this forward (replica_choice.hpp), avoiding
+// for `avoid_failed` a server whose call failed or came late (replica_choice.hpp). A call that
+// fails (an error, not a late answer) is sent once more, within the same deadline, to another
+// replica of its expert that has not failed it, if one is declared.
+//
+// Staleness: every forward answer carries the expert's step count, which the backward sends
+// back (the server refuses a gradient past its staleness bound: a backward failure here).
 //
 // Threading rule: call forward/backward from a training thread, never from the host's io
 // thread (the calls block on it). The host must be running (an IoThread).
@@ -35,6 +41,7 @@
 
 #include "starling/moe/client.hpp"
 #include "starling/moe/expert_directory.hpp"
+#include "starling/moe/replica_choice.hpp"
 
 namespace starling::moe {
 
@@ -69,10 +76,13 @@ struct MoeOptions {
   // Replicas: a server whose call for an expert failed is not chosen for that expert again
   // for this long while another replica of it is declared (about one declaration refresh).
   Duration avoid_failed = 10s;
+  // Replicas: a server's measured speed is forgotten after this long without a call.
+  Duration replica_forget_after = 60s;
 };
 
 struct MoeStats {
   std::uint64_t forward_calls = 0, forward_failures = 0, forward_late = 0;
+  std::uint64_t forward_retries = 0;  // failed calls sent again to another replica
   std::uint64_t backward_calls = 0, backward_failures = 0;
   std::uint64_t empty_rows = 0;
   std::map<std::string, std::uint64_t> rows_per_expert;  // utilisation
@@ -98,8 +108,8 @@ class RemoteMixtureOfExpertsImpl : public torch::nn::Module {
   std::shared_ptr<ExpertDirectory> directory_;
   std::shared_ptr<std::mutex> stats_mu_;
   std::shared_ptr<MoeStats> stats_;
-  // (uid, peer) -> when its last call failed (the training thread's forward only).
-  std::map<std::pair<std::string, std::string>, TimePoint> failed_;
+  // Replica choice and failed replicas (the training thread's forward only).
+  ReplicaChooser replicas_;
 };
 TORCH_MODULE(RemoteMixtureOfExperts);
 

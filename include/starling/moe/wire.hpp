@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -60,6 +61,7 @@ struct DecodedRequest {
   std::vector<TensorData> tensors;
   averaging::CodecSpec response_codec;
   bool codec_given = false;
+  std::optional<std::uint64_t> forward_step;  // backward: the step of the forward answer
 };
 // Parses a serialized ExpertRequest and decodes its tensors (used by the fuzz target; the
 // server gets the parsed message from the RPC framework and calls decode_request below).

@@ -1,57 +1,8 @@
-// Built-in experts, optimizer factories, and one expert's forward / backward on a batch
-// (the runtime thread's compute; see expert_server.hpp).
-#include <ATen/CPUGeneratorImpl.h>
-
+// One expert's forward / backward on a batch and its optimizer step (the runtime thread's
+// compute; see expert_server.hpp).
 #include "moe/torch/server_impl.hpp"
 
 namespace starling::moe {
-
-namespace {
-
-void init_uniform(torch::Tensor& t, double bound, at::Generator& gen) {
-  torch::NoGradGuard ng;
-  t.uniform_(-bound, bound, gen);
-}
-
-}  // namespace
-
-ExpertModule make_ffn_expert(std::int64_t dim, std::int64_t hidden, std::uint64_t seed) {
-  torch::nn::Sequential seq(torch::nn::Linear(dim, hidden), torch::nn::GELU(),
-                            torch::nn::Linear(hidden, dim));
-  auto gen = at::detail::createCPUGenerator(seed);
-  for (auto& p : seq->named_parameters()) {
-    const bool first = p.key().rfind("0.", 0) == 0;
-    const double fan_in = static_cast<double>(first ? dim : hidden);
-    init_uniform(p.value(), 1.0 / std::sqrt(fan_in), gen);
-  }
-  ExpertModule m;
-  m.parameters = seq.ptr();
-  m.forward = [seq](const torch::Tensor& x) mutable { return seq->forward(x); };
-  m.input_shape = {dim};
-  m.output_shape = {dim};
-  m.type = "ffn";
-  return m;
-}
-
-result<ExpertModule> make_builtin_expert(const std::string& type, std::int64_t dim,
-                                         std::int64_t hidden, std::uint64_t seed) {
-  if (dim <= 0 || hidden <= 0 || dim > 65536 || hidden > 65536)
-    return Error(errc::invalid_argument, "expert dim and hidden must be in [1, 65536]");
-  if (type == "ffn") return make_ffn_expert(dim, hidden, seed);
-  return Error(errc::invalid_argument, "unknown expert type '" + type + "' (known: ffn)");
-}
-
-OptimizerFactory adam_factory(double lr) {
-  return [lr](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
-    return std::make_unique<torch::optim::Adam>(std::move(params), torch::optim::AdamOptions(lr));
-  };
-}
-
-OptimizerFactory sgd_factory(double lr) {
-  return [lr](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
-    return std::make_unique<torch::optim::SGD>(std::move(params), torch::optim::SGDOptions(lr));
-  };
-}
 
 namespace {
 
@@ -75,6 +26,14 @@ torch::Tensor view_of(TensorData& t) {
 }
 
 }  // namespace
+
+void step_expert(ExpertServerStats& stats, Backend& b) {
+  b.optimizer->step();
+  b.optimizer->zero_grad();
+  b.accumulated_rows = 0;
+  ++b.steps;
+  ++stats.optimizer_steps;
+}
 
 void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend& b, bool backward,
                std::vector<Task>& tasks) {
@@ -100,6 +59,18 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
       }
       if (ok && static_cast<std::size_t>(ts[0].shape[0]) != t.rows)
         ok = bad_request(b.schema.uid, "row count changed");
+      if (ok && backward && d.value().forward_step &&
+          cfg.max_staleness != std::numeric_limits<std::uint64_t>::max()) {
+        const std::uint64_t f = *d.value().forward_step;
+        if (f > b.steps || b.steps - f > cfg.max_staleness) {
+          ++stats.stale_gradients;
+          complete(t, Error(errc::unavailable,
+                            "expert " + b.schema.uid + ": gradient too stale (forward at step " +
+                                std::to_string(f) + ", expert at step " + std::to_string(b.steps) +
+                                ", bound " + std::to_string(cfg.max_staleness) + ")"));
+          continue;
+        }
+      }
       if (ok) {
         t.codec = d.value().codec_given ? d.value().response_codec : cfg.codec;
         inputs[i] = std::move(ts[0]);
@@ -122,6 +93,7 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
     rows += inputs[i].shape[0];
   }
   torch::Tensor answer;
+  std::uint64_t answered_step = b.steps;
   try {
     torch::Tensor x = torch::cat(xs, 0);
     if (!backward) {
@@ -138,13 +110,13 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
         throw std::runtime_error("expert output shape differs from its declared schema");
       out.backward(g);
       answer = x.grad().contiguous();
-      b.optimizer->step();
-      b.optimizer->zero_grad();
-      ++stats.optimizer_steps;
-      ++b.steps;
+      answered_step = b.steps;
+      if (b.accumulated_rows == 0) b.accumulating_since = Clock::now();
+      b.accumulated_rows += static_cast<std::uint64_t>(rows);
       b.samples += static_cast<std::uint64_t>(rows);
       ++stats.backward_batches;
       stats.backward_rows += static_cast<std::uint64_t>(rows);
+      if (cfg.step_samples == 0 || b.accumulated_rows >= cfg.step_samples) step_expert(stats, b);
     }
     if (answer.dim() < 1 || answer.size(0) != rows)
       throw std::runtime_error("expert returned " + std::to_string(answer.size(0)) + " rows for " +
@@ -165,6 +137,7 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
     std::vector<std::int64_t> shape = out_shape;
     shape[0] = n;
     pb::ExpertResponse resp;
+    resp.set_expert_step(answered_step);
     auto r = encode_tensor(tasks[i].codec, shape,
                            std::span<const float>(base + row * per_row, n * per_row),
                            *resp.add_tensors());

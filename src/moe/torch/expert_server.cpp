@@ -1,4 +1,5 @@
-// ExpertServer: RPC handlers, the runtime thread and the declaring task (expert_server.hpp).
+// ExpertServer: RPC handlers, the declaring task and replica state (expert_server.hpp); the
+// runtime thread is in server_runtime.cpp.
 #include <asio/post.hpp>
 #include <random>
 
@@ -19,281 +20,170 @@ void complete(Task& t, result<pb::ExpertResponse> r) {
   });
 }
 
-struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
-  std::shared_ptr<net::Host> host;
-  std::shared_ptr<averaging::Directory> directory;
-  ExpertServerConfig cfg;
-  std::shared_ptr<ExpertServerStats> stats;
-  std::vector<std::unique_ptr<Backend>> backends;
-  std::map<std::string, Backend*> by_uid;
-  std::vector<ExpertUid> uids;
-  std::unique_ptr<net::RpcServer> rpc;
-  std::unique_ptr<TaskScope> scope;
-  std::unique_ptr<ExpertDirectory> experts_dir;
+bool ExpertServer::Impl::injected_failure() {
+  return std::uniform_real_distribution<double>(0, 1)(failure_rng) < cfg.inject_failure_rate;
+}
 
-  // Runtime thread state (mu guards all of it).
-  std::mutex mu;
-  std::condition_variable cv;
-  BatchScheduler sched;
-  std::map<BatchScheduler::TaskId, Task> queued;
-  std::map<std::size_t, std::pair<Backend*, bool>> pool_owner;  // pool -> (expert, backward)
-  bool stopping = false;
-  std::atomic<bool> runtime_exited{false};
-  std::thread runtime;
-  bool started = false;
-  std::mt19937_64 failure_rng{std::random_device{}()};  // io thread only
-
-  bool injected_failure() {
-    return std::uniform_real_distribution<double>(0, 1)(failure_rng) < cfg.inject_failure_rate;
+awaitable<result<pb::ExpertResponse>> ExpertServer::Impl::submit(bool backward,
+                                                                 const net::RpcContext& ctx,
+                                                                 pb::ExpertRequest req) {
+  auto it = by_uid.find(req.uid());
+  if (it == by_uid.end()) {
+    ++stats->bad_requests;
+    co_return Error(errc::not_found, "unknown expert uid '" + req.uid().substr(0, 64) + "'");
   }
-
-  // Saves the checkpoint of every expert that stepped since its last one. Runtime thread (or
-  // after it exited).
-  void save_checkpoints() {
-    if (cfg.checkpoint_dir.empty()) return;
-    for (auto& b : backends) {
-      if (b->steps == b->saved_steps) continue;
-      auto r = save_expert_checkpoint(cfg.checkpoint_dir, *b);
-      if (r) {
-        ++stats->checkpoints_saved;
-      } else {
-        ++stats->checkpoint_failures;
-        logger("moe")->warn("{}", r.error().message());
-      }
+  Backend* b = it->second;
+  if (cfg.inject_failure_rate > 0 && injected_failure()) {
+    ++stats->injected_failures;
+    co_return Error(errc::unavailable, "expert " + b->schema.uid + ": injected failure");
+  }
+  if (req.tensors_size() < 1 || req.tensors(0).shape_size() < 1 || req.tensors(0).shape(0) < 1) {
+    ++stats->bad_requests;
+    co_return Error(errc::invalid_argument, "expert " + b->schema.uid + ": request without rows");
+  }
+  const auto rows64 = req.tensors(0).shape(0);
+  const std::size_t pool = backward ? b->backward_pool : b->forward_pool;
+  auto ex = co_await asio::this_coro::executor;
+  auto pending = std::make_shared<Pending>(ex);
+  BatchScheduler::TaskId id = 0;
+  {
+    std::lock_guard lk(mu);
+    if (stopping) co_return Error(errc::unavailable, "expert server is stopping");
+    if (queued.size() >= cfg.max_queued_tasks) {
+      ++stats->refused;
+      co_return Error(errc::too_large, "expert server queue is full");
     }
-  }
-
-  // Snapshots the state of every expert that stepped since its last snapshot, for replicas.
-  // Runtime thread (or before it starts); takes mu to publish.
-  void take_snapshots() {
-    for (auto& b : backends) {
-      if (!b->state || b->steps == b->snapshot_steps) continue;
-      auto s = expert_state(*b);
-      if (!s) {
-        ++stats->state_failures;
-        logger("moe")->warn("{}", s.error().message());
-        continue;
-      }
-      b->snapshot_steps = b->steps;
-      auto shared = std::make_shared<const Bytes>(std::move(s).value());
-      std::lock_guard lk(mu);
-      b->snapshot = std::move(shared);
-      b->snapshot_epoch = b->snapshot_steps;
-      b->snapshot_new = true;
-    }
-  }
-
-  void runtime_loop() {
-    std::unique_lock lk(mu);
-    const bool checkpoints = !cfg.checkpoint_dir.empty();
-    const bool snapshots = cfg.share_state && directory;
-    auto next_checkpoint = Clock::now() + cfg.checkpoint_period;
-    auto next_snapshot = Clock::now() + cfg.declare_period;
-    while (!stopping) {
-      if (checkpoints && Clock::now() >= next_checkpoint) {
-        lk.unlock();
-        save_checkpoints();
-        lk.lock();
-        next_checkpoint = Clock::now() + cfg.checkpoint_period;
-        continue;
-      }
-      if (snapshots && Clock::now() >= next_snapshot) {
-        lk.unlock();
-        take_snapshots();
-        lk.lock();
-        next_snapshot = Clock::now() + cfg.declare_period;
-        continue;
-      }
-      auto batch = sched.next(Clock::now());
-      if (!batch) {
-        auto w = sched.next_wakeup();
-        if (checkpoints && (!w || next_checkpoint < *w)) w = next_checkpoint;
-        if (snapshots && (!w || next_snapshot < *w)) w = next_snapshot;
-        if (w)
-          cv.wait_until(lk, *w);
-        else
-          cv.wait(lk);
-        continue;
-      }
-      std::vector<Task> tasks;
-      for (auto id : batch->tasks) {
-        auto it = queued.find(id);
-        if (it == queued.end()) continue;
-        tasks.push_back(std::move(it->second));
-        queued.erase(it);
-      }
-      auto [backend, backward] = pool_owner.at(batch->pool);
-      lk.unlock();
-      run_batch(cfg, *stats, *backend, backward, tasks);
-      lk.lock();
-    }
-    runtime_exited = true;
-  }
-
-  awaitable<result<pb::ExpertResponse>> submit(bool backward, const net::RpcContext& ctx,
-                                               pb::ExpertRequest req) {
-    auto it = by_uid.find(req.uid());
-    if (it == by_uid.end()) {
+    const std::size_t max_batch = sched.config(pool).max_batch;
+    std::optional<BatchScheduler::TaskId> got;
+    if (static_cast<std::uint64_t>(rows64) <= max_batch)
+      got = sched.push(pool, static_cast<std::size_t>(rows64), Clock::now());
+    if (!got) {
       ++stats->bad_requests;
-      co_return Error(errc::not_found, "unknown expert uid '" + req.uid().substr(0, 64) + "'");
+      co_return Error(errc::invalid_argument,
+                      "expert " + b->schema.uid + ": " + std::to_string(rows64) +
+                          " rows exceed max_batch " + std::to_string(max_batch));
     }
-    Backend* b = it->second;
-    if (cfg.inject_failure_rate > 0 && injected_failure()) {
-      ++stats->injected_failures;
-      co_return Error(errc::unavailable, "expert " + b->schema.uid + ": injected failure");
-    }
-    if (req.tensors_size() < 1 || req.tensors(0).shape_size() < 1 || req.tensors(0).shape(0) < 1) {
-      ++stats->bad_requests;
-      co_return Error(errc::invalid_argument, "expert " + b->schema.uid + ": request without rows");
-    }
-    const auto rows64 = req.tensors(0).shape(0);
-    const std::size_t pool = backward ? b->backward_pool : b->forward_pool;
-    auto ex = co_await asio::this_coro::executor;
-    auto pending = std::make_shared<Pending>(ex);
-    BatchScheduler::TaskId id = 0;
-    {
-      std::lock_guard lk(mu);
-      if (stopping) co_return Error(errc::unavailable, "expert server is stopping");
-      if (queued.size() >= cfg.max_queued_tasks) {
-        ++stats->refused;
-        co_return Error(errc::too_large, "expert server queue is full");
-      }
-      const std::size_t max_batch = sched.config(pool).max_batch;
-      std::optional<BatchScheduler::TaskId> got;
-      if (static_cast<std::uint64_t>(rows64) <= max_batch)
-        got = sched.push(pool, static_cast<std::size_t>(rows64), Clock::now());
-      if (!got) {
-        ++stats->bad_requests;
-        co_return Error(errc::invalid_argument,
-                        "expert " + b->schema.uid + ": " + std::to_string(rows64) +
-                            " rows exceed max_batch " + std::to_string(max_batch));
-      }
-      id = *got;
-      Task t;
-      t.request = std::move(req);
-      t.rows = static_cast<std::size_t>(rows64);
-      t.ex = ex;
-      t.pending = pending;
-      queued.emplace(id, std::move(t));
-    }
-    cv.notify_one();
-    auto waited = co_await with_timeout(pending->done.wait(), ctx.remaining(), "expert task");
-    if (!waited || !pending->out) {
-      std::lock_guard lk(mu);
-      if (sched.remove(id)) {
-        queued.erase(id);
-        ++stats->expired;
-      }
-      if (!waited) co_return waited.error();
-      co_return Error(errc::internal, "expert task ended without an answer");
-    }
-    co_return std::move(*pending->out);
+    id = *got;
+    Task t;
+    t.request = std::move(req);
+    t.rows = static_cast<std::size_t>(rows64);
+    t.ex = ex;
+    t.pending = pending;
+    queued.emplace(id, std::move(t));
   }
+  cv.notify_one();
+  auto waited = co_await with_timeout(pending->done.wait(), ctx.remaining(), "expert task");
+  if (!waited || !pending->out) {
+    std::lock_guard lk(mu);
+    if (sched.remove(id)) {
+      queued.erase(id);
+      ++stats->expired;
+    }
+    if (!waited) co_return waited.error();
+    co_return Error(errc::internal, "expert task ended without an answer");
+  }
+  co_return std::move(*pending->out);
+}
 
-  void register_methods(std::weak_ptr<Impl> weak) {
-    net::RpcServerOptions ro;
-    ro.max_message_size = cfg.max_message_size;
-    rpc = std::make_unique<net::RpcServer>(*host, ro);
-    rpc->add_unary<pb::ExpertInfoRequest, pb::ExpertInfo>(
-        kInfoProtocol,
-        [weak](const net::RpcContext&,
-               pb::ExpertInfoRequest req) -> awaitable<result<pb::ExpertInfo>> {
+void ExpertServer::Impl::register_methods(std::weak_ptr<Impl> weak) {
+  net::RpcServerOptions ro;
+  ro.max_message_size = cfg.max_message_size;
+  rpc = std::make_unique<net::RpcServer>(*host, ro);
+  rpc->add_unary<pb::ExpertInfoRequest, pb::ExpertInfo>(
+      kInfoProtocol,
+      [weak](const net::RpcContext&,
+             pb::ExpertInfoRequest req) -> awaitable<result<pb::ExpertInfo>> {
+        auto self = weak.lock();
+        if (!self) co_return Error(errc::unavailable, "expert server stopped");
+        auto it = self->by_uid.find(req.uid());
+        if (it == self->by_uid.end())
+          co_return Error(errc::not_found, "unknown expert uid '" + req.uid().substr(0, 64) + "'");
+        pb::ExpertInfo info;
+        to_proto(it->second->schema, info);
+        co_return info;
+      });
+  for (bool backward : {false, true}) {
+    rpc->add_unary<pb::ExpertRequest, pb::ExpertResponse>(
+        backward ? kBackwardProtocol : kForwardProtocol,
+        [weak, backward](const net::RpcContext& ctx,
+                         pb::ExpertRequest req) -> awaitable<result<pb::ExpertResponse>> {
           auto self = weak.lock();
           if (!self) co_return Error(errc::unavailable, "expert server stopped");
-          auto it = self->by_uid.find(req.uid());
-          if (it == self->by_uid.end())
-            co_return Error(errc::not_found,
-                            "unknown expert uid '" + req.uid().substr(0, 64) + "'");
-          pb::ExpertInfo info;
-          to_proto(it->second->schema, info);
-          co_return info;
+          auto r = co_await self->submit(backward, ctx, std::move(req));
+          if (!r && r.error() != errc::timeout && r.error() != errc::cancelled)
+            logger("moe")->debug("request from {}: {}", ctx.remote().short_string(),
+                                 r.error().message());
+          co_return r;
         });
-    for (bool backward : {false, true}) {
-      rpc->add_unary<pb::ExpertRequest, pb::ExpertResponse>(
-          backward ? kBackwardProtocol : kForwardProtocol,
-          [weak, backward](const net::RpcContext& ctx,
-                           pb::ExpertRequest req) -> awaitable<result<pb::ExpertResponse>> {
-            auto self = weak.lock();
-            if (!self) co_return Error(errc::unavailable, "expert server stopped");
-            auto r = co_await self->submit(backward, ctx, std::move(req));
-            if (!r && r.error() != errc::timeout && r.error() != errc::cancelled)
-              logger("moe")->debug("request from {}: {}", ctx.remote().short_string(),
-                                   r.error().message());
-            co_return r;
-          });
-    }
   }
+}
 
-  // Downloads the state of every expert without a restored checkpoint from its replicas
-  // (before the runtime thread starts: the modules are this thread's).
-  awaitable<void> download_states() {
-    for (auto& b : backends) {
-      if (b->steps > 0 || !b->state) continue;
-      averaging::LoadStateOptions o;
-      o.timeout = cfg.state_download_timeout;
-      o.stall_timeout = std::min<Duration>(o.timeout, 10s);
-      auto got = co_await b->state->load_blob(o);
-      if (!got) {
-        if (got.error() != errc::not_found) {
-          ++stats->state_failures;
-          logger("moe")->warn("expert {}: no state from replicas: {}", b->schema.uid,
-                              got.error().message());
-        }
-        continue;
-      }
-      auto loaded = load_expert_state(got.value().data, got.value().info.epoch, *b);
-      if (!loaded) {
+awaitable<void> ExpertServer::Impl::download_states() {
+  for (auto& b : backends) {
+    if (b->steps > 0 || !b->state) continue;
+    averaging::LoadStateOptions o;
+    o.timeout = cfg.state_download_timeout;
+    o.stall_timeout = std::min<Duration>(o.timeout, 10s);
+    auto got = co_await b->state->load_blob(o);
+    if (!got) {
+      if (got.error() != errc::not_found) {
         ++stats->state_failures;
-        logger("moe")->warn("{}", loaded.error().message());
-        continue;
+        logger("moe")->warn("expert {}: no state from replicas: {}", b->schema.uid,
+                            got.error().message());
       }
-      ++stats->states_downloaded;
-      logger("moe")->info("expert {}: state downloaded from replicas (step {})", b->schema.uid,
-                          b->steps);
+      continue;
+    }
+    auto loaded = load_expert_state(got.value().data, got.value().info.epoch, *b);
+    if (!loaded) {
+      ++stats->state_failures;
+      logger("moe")->warn("{}", loaded.error().message());
+      continue;
+    }
+    ++stats->states_downloaded;
+    logger("moe")->info("expert {}: state downloaded from replicas (step {})", b->schema.uid,
+                        b->steps);
+  }
+}
+
+awaitable<void> ExpertServer::Impl::share_snapshots() {
+  if (!cfg.share_state) co_return;
+  for (auto& b : backends) {
+    if (!b->state) continue;
+    std::shared_ptr<const Bytes> snap;
+    std::uint64_t epoch = 0;
+    bool fresh = false;
+    {
+      std::lock_guard lk(mu);
+      snap = b->snapshot;
+      epoch = b->snapshot_epoch;
+      fresh = b->snapshot_new;
+      b->snapshot_new = false;
+    }
+    if (!snap) continue;
+    result<void> r = success();
+    if (fresh) {
+      averaging::BlobSnapshot blob;
+      blob.epoch = epoch;
+      blob.data = *snap;
+      r = co_await b->state->share_blob(std::move(blob), cfg.declare_ttl);
+      if (r) ++stats->states_shared;
+    } else {
+      r = co_await b->state->announce_blob(epoch, cfg.declare_ttl);
+    }
+    if (!r) {
+      ++stats->state_failures;
+      logger("moe")->info("expert {}: sharing state: {}", b->schema.uid, r.error().message());
     }
   }
+}
 
-  // Serves each expert's newest snapshot (a new one is shared, an old one re-announced).
-  awaitable<void> share_snapshots() {
-    if (!cfg.share_state) co_return;
-    for (auto& b : backends) {
-      if (!b->state) continue;
-      std::shared_ptr<const Bytes> snap;
-      std::uint64_t epoch = 0;
-      bool fresh = false;
-      {
-        std::lock_guard lk(mu);
-        snap = b->snapshot;
-        epoch = b->snapshot_epoch;
-        fresh = b->snapshot_new;
-        b->snapshot_new = false;
-      }
-      if (!snap) continue;
-      result<void> r = success();
-      if (fresh) {
-        averaging::BlobSnapshot blob;
-        blob.epoch = epoch;
-        blob.data = *snap;
-        r = co_await b->state->share_blob(std::move(blob), cfg.declare_ttl);
-        if (r) ++stats->states_shared;
-      } else {
-        r = co_await b->state->announce_blob(epoch, cfg.declare_ttl);
-      }
-      if (!r) {
-        ++stats->state_failures;
-        logger("moe")->info("expert {}: sharing state: {}", b->schema.uid, r.error().message());
-      }
-    }
-  }
-
-  Declaration self_declaration() const {
-    Declaration d;
-    d.peer = host->local_peer();
-    d.addrs = host->announce_addresses();
-    if (d.addrs.size() > 16) d.addrs.resize(16);
-    return d;
-  }
-};
+Declaration ExpertServer::Impl::self_declaration() const {
+  Declaration d;
+  d.peer = host->local_peer();
+  d.addrs = host->announce_addresses();
+  if (d.addrs.size() > 16) d.addrs.resize(16);
+  return d;
+}
 
 std::shared_ptr<ExpertServer> ExpertServer::create(std::shared_ptr<net::Host> host,
                                                    std::shared_ptr<averaging::Directory> directory,
@@ -422,6 +312,7 @@ awaitable<void> ExpertServer::stop() {
   {
     std::lock_guard lk(im.mu);
     im.stopping = true;
+    im.final_save = true;
     for (auto& [id, t] : im.queued) {
       im.sched.remove(id);
       dropped.push_back(std::move(t));
@@ -438,7 +329,6 @@ awaitable<void> ExpertServer::stop() {
     while (!im.runtime_exited && Clock::now() < until) (void)co_await sleep_for(2ms);
     if (im.runtime_exited) {
       im.runtime.join();
-      im.save_checkpoints();
     } else {
       logger("moe")->warn("expert runtime still busy after {} ms; detached",
                           std::chrono::duration_cast<Millis>(im.cfg.stop_timeout).count());

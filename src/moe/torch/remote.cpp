@@ -1,11 +1,11 @@
-// RemoteExpert and RemoteMixtureOfExperts: remote calls as autograd nodes (remote.hpp).
-#include "starling/moe/remote.hpp"
-
+// RemoteMixtureOfExperts: a DMoE layer whose experts are remote autograd calls (remote.hpp).
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include "moe/torch/tensor_data.hpp"
 #include "starling/core/blocking.hpp"
 #include "starling/core/log.hpp"
+#include "starling/moe/remote.hpp"
 
 namespace starling::moe {
 
@@ -13,111 +13,13 @@ namespace {
 
 using torch::autograd::variable_list;
 
-TensorData to_data(const torch::Tensor& t) {
-  auto c = t.detach().to(torch::kFloat32).contiguous();
-  TensorData d;
-  d.shape.assign(c.sizes().begin(), c.sizes().end());
-  d.values.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-  return d;
-}
-
-torch::Tensor to_tensor(TensorData& d) {
-  return torch::from_blob(d.values.data(), d.shape, torch::kFloat32).clone();
-}
-
-std::string shape_of(const torch::Tensor& t) {
-  std::vector<std::int64_t> s(t.sizes().begin(), t.sizes().end());
-  return describe_shape(s);
-}
-
-// ---------------------------------------------------------------- one expert
-
-struct SingleState {
-  std::shared_ptr<net::Host> host;
-  ExpertAddress to;
-  ExpertCallOptions opts;
-  TensorData input;
-};
-
-struct RemoteExpertBackward : torch::autograd::Node {
-  std::shared_ptr<SingleState> st;
-  std::string name() const override { return "RemoteExpertBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    auto host = st->host;
-    auto to = st->to;
-    auto opts = st->opts;
-    auto input = st->input;
-    auto g = to_data(grads[0]);
-    std::vector<CallFn> calls;
-    calls.push_back(
-        [host, to, opts, input, g]() { return call_backward(*host, to, input, g, opts); });
-    auto r = run_calls(host->get_executor(), std::move(calls), Clock::now() + opts.timeout + 1s);
-    if (!r[0]) throw std::runtime_error("expert " + to.uid + " backward: no answer in time");
-    if (!r[0]->has_value())
-      throw std::runtime_error("expert " + to.uid + " backward: " + r[0]->error().message());
-    return {to_tensor(r[0]->value())};
-  }
-};
-
-}  // namespace
-
-RemoteExpert::RemoteExpert(std::shared_ptr<net::Host> host, ExpertAddress address,
-                           ExpertCallOptions opts)
-    : host_(std::move(host)), address_(std::move(address)), opts_(std::move(opts)) {}
-
-result<ExpertSchema> RemoteExpert::info() {
-  if (schema_) return *schema_;
-  auto host = host_;
-  auto to = address_;
-  auto opts = opts_;
-  auto r = block_on(
-      host_->get_executor(), [host, to, opts] { return call_info(*host, to, opts); },
-      opts_.timeout + 1s);
-  if (r) schema_ = r.value();
-  return r;
-}
-
-torch::Tensor RemoteExpert::forward(const torch::Tensor& x) {
-  auto schema = info();
-  if (!schema) throw std::runtime_error(schema.error().message());
-  const auto& in = schema.value().input_shape;
-  bool ok = x.dim() == static_cast<std::int64_t>(in.size()) + 1;
-  for (std::size_t i = 0; ok && i < in.size(); ++i) ok = x.size(i + 1) == in[i];
-  if (!ok)
-    throw std::runtime_error("expert " + address_.uid + " schema mismatch: it takes [N, " +
-                             describe_shape(in).substr(1) + ", got " + shape_of(x));
-  auto st = std::make_shared<SingleState>();
-  st->host = host_;
-  st->to = address_;
-  st->opts = opts_;
-  st->input = to_data(x);
-  std::vector<CallFn> calls;
-  calls.push_back([st]() { return call_forward(*st->host, st->to, st->input, st->opts); });
-  auto r = run_calls(host_->get_executor(), std::move(calls), Clock::now() + opts_.timeout + 1s);
-  if (!r[0]) throw std::runtime_error("expert " + address_.uid + " forward: no answer in time");
-  if (!r[0]->has_value())
-    throw std::runtime_error("expert " + address_.uid + " forward: " + r[0]->error().message());
-  torch::Tensor out = to_tensor(r[0]->value());
-  if (torch::GradMode::is_enabled()) {
-    auto node = std::shared_ptr<RemoteExpertBackward>(new RemoteExpertBackward(),
-                                                      torch::autograd::deleteNode);
-    node->st = st;
-    node->set_next_edges(torch::autograd::collect_next_edges(x));
-    torch::autograd::set_history(out, node);
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------- mixture
-
-namespace {
-
 struct PlannedCall {
   ExpertAddress to;
   std::vector<std::int64_t> rows;   // sample index of each row
   std::vector<std::int64_t> slots;  // its slot (0..k-1)
   TensorData input;
   bool ok = false;
+  std::uint64_t forward_step = 0;  // the expert's step in its forward answer
 };
 
 struct DispatchState {
@@ -148,8 +50,8 @@ struct DispatchBackward : torch::autograd::Node {
       auto host = st->host;
       auto opts = st->opts;
       opts.timeout = st->backward_timeout;
-      calls.push_back([host, to = c.to, input = c.input, gd, opts]() {
-        return call_backward(*host, to, input, gd, opts);
+      calls.push_back([host, to = c.to, input = c.input, gd, opts, step = c.forward_step]() {
+        return call_backward(*host, to, input, gd, opts, step);
       });
       which.push_back(i);
     }
@@ -159,14 +61,16 @@ struct DispatchBackward : torch::autograd::Node {
     for (std::size_t j = 0; j < results.size(); ++j) {
       auto& r = results[j];
       const auto& c = st->calls[which[j]];
-      if (!r || !r->has_value() || r->value().shape.size() != 2 ||
-          r->value().shape[0] != static_cast<std::int64_t>(c.rows.size()) ||
-          r->value().shape[1] != st->in_features) {
+      if (!r || !r->has_value() || r->value().tensor.shape.size() != 2 ||
+          r->value().tensor.shape[0] != static_cast<std::int64_t>(c.rows.size()) ||
+          r->value().tensor.shape[1] != st->in_features) {
         ++failures;
+        if (r && !r->has_value())
+          logger("moe")->debug("expert {} backward failed: {}", c.to.uid, r->error().message());
         continue;
       }
       auto rows = torch::tensor(c.rows, torch::kLong);
-      gx.index_add_(0, rows, to_tensor(r->value()));
+      gx.index_add_(0, rows, to_tensor(r->value().tensor));
     }
     {
       std::lock_guard lk(*st->stats_mu);
@@ -186,7 +90,9 @@ RemoteMixtureOfExpertsImpl::RemoteMixtureOfExpertsImpl(MoeOptions options,
       host_(std::move(host)),
       directory_(std::move(directory)),
       stats_mu_(std::make_shared<std::mutex>()),
-      stats_(std::make_shared<MoeStats>()) {
+      stats_(std::make_shared<MoeStats>()),
+      replicas_(ReplicaChoiceOptions{.forget_after = options_.replica_forget_after,
+                                     .avoid_failed = options_.avoid_failed}) {
   std::int64_t total = 0;
   for (auto g : options_.grid_size) total += g;
   proj = register_module("proj", torch::nn::Linear(options_.in_features, total));
@@ -250,98 +156,117 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
   st->stats_mu = stats_mu_;
   st->stats = stats_;
   std::map<std::string, std::size_t> call_of;
-  std::map<std::string, std::size_t> calls_to_peer;
-  const TimePoint now = Clock::now();
-  for (auto it = failed_.begin(); it != failed_.end();)
-    it = now - it->second >= options_.avoid_failed ? failed_.erase(it) : std::next(it);
-  auto pick_replica = [this](const std::string& uid, const std::vector<Declaration>& servers,
-                             const std::map<std::string, std::size_t>& load) -> const Declaration& {
-    const Declaration* best = nullptr;
-    std::size_t best_load = 0;
-    bool best_avoided = true;
-    for (const auto& s : servers) {
-      const std::string peer = s.peer.to_string();
-      const bool avoided = failed_.count({uid, peer}) > 0;
-      auto l = load.find(peer);
-      const std::size_t n = l == load.end() ? 0 : l->second;
-      if (!best || (best_avoided && !avoided) || (avoided == best_avoided && n < best_load)) {
-        best = &s;
-        best_load = n;
-        best_avoided = avoided;
-      }
-    }
-    return *best;
-  };
+  std::vector<const std::vector<Declaration>*> servers_of;  // per call: the expert's replicas
   std::vector<std::vector<std::int64_t>> idx_v(D, std::vector<std::int64_t>(B * K, 0));
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::size_t j = 0; j < chosen[b].size() && static_cast<std::int64_t>(j) < K; ++j) {
       const auto& e = chosen[b][j];
       auto uid = parse_uid(e.uid);
-      if (!uid || uid.value().coords.size() != D) continue;
+      if (!uid || uid.value().coords.size() != D || e.servers.empty()) continue;
       for (std::size_t d = 0; d < D; ++d) idx_v[d][b * K + j] = uid.value().coords[d];
       auto [it, fresh] = call_of.emplace(e.uid, st->calls.size());
       if (fresh) {
-        PlannedCall c;
-        const auto& server = pick_replica(e.uid, e.servers, calls_to_peer);
-        ++calls_to_peer[server.peer.to_string()];
-        c.to = ExpertAddress{e.uid, server.peer, server.addrs};
-        st->calls.push_back(std::move(c));
+        st->calls.emplace_back().to.uid = e.uid;
+        servers_of.push_back(&e.servers);
       }
       st->calls[it->second].rows.push_back(b);
       st->calls[it->second].slots.push_back(static_cast<std::int64_t>(j));
     }
   }
-  auto xd = x.detach().to(torch::kFloat32).contiguous();
-  std::vector<CallFn> fns;
-  for (auto& c : st->calls) {
-    auto rows = torch::tensor(c.rows, torch::kLong);
-    c.input = to_data(xd.index_select(0, rows));
-    fns.push_back([host = host_, to = c.to, input = c.input, opts = st->opts]() {
-      return call_forward(*host, to, input, opts);
+  // Each call to the replica expected to finish it first, the largest calls planned first.
+  {
+    std::vector<std::size_t> order(st->calls.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return st->calls[a].rows.size() > st->calls[b].rows.size();
     });
+    replicas_.begin(Clock::now());
+    for (auto i : order) {
+      auto& c = st->calls[i];
+      std::vector<std::string> peers;
+      for (const auto& s : *servers_of[i]) peers.push_back(s.peer.to_string());
+      const auto& server = (*servers_of[i])[replicas_.choose(c.to.uid, peers, c.rows.size())];
+      c.to.peer = server.peer;
+      c.to.addrs = server.addrs;
+    }
   }
+  auto xd = x.detach().to(torch::kFloat32).contiguous();
+  for (auto& c : st->calls)
+    c.input = to_data(xd.index_select(0, torch::tensor(c.rows, torch::kLong)));
   // Satisfied when every sample with experts has k_min answers (or all its calls failed).
   std::vector<std::vector<std::size_t>> calls_of_sample(B);
   for (std::size_t i = 0; i < st->calls.size(); ++i)
     for (auto r : st->calls[i].rows) calls_of_sample[r].push_back(i);
   const std::size_t k_min = std::max<std::size_t>(1, options_.k_min);
-  auto satisfied = [&calls_of_sample, k_min](const std::vector<char>& ok) {
-    for (const auto& cs : calls_of_sample) {
-      if (cs.empty()) continue;
-      std::size_t n = 0;
-      for (auto i : cs) n += ok[i] ? 1 : 0;
-      if (n < std::min(k_min, cs.size())) return false;
-    }
-    return true;
-  };
-  auto results = run_calls(host_->get_executor(), std::move(fns), deadline, satisfied,
-                           options_.timeout_after_k_min);
   torch::Tensor out3 = torch::zeros({B, K, options_.out_features});
-  std::uint64_t failures = 0, late = 0;
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    auto& c = st->calls[i];
-    auto& r = results[i];
-    if (!r) {
-      ++late;
-      failed_[{c.to.uid, c.to.peer.to_string()}] = Clock::now();
-      continue;
+  std::uint64_t failures = 0, late = 0, retries = 0;
+  // Round 0 calls every expert; round 1 calls the experts whose call failed (not late) again
+  // on another replica, if one is left and the deadline allows.
+  std::vector<std::size_t> round_calls(st->calls.size());
+  for (std::size_t i = 0; i < round_calls.size(); ++i) round_calls[i] = i;
+  for (int round = 0; round < 2 && !round_calls.empty() && Clock::now() < deadline; ++round) {
+    std::vector<CallFn> fns;
+    for (auto i : round_calls)
+      fns.push_back([host = host_, to = st->calls[i].to, input = st->calls[i].input,
+                     opts = st->opts]() { return call_forward(*host, to, input, opts); });
+    auto satisfied = [&](const std::vector<char>& ok_round) {
+      std::vector<char> ok(st->calls.size());
+      for (std::size_t i = 0; i < ok.size(); ++i) ok[i] = st->calls[i].ok;
+      for (std::size_t j = 0; j < round_calls.size(); ++j) ok[round_calls[j]] = ok_round[j];
+      for (const auto& cs : calls_of_sample) {
+        if (cs.empty()) continue;
+        std::size_t n = 0;
+        for (auto i : cs) n += ok[i] ? 1 : 0;
+        if (n < std::min(k_min, cs.size())) return false;
+      }
+      return true;
+    };
+    std::vector<Duration> elapsed;
+    auto results = run_calls(host_->get_executor(), std::move(fns), deadline, satisfied,
+                             options_.timeout_after_k_min, &elapsed);
+    const TimePoint ended = Clock::now();
+    std::vector<std::size_t> again;
+    for (std::size_t j = 0; j < results.size(); ++j) {
+      auto& c = st->calls[round_calls[j]];
+      auto& r = results[j];
+      const std::string peer = c.to.peer.to_string();
+      if (!r) {
+        ++late;
+        replicas_.observe(peer, c.rows.size(), elapsed[j], ended);  // at least this slow
+        replicas_.failed(c.to.uid, peer, ended);
+        continue;
+      }
+      if (!r->has_value() || r->value().tensor.shape.size() != 2 ||
+          r->value().tensor.shape[0] != static_cast<std::int64_t>(c.rows.size()) ||
+          r->value().tensor.shape[1] != options_.out_features) {
+        ++failures;
+        replicas_.failed(c.to.uid, peer, ended);
+        if (r->has_value())
+          logger("moe")->debug("expert {} answered shape {}", c.to.uid,
+                               describe_shape(r->value().tensor.shape));
+        else
+          logger("moe")->debug("expert {} failed: {}", c.to.uid, r->error().message());
+        // Another replica that has not failed this expert?
+        const auto& servers = *servers_of[round_calls[j]];
+        std::vector<std::string> peers;
+        for (const auto& sv : servers) peers.push_back(sv.peer.to_string());
+        const auto& next = servers[replicas_.choose(c.to.uid, peers, c.rows.size())];
+        if (next.peer != c.to.peer) {
+          c.to.peer = next.peer;
+          c.to.addrs = next.addrs;
+          again.push_back(round_calls[j]);
+        }
+        continue;
+      }
+      c.ok = true;
+      c.forward_step = r->value().expert_step;
+      replicas_.observe(peer, c.rows.size(), elapsed[j], ended);
+      auto rows = torch::tensor(c.rows, torch::kLong);
+      auto slots = torch::tensor(c.slots, torch::kLong);
+      out3.index_put_({rows, slots}, to_tensor(r->value().tensor));
     }
-    if (!r->has_value() || r->value().shape.size() != 2 ||
-        r->value().shape[0] != static_cast<std::int64_t>(c.rows.size()) ||
-        r->value().shape[1] != options_.out_features) {
-      ++failures;
-      failed_[{c.to.uid, c.to.peer.to_string()}] = Clock::now();
-      if (r->has_value())
-        logger("moe")->debug("expert {} answered shape {}", c.to.uid,
-                             describe_shape(r->value().shape));
-      else
-        logger("moe")->debug("expert {} failed: {}", c.to.uid, r->error().message());
-      continue;
-    }
-    c.ok = true;
-    auto rows = torch::tensor(c.rows, torch::kLong);
-    auto slots = torch::tensor(c.slots, torch::kLong);
-    out3.index_put_({rows, slots}, to_tensor(r->value()));
+    round_calls = std::move(again);
+    if (round == 0) retries = round_calls.size();
   }
   torch::Tensor mask = torch::zeros({B, K}, torch::kBool);
   {
@@ -365,7 +290,8 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
   }
   {
     std::lock_guard lk(*stats_mu_);
-    stats_->forward_calls += st->calls.size();
+    stats_->forward_calls += st->calls.size() + retries;
+    stats_->forward_retries += retries;
     stats_->forward_failures += failures;
     stats_->forward_late += late;
     stats_->empty_rows += empty;

@@ -1,14 +1,17 @@
-// ExpertServer internals shared by expert_server.cpp (RPC, runtime thread, declarations) and
-// expert_backend.cpp (one batch's compute).
+// ExpertServer internals shared by expert_server.cpp (RPC, declarations, replica state),
+// server_runtime.cpp (the runtime thread) and expert_backend.cpp (one batch's compute).
 #pragma once
 
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "starling/averaging/averager.hpp"
+#include "starling/moe/expert_directory.hpp"
 #include "starling/moe/expert_server.hpp"
+#include "starling/net/rpc.hpp"
 #include "starling/pb/moe.pb.h"
 
 namespace starling::moe {
@@ -24,6 +27,10 @@ struct Backend {
   std::uint64_t steps = 0;
   std::uint64_t samples = 0;
   std::uint64_t saved_steps = 0;
+  // Rows backpropagated since the last optimizer step (their gradients are accumulated in
+  // the parameters' .grad), and when the first of them came.
+  std::uint64_t accumulated_rows = 0;
+  TimePoint accumulating_since{};
   // Replica state transfer (share_state / download_state): the averager serving this expert's
   // blob; the newest snapshot (under ExpertServer::Impl::mu) and the steps it holds.
   std::shared_ptr<averaging::Averager> state;
@@ -66,8 +73,75 @@ struct Task {
 // Posts the answer of `t` to its io thread.
 void complete(Task& t, result<pb::ExpertResponse> r);
 
+// Applies the accumulated gradients: one optimizer step of the expert. Runtime thread.
+void step_expert(ExpertServerStats& stats, Backend& b);
+
 // Runs one batch of one expert (tasks in arrival order) and completes every task.
 void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend& b, bool backward,
                std::vector<Task>& tasks);
+
+// The server's state. The runtime thread's members are in server_runtime.cpp, the RPC
+// handlers, declarations and replica state in expert_server.cpp.
+struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
+  std::shared_ptr<net::Host> host;
+  std::shared_ptr<averaging::Directory> directory;
+  ExpertServerConfig cfg;
+  std::shared_ptr<ExpertServerStats> stats;
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::map<std::string, Backend*> by_uid;
+  std::vector<ExpertUid> uids;
+  std::unique_ptr<net::RpcServer> rpc;
+  std::unique_ptr<TaskScope> scope;
+  std::unique_ptr<ExpertDirectory> experts_dir;
+
+  // Runtime thread state (mu guards all of it).
+  std::mutex mu;
+  std::condition_variable cv;
+  BatchScheduler sched;
+  std::map<BatchScheduler::TaskId, Task> queued;
+  std::map<std::size_t, std::pair<Backend*, bool>> pool_owner;  // pool -> (expert, backward)
+  bool stopping = false;
+  bool final_save = false;  // stop() (not the destructor) saves the checkpoints once more
+  std::atomic<bool> runtime_exited{false};
+  std::thread runtime;
+  bool started = false;
+  std::mt19937_64 failure_rng{std::random_device{}()};  // io thread only
+
+  // Whether to fail this call (cfg.inject_failure_rate). Io thread.
+  bool injected_failure();
+
+  // Saves the checkpoint of every expert that stepped since its last one. Runtime thread (or
+  // after it exited).
+  void save_checkpoints();
+
+  // Snapshots the state of every expert that stepped since its last snapshot, for replicas.
+  // Runtime thread (or before it starts); takes mu to publish.
+  void take_snapshots();
+
+  // SWARM mode with a time bound: steps every expert whose first accumulated gradient is
+  // max_step_delay old; returns when the next one is due. Runtime thread.
+  std::optional<TimePoint> step_overdue();
+
+  // The runtime thread: run_batches() until stopping, then the final checkpoints if stop()
+  // asked for them.
+  void runtime_loop();
+  void run_batches();
+
+  // Queues a request for the runtime thread and waits for its answer (the call's deadline).
+  awaitable<result<pb::ExpertResponse>> submit(bool backward, const net::RpcContext& ctx,
+                                               pb::ExpertRequest req);
+  // The info / forward / backward RPC methods.
+  void register_methods(std::weak_ptr<Impl> weak);
+
+  // Downloads the state of every expert without a restored checkpoint from its replicas
+  // (before the runtime thread starts: the modules are this thread's).
+  awaitable<void> download_states();
+
+  // Serves each expert's newest snapshot (a new one is shared, an old one re-announced).
+  awaitable<void> share_snapshots();
+
+  // This server as the declarations name it.
+  Declaration self_declaration() const;
+};
 
 }  // namespace starling::moe
