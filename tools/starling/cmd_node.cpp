@@ -8,6 +8,7 @@
 #include "starling/net/autonat.hpp"
 #include "starling/net/echo.hpp"
 #include "starling/net/host.hpp"
+#include "starling/net/portmap.hpp"
 #include "starling/net/relay.hpp"
 
 namespace starling::cli {
@@ -22,6 +23,8 @@ struct NodeOptions {
   bool relay = false;
   bool hole_punching = false;
   bool allow_private = false;
+  std::string port_mapping = "off";
+  double port_mapping_lifetime = 3600;
   double ping_every = 0;
 };
 
@@ -46,6 +49,11 @@ awaitable<void> ping_loop(std::shared_ptr<net::Host> host, net::PeerId peer, Dur
 
 awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   auto key = load_identity_or_exit(o->identity, true);
+  auto portmap = net::port_map_mode(o->port_mapping);
+  if (!portmap) {
+    std::cerr << "error: --port-mapping: " << portmap.error().message() << "\n";
+    co_return 2;
+  }
   net::HostConfig cfg;
   cfg.listen = o->listen;
   cfg.hole_punching = o->hole_punching;
@@ -70,6 +78,23 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   autonat_client->on_change([](net::Reachability r) {
     std::cout << "reachability " << net::reachability_name(r) << std::endl;
   });
+  // Port mapping through the home router: the mapped address is announced once granted.
+  std::shared_ptr<net::PortMapper> mapper;
+  if (portmap.value()) {
+    auto pc = *portmap.value();
+    pc.allow_private = o->allow_private;
+    pc.lifetime = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(o->port_mapping_lifetime));
+    mapper = net::PortMapper::start(host, pc);
+    if (auto m = co_await mapper->wait_mapped(pc.discover_timeout + pc.request_timeout); m) {
+      for (const auto& pm : mapper->mappings())
+        std::cout << fmt::format("port mapped {} {}:{} -> {}", mapper->protocol(),
+                                 pm.external_ip.to_string(), pm.external_port, pm.internal_port)
+                  << std::endl;
+    } else {
+      std::cout << "port mapping none yet" << std::endl;
+    }
+  }
   std::shared_ptr<net::RelayClient> relay_client;
   if (!o->relay_via.empty()) {
     net::RelayClientConfig rc;
@@ -138,6 +163,7 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   co_await asio::this_coro::reset_cancellation_state();  // Ctrl-C: now clean up, bounded
   (void)co_await pings.close(2s);
   co_await autonat_client->stop();
+  if (mapper) co_await mapper->stop();
   if (relay_client) co_await relay_client->stop();
   if (autonat) autonat->stop();
   if (relay) co_await relay->stop();
@@ -167,6 +193,13 @@ void add_node_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--allow-private", o->allow_private,
                 "treat private addresses as public for AutoNAT dial-backs and DCUtR "
                 "(namespace labs)");
+  cmd->add_option("--port-mapping", o->port_mapping,
+                  "ask the home router to forward the listening ports: off, auto (NAT-PMP, then "
+                  "UPnP IGD), natpmp or upnp; the mapped address is announced")
+      ->capture_default_str();
+  cmd->add_option("--port-mapping-lifetime", o->port_mapping_lifetime,
+                  "lease asked for each mapping, seconds (renewed at half of what is granted)")
+      ->capture_default_str();
   cmd->add_option("--ping-every", o->ping_every,
                   "ping each --connect peer every this many seconds, printing the RTT and "
                   "whether new streams go direct or relayed");
