@@ -18,24 +18,16 @@ namespace starling::net {
 
 namespace {
 
-// Runs `f` on a new detached thread and waits for its result for at most `timeout`.
 template <class T>
-awaitable<result<T>> run_blocking(std::function<result<T>()> f, Duration timeout,
-                                  std::string what) {
-  struct State {
-    std::mutex mu;
-    std::optional<result<T>> value;
-  };
-  auto st = std::make_shared<State>();
-  try {
-    std::thread([st, f = std::move(f)] {
-      auto r = f();
-      std::lock_guard lock(st->mu);
-      st->value.emplace(std::move(r));
-    }).detach();
-  } catch (const std::system_error& e) {
-    co_return make_error(errc::io, what + ": cannot start a thread: " + e.what());
-  }
+struct Blocking {
+  std::mutex mu;
+  std::optional<result<T>> value;
+};
+
+// Polls `st` until the thread filled it or `timeout` passed.
+template <class T>
+awaitable<result<T>> await_blocking(std::shared_ptr<Blocking<T>> st, Duration timeout,
+                                    std::string what) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
     {
@@ -45,6 +37,24 @@ awaitable<result<T>> run_blocking(std::function<result<T>()> f, Duration timeout
     if (Clock::now() >= deadline) co_return make_error(errc::timeout, what);
     if (auto s = co_await sleep_for(10ms); !s) co_return s.error();  // cancelled
   }
+}
+
+// Runs `f` on a new detached thread and waits for its result for at most `timeout`. Not a
+// coroutine: `f` is moved to the thread before anything is awaited (GCC 12 mishandles
+// temporaries captured in co_await expressions).
+template <class T, class F>
+awaitable<result<T>> run_blocking(F f, Duration timeout, std::string what) {
+  auto st = std::make_shared<Blocking<T>>();
+  try {
+    std::thread([st, f = std::move(f)]() mutable {
+      result<T> r = f();
+      std::lock_guard lock(st->mu);
+      st->value.emplace(std::move(r));
+    }).detach();
+  } catch (const std::system_error& e) {
+    st->value.emplace(make_error(errc::io, what + ": cannot start a thread: " + e.what()));
+  }
+  return await_blocking<T>(std::move(st), timeout, std::move(what));
 }
 
 // What the calls need from the discovered IGD (copied into every call's thread).
@@ -145,9 +155,9 @@ class UpnpBackend final : public PortMapBackend {
     // description fetch and the first SOAP call.
     const int delay = static_cast<int>(std::clamp<std::int64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(timeout / 3).count(), 100, 5000));
-    ST_CO_TRY(auto found,
-              co_await run_blocking<FoundIgd>(
-                  [delay] { return discover_igd(delay); }, timeout, "UPnP discovery"));
+    auto job = [delay] { return discover_igd(delay); };
+    auto waiting = run_blocking<FoundIgd>(std::move(job), timeout, "UPnP discovery");
+    ST_CO_TRY(auto found, co_await std::move(waiting));
     igd_ = std::make_shared<const Igd>(std::move(found.first));
     co_return found.second;
   }
@@ -155,21 +165,25 @@ class UpnpBackend final : public PortMapBackend {
   awaitable<result<PortMapping>> map(std::uint16_t port, Duration lifetime,
                                      Duration timeout) override {
     if (!igd_) co_return make_error(errc::unavailable, "UPnP: no gateway");
-    co_return co_await run_blocking<PortMapping>(
-        [g = igd_, port, lifetime, desc = desc_] { return add_mapping(*g, port, lifetime, desc); },
-        timeout, "UPnP AddPortMapping");
+    auto job = [g = igd_, port, lifetime, desc = desc_] {
+      return add_mapping(*g, port, lifetime, desc);
+    };
+    auto waiting = run_blocking<PortMapping>(std::move(job), timeout, "UPnP AddPortMapping");
+    auto r = co_await std::move(waiting);
+    co_return r;
   }
 
   awaitable<result<void>> unmap(const PortMapping& m, Duration timeout) override {
     if (!igd_) co_return make_error(errc::unavailable, "UPnP: no gateway");
-    co_return co_await run_blocking<void>(
-        [g = igd_, ext = std::to_string(m.external_port)]() -> result<void> {
-          const int r = UPNP_DeletePortMapping(g->control_url.c_str(), g->service_type.c_str(),
-                                               ext.c_str(), "TCP", nullptr);
-          if (r != UPNPCOMMAND_SUCCESS) return upnp_error(r, "DeletePortMapping");
-          return success();
-        },
-        timeout, "UPnP DeletePortMapping");
+    auto job = [g = igd_, ext = std::to_string(m.external_port)]() -> result<void> {
+      const int r = UPNP_DeletePortMapping(g->control_url.c_str(), g->service_type.c_str(),
+                                           ext.c_str(), "TCP", nullptr);
+      if (r != UPNPCOMMAND_SUCCESS) return upnp_error(r, "DeletePortMapping");
+      return success();
+    };
+    auto waiting = run_blocking<void>(std::move(job), timeout, "UPnP DeletePortMapping");
+    auto r = co_await std::move(waiting);
+    co_return r;
   }
 
  private:

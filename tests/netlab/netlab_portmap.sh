@@ -13,12 +13,13 @@ need_root --nat
 need_cmd miniupnpd nft
 need_bins "$STARLING"
 
+declare -A PID
 node() {  # NAME HOST ARGS...
   local name=$1 host=$2
   shift 2
   bg_on "$host" "$T_TMP/$name.log" env HOME="$T_TMP" "$STARLING" --log info node \
     -i "$T_TMP/$name.key" "$@"
-  eval "PID_$name=$!"
+  PID[$name]=$!
 }
 peer_id() { sed -nE 's/^peer id (.*)$/\1/p' "$T_TMP/$1.log" | head -1; }
 has_dnat() { nl exec r2 -- nft list chain inet miniupnpd prerouting_miniupnpd | grep -q "dport $1 dnat"; }
@@ -56,11 +57,10 @@ mapping() {  # NAME PROTO PORT
   # Past the 6 s lease: renewed twice (at half of it each time), then dialled from outside.
   check "[$proto] the lease was renewed twice, before each expiry" \
     lines_at_least "$T_TMP/$name.log" "portmap: $proto renewed TCP $ext:$port " 2 15
-  node "c-$name" h3 -l /ip4/0.0.0.0/tcp/4003 --connect "/ip4/$ext/tcp/$port/p2p/$id"
+  node "c-$name" h3 -l /ip4/0.0.0.0/tcp/0 --connect "/ip4/$ext/tcp/$port/p2p/$id"
   check "[$proto] a peer behind another NAT dials B directly at the mapped address" \
     wait_for_line "$T_TMP/c-$name.log" "^connection $id direct outbound /ip4/$ext/tcp/$port" 15
-  local pid_var="PID_$name"
-  kill -TERM "${!pid_var}"
+  kill -TERM "${PID[$name]}"
   check "[$proto] B stopped cleanly" wait_for_line "$T_TMP/$name.log" '^stopped$' 10
   check "[$proto] the stop removed the mapping from the router" no_dnat "$port"
   grep -E 'portmap' "$T_TMP/$name.log" | sed 's/^/# /' | head -6
