@@ -3,8 +3,9 @@
 // asks it to forward each TCP listening port of the host, renews every mapping when half of
 // its granted lifetime has passed, removes them on stop(), and announces the mapped external
 // address (Host::set_extra_addresses "portmap") so identify, DHT records and AutoNAT see it.
-// A router that refuses (NAT-PMP "not authorized", UPnP 606/718/...) gets one warning with
-// its reason; the mapper then retries after `retry_interval`.
+// A router that refuses (NAT-PMP "not authorized", UPnP 606/718/...) gets a warning with its
+// reason; the mapper asks again after `retry_interval`. libnatpmp speaks NAT-PMP only (PCP
+// gateways answer it too, RFC 6887 §9).
 //
 // Threading rule: as Host (one executor; call from coroutines on it). NAT-PMP runs on the
 // executor (non-blocking UDP); libminiupnpc is blocking, so each UPnP call runs on a thread of

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The NAT training run (root): a `starling dht` bootstrap node on h1 (relay and AutoNAT on),
+# two public trainers (h2, h3) and two trainers behind NATs: h4 behind a "drop" NAT (hole
+# punching works), h5 behind a "random" NAT (only the relay can carry its traffic). The NATed
+# trainers need only --initial-peers plus --use-relays --hole-punching (--allow-private: the
+# lab's internet is 10.77/16). All four train Fashion-MNIST to epoch $EPOCHS. Checks: every
+# trainer finishes; every epoch digest logged by two or more trainers agrees, and the final
+# parameters are identical everywhere; the NATed trainers learn they are private (DHT client
+# mode) and hold relay reservations; h4 upgrades relayed connections by DCUtR; the rounds
+# include the NATed peers (groups of 4). Prints the run's figures (seconds, rounds, bytes).
+source "$(dirname "$0")/lib.sh"
+STARLING=${STARLING:-$T_SRC/build/bin/starling}
+EPOCHS=${EPOCHS:-10}
+[[ -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] ||
+  skip "Fashion-MNIST (dataset-fashion-mnist) is not installed"
+need_root --nat
+need_bins "$STARLING" "$(dirname "$STARLING")/starling-train"
+
+up --hosts 5 --nat 2 --nat-type drop,random
+bg_on h1 "$T_TMP/boot.log" env HOME="$T_TMP" "$STARLING" --log info dht -i "$T_TMP/boot.key" \
+  --listen /ip4/10.77.1.1/tcp/4000 --allow-private --relay-circuit-seconds 0 \
+  --relay-circuit-kib 0 --addr-file "$T_TMP/boot.addr"
+check "bootstrap node is up" wait_for_line "$T_TMP/boot.addr" '/p2p/' 15
+boot=$(head -1 "$T_TMP/boot.addr")
+note "bootstrap $boot"
+
+trainer() {  # NAME HOST LISTEN ARGS...
+  local name=$1 host=$2 listen=$3
+  shift 3
+  bg_on "$host" "$T_TMP/$name.log" env HOME="$T_TMP" STARLING_LOG=info "$STARLING" train \
+    --identity "$T_TMP/$name.key" --listen "$listen" --initial-peers "$boot" --run-id nat \
+    --target-batch-size 16384 --batch-size 64 --threads 1 --lr 0.003 --averaging-timeout 15 \
+    --max-epochs "$EPOCHS" --linger 20 --allow-private --hole-punching \
+    --report "$T_TMP/$name.json" "$@"
+}
+t0=$(date +%s.%N)
+trainer p2 h2 /ip4/10.77.1.2/tcp/4100
+trainer p3 h3 /ip4/10.77.1.3/tcp/4100
+trainer n4 h4 /ip4/0.0.0.0/tcp/4100 --use-relays
+trainer n5 h5 /ip4/0.0.0.0/tcp/4100 --use-relays
+
+for n in p2 p3 n4 n5; do
+  check "$n finished (report written)" wait_for_line "$T_TMP/$n.log" '^done: epoch' 600
+done
+elapsed=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
+
+jfield() { sed -nE "s/.*\"$2\":\"?([^,\"}]*).*/\\1/p" "$T_TMP/$1.json"; }
+for n in p2 p3 n4 n5; do
+  note "$n: stop $(jfield $n stop) epoch $(jfield $n epoch) rounds_ok $(jfield $n rounds_ok)" \
+    "failed $(jfield $n rounds_failed) downloads $(jfield $n state_downloads)" \
+    "sent $(jfield $n bytes_sent) accuracy $(jfield $n test_accuracy) hash $(jfield $n param_hash)"
+  check "$n stopped at the epoch limit" test "$(jfield $n stop)" = max-epochs
+done
+hashes=$(for n in p2 p3 n4 n5; do jfield $n param_hash; done | sort -u | wc -l)
+check "all four trainers hold identical final parameters" test "$hashes" -eq 1
+
+# Per-epoch digests ("epoch A -> B: ... digest D"): one digest per epoch B across trainers.
+grep -hoE 'epoch [0-9]+ -> [0-9]+: .* digest [0-9a-f]+' "$T_TMP"/{p2,p3,n4,n5}.log |
+  awk '{print $4, $NF}' | sed 's/://' | sort -u >"$T_TMP/digests"
+forks=$(awk '{print $1}' "$T_TMP/digests" | uniq -d | wc -l)
+epochs=$(awk '{print $1}' "$T_TMP/digests" | sort -u | wc -l)
+check "every epoch's digest agrees across trainers ($epochs epochs, $forks forked)" \
+  test "$forks" -eq 0 -a "$epochs" -ge "$EPOCHS"
+
+for n in n4 n5; do
+  check "$n: AutoNAT found it private, the DHT runs in client mode" \
+    grep -q 'client mode (not publicly reachable)' "$T_TMP/$n.log"
+done
+check "h4 (drop NAT) upgraded a relayed connection by DCUtR" \
+  grep -qE 'dcutr with .*direct connection after' "$T_TMP/n4.log" "$T_TMP/p2.log" "$T_TMP/p3.log"
+groups=$(grep -hoE 'averaged \(group [0-9]+' "$T_TMP"/{p2,p3,n4,n5}.log | awk '{print $3}' | sort -n | uniq -c | tr '\n' ' ')
+note "averaging groups (count size): $groups"
+check "rounds included all four trainers" grep -qE 'averaged \(group 4' "$T_TMP/n5.log"
+note "figures: $EPOCHS epochs in $elapsed s wall (load $(cut -d' ' -f1-3 /proc/loadavg))"
+finish
