@@ -110,8 +110,8 @@ awaitable<bool> PortMapper::find_gateway() {
   for (auto& b : tries) {
     auto ext = co_await b->discover(cfg_.discover_timeout);
     if (ext) {
-      logger("net")->info("portmap: {} gateway {} (external address {})", b->name(),
-                          b->gateway(), ext.value().to_string());
+      logger("net")->info("portmap: {} gateway {} (external address {})", b->name(), b->gateway(),
+                          ext.value().to_string());
       if (!cfg_.allow_private && !is_public_ip(asio::ip::address(ext.value())))
         logger("net")->warn(
             "portmap: the router's external address {} is not public (a NAT behind a NAT?): "
@@ -221,8 +221,8 @@ awaitable<void> PortMapper::stop() {
           ++stats_.removed;
           logger("net")->info("portmap: removed the mapping of TCP port {}", m.external_port);
         } else {
-          logger("net")->info("portmap: removing the mapping of TCP port {}: {}",
-                              m.external_port, r.error().message());
+          logger("net")->info("portmap: removing the mapping of TCP port {}: {}", m.external_port,
+                              r.error().message());
         }
       }
       co_return success();

@@ -9,8 +9,8 @@
 
 #include <algorithm>
 
-#include <asio/posix/stream_descriptor.hpp>
 #include <fmt/format.h>
+#include <asio/posix/stream_descriptor.hpp>
 
 #include "starling/net/portmap.hpp"
 
@@ -71,8 +71,7 @@ class NatpmpBackend final : public PortMapBackend {
     if (int r = sendnewportmappingrequest(&n_, NATPMP_PROTOCOL_TCP, port, port, secs); r < 0)
       co_return natpmp_error(r, "sending the mapping request");
     ST_CO_TRY(auto resp, co_await exchange(deadline));
-    if (resp.type != NATPMP_RESPTYPE_TCPPORTMAPPING ||
-        resp.pnu.newportmapping.privateport != port)
+    if (resp.type != NATPMP_RESPTYPE_TCPPORTMAPPING || resp.pnu.newportmapping.privateport != port)
       co_return make_error(errc::protocol_violation, "NAT-PMP: answer for another mapping");
     PortMapping m;
     m.internal_port = port;
@@ -87,8 +86,7 @@ class NatpmpBackend final : public PortMapBackend {
   awaitable<result<void>> unmap(const PortMapping& m, Duration timeout) override {
     if (!open_) co_return make_error(errc::unavailable, "NAT-PMP: no gateway");
     // Lifetime 0 deletes the mapping of this internal port (RFC 6886 §3.4).
-    if (int r = sendnewportmappingrequest(&n_, NATPMP_PROTOCOL_TCP, m.internal_port, 0, 0);
-        r < 0)
+    if (int r = sendnewportmappingrequest(&n_, NATPMP_PROTOCOL_TCP, m.internal_port, 0, 0); r < 0)
       co_return natpmp_error(r, "sending the removal");
     ST_CO_TRY(co_await exchange(Clock::now() + timeout));
     co_return success();
@@ -119,8 +117,10 @@ class NatpmpBackend final : public PortMapBackend {
       timeval tv{};
       if (getnatpmprequesttimeout(&n_, &tv) < 0) co_return make_error(errc::io, "NAT-PMP timer");
       const auto now = Clock::now();
-      if (now >= deadline) co_return make_error(errc::timeout, "NAT-PMP: no answer from " + gateway_);
-      const Duration retry = std::chrono::seconds(tv.tv_sec) + std::chrono::microseconds(tv.tv_usec);
+      if (now >= deadline)
+        co_return make_error(errc::timeout, "NAT-PMP: no answer from " + gateway_);
+      const Duration retry =
+          std::chrono::seconds(tv.tv_sec) + std::chrono::microseconds(tv.tv_usec);
       const Duration wait = std::clamp<Duration>(retry, 1ms, deadline - now);
       auto readable = [&]() -> awaitable<result<void>> {
         auto [ec] = co_await sock.async_wait(asio::posix::descriptor_base::wait_read, use_nothrow);

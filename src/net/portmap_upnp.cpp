@@ -77,7 +77,9 @@ result<asio::ip::address_v4> external_ip(const Igd& g) {
   if (r != UPNPCOMMAND_SUCCESS) return upnp_error(r, "GetExternalIPAddress");
   std::error_code ec;
   auto ip = asio::ip::make_address_v4(ext, ec);
-  if (ec) return make_error(errc::protocol_violation, fmt::format("UPnP: bad external address '{}'", ext));
+  if (ec)
+    return make_error(errc::protocol_violation,
+                      fmt::format("UPnP: bad external address '{}'", ext));
   return ip;
 }
 
@@ -112,9 +114,8 @@ result<PortMapping> add_mapping(const Igd& g, std::uint16_t port, Duration lifet
   const auto p = std::to_string(port);
   auto lease = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(lifetime).count());
   auto add = [&] {
-    return UPNP_AddPortMapping(g.control_url.c_str(), g.service_type.c_str(), p.c_str(),
-                               p.c_str(), g.lan_addr.c_str(), desc.c_str(), "TCP", nullptr,
-                               lease.c_str());
+    return UPNP_AddPortMapping(g.control_url.c_str(), g.service_type.c_str(), p.c_str(), p.c_str(),
+                               g.lan_addr.c_str(), desc.c_str(), "TCP", nullptr, lease.c_str());
   };
   PortMapping m;
   m.internal_port = port;
@@ -126,9 +127,9 @@ result<PortMapping> add_mapping(const Igd& g, std::uint16_t port, Duration lifet
   }
   if (r == 718) {  // ConflictInMappingEntry: another client has this external port
     char reserved[16] = {};
-    r = UPNP_AddAnyPortMapping(g.control_url.c_str(), g.service_type.c_str(), p.c_str(),
-                               p.c_str(), g.lan_addr.c_str(), desc.c_str(), "TCP", nullptr,
-                               lease.c_str(), reserved);
+    r = UPNP_AddAnyPortMapping(g.control_url.c_str(), g.service_type.c_str(), p.c_str(), p.c_str(),
+                               g.lan_addr.c_str(), desc.c_str(), "TCP", nullptr, lease.c_str(),
+                               reserved);
     if (r == UPNPCOMMAND_SUCCESS) {
       const long other = std::strtol(reserved, nullptr, 10);
       if (other <= 0 || other > 65535)

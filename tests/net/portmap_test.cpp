@@ -41,7 +41,7 @@ TEST(PortMapHelpers, Modes) {
 TEST(PortMapHelpers, RenewAtHalfTheLifetime) {
   const TimePoint t0{};
   EXPECT_EQ(renew_time(t0, 3600s, 5min), t0 + 1800s);
-  EXPECT_EQ(renew_time(t0, 1s, 5min), t0 + 1s);  // at least a second
+  EXPECT_EQ(renew_time(t0, 1s, 5min), t0 + 1s);    // at least a second
   EXPECT_EQ(renew_time(t0, 0s, 5min), t0 + 5min);  // permanent: checked again
 }
 
@@ -135,9 +135,7 @@ struct PortMapFixture {
     cfg.retry_interval = 300ms;
   }
   std::uint16_t port() const { return mappable_ports(host->listen_addresses()).at(0); }
-  Multiaddr mapped() const {
-    return ma(("/ip4/11.0.0.7/tcp/" + std::to_string(port())).c_str());
-  }
+  Multiaddr mapped() const { return ma(("/ip4/11.0.0.7/tcp/" + std::to_string(port())).c_str()); }
 };
 
 }  // namespace

@@ -23,7 +23,7 @@ struct DhtOptions {
   std::vector<std::string> initial_peers;
   std::string addr_file;
   bool client = false;
-  bool no_relay = false;  // serve: no circuit relay v2 / AutoNAT service
+  bool no_relay = false;       // serve: no circuit relay v2 / AutoNAT service
   bool allow_private = false;  // serve: AutoNAT dials back private addresses (labs)
   // serve: the relay's per-circuit limits (the spec's defaults fit hole punching, not training)
   double circuit_seconds = 120;

@@ -30,13 +30,13 @@
 namespace starling::net {
 
 struct PortMapConfig {
-  bool natpmp = true;               // tried first (one UDP exchange with the default gateway)
-  bool upnp = true;                 // then UPnP IGD (SSDP discovery, SOAP over HTTP)
-  Duration lifetime = 1h;           // lease asked for; renewed at half of what is granted
-  Duration discover_timeout = 4s;   // finding a gateway, per protocol
-  Duration request_timeout = 6s;    // one mapping request (NAT-PMP retries included)
-  Duration retry_interval = 5min;   // after no gateway answered, a refusal or a failed renewal
-  Duration stop_timeout = 3s;       // removing the mappings in stop()
+  bool natpmp = true;              // tried first (one UDP exchange with the default gateway)
+  bool upnp = true;                // then UPnP IGD (SSDP discovery, SOAP over HTTP)
+  Duration lifetime = 1h;          // lease asked for; renewed at half of what is granted
+  Duration discover_timeout = 4s;  // finding a gateway, per protocol
+  Duration request_timeout = 6s;   // one mapping request (NAT-PMP retries included)
+  Duration retry_interval = 5min;  // after no gateway answered, a refusal or a failed renewal
+  Duration stop_timeout = 3s;      // removing the mappings in stop()
   // Announce the mapped address even when the router's external address is not public (a
   // NAT behind a NAT cannot be reached through it; labs may want it anyway).
   bool allow_private = false;
