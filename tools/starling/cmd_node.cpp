@@ -19,6 +19,7 @@ struct NodeOptions {
   std::vector<std::string> listen{"/ip4/0.0.0.0/tcp/0"};
   std::vector<std::string> connect;
   std::vector<std::string> relay_via;
+  std::size_t reservations = 0;  // 0: one with every --relay-via relay
   std::string addr_file;
   bool relay = false;
   bool hole_punching = false;
@@ -106,7 +107,7 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
       }
       rc.relays.push_back(ma.value());
     }
-    rc.want_reservations = rc.relays.size();
+    rc.want_reservations = o->reservations > 0 ? o->reservations : rc.relays.size();
     relay_client = net::RelayClient::start(host, rc);
     auto held = co_await relay_client->wait_reservations(1, 30s);
     if (!held) std::cerr << "warning: " << held.error().message() << "\n";
@@ -187,6 +188,9 @@ void add_node_command(CLI::App& app, Runner& run) {
   cmd->add_option("--relay-via", o->relay_via,
                   "hold a relay reservation with this relay (multiaddr with /p2p/<id>; "
                   "repeatable); the /p2p-circuit addresses are printed and announced");
+  cmd->add_option("--reservations", o->reservations,
+                  "reservations to hold among the --relay-via relays (0: all); when a relay "
+                  "dies the client reserves with another one");
   cmd->add_flag("--hole-punching", o->hole_punching,
                 "DCUtR: upgrade relayed connections to direct ones by TCP hole punching "
                 "(listeners get SO_REUSEPORT)");
