@@ -33,11 +33,16 @@ check "B holds one reservation, with R1" \
 check "... and none with R2" bash -c "! grep -q '^relayed at $r2' '$T_TMP/b.log'"
 b_id=$(peer_id b)
 
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b - a}'; }
+t_kill=$(date +%s.%N)
 kill -KILL "${PID[r1]}"
 check "B lost R1's reservation" \
   wait_for_line "$T_TMP/b.log" "relay [^ ]*${r1_id: -6}: connection lost" 60
+lost=$(since "$t_kill")
 check "B reserved with R2 instead" \
   wait_for_line "$T_TMP/b.log" "relay [^ ]*${r2_id: -6}: reservation until" 30
+note "after the SIGKILL: reservation dropped in $lost s, new one with R2 at $(since "$t_kill") s" \
+  "(load $(cut -d' ' -f1 /proc/loadavg))"
 
 node a h4 -l /ip4/0.0.0.0/tcp/0 --connect "$r2/p2p-circuit/p2p/$b_id"
 check "A reaches B through R2" \
