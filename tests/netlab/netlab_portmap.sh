@@ -22,7 +22,15 @@ node() {  # NAME HOST ARGS...
   PID[$name]=$!
 }
 peer_id() { sed -nE 's/^peer id (.*)$/\1/p' "$T_TMP/$1.log" | head -1; }
-has_dnat() { nl exec r2 -- nft list chain inet miniupnpd prerouting_miniupnpd | grep -q "dport $1 dnat"; }
+has_dnat() {  # PORT: the router's DNAT rule for PORT exists (the listing is kept for the log)
+  local try
+  for try in 1 2 3 4 5; do  # a listing can fail while miniupnpd commits a batch: list again
+    nl exec r2 -- nft list chain inet miniupnpd prerouting_miniupnpd >"$T_TMP/chain.txt" 2>&1 &&
+      break
+    sleep 0.2
+  done
+  grep -q "dport $1 dnat" "$T_TMP/chain.txt"
+}
 no_dnat() { ! has_dnat "$1"; }
 lines_at_least() {  # FILE REGEX N SECONDS: waits until FILE has N lines matching REGEX
   local i
@@ -51,6 +59,7 @@ mapping() {  # NAME PROTO PORT
   check "[$proto] the mapped address is announced" \
     wait_for_line "$T_TMP/$name.log" "^listening on /ip4/$ext/tcp/$port/p2p/" 5
   check "[$proto] the router holds the forwarding rule" has_dnat "$port"
+  has_dnat "$port" || sed 's/^/# /' "$T_TMP/chain.txt"
   check "[$proto] AutoNAT: R dialled the mapped address back, B is public" \
     wait_for_line "$T_TMP/$name.log" '^reachability public' 40
   id=$(peer_id "$name")
