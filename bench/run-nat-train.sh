@@ -17,7 +17,7 @@ run() {  # label env...
     echo "run-nat-train: the $label run failed" >&2
     exit 1
   }
-  echo "$out" | grep -E '^# (p2|n4|n5):|figures' | sed "s/^# /$label: /"
+  echo "$out" | grep -E "^# (p2|n4|n5|n6):|figures|dcutr:|groups" | sed "s/^# /$label: /"
   echo "$out" | sed -nE 's/^# figures: [0-9]+ epochs in ([0-9.]+) s wall.*/\1/p' >"/tmp/run-nat-train.$label"
 }
 run nat NAT_TRAIN_PUBLIC=0

@@ -89,11 +89,7 @@ result<std::unique_ptr<TrainingNode>> TrainingNode::start(crypto::KeyPair key,
         t->io_->executor(),
         [host, node]() -> awaitable<result<std::shared_ptr<net::AutonatClient>>> {
           auto a = net::AutonatClient::start(host);
-          std::weak_ptr<dht::DhtNode> weak = node;
-          a->on_change([weak](net::Reachability r) {
-            if (auto n = weak.lock(); n && r != net::Reachability::unknown)
-              n->set_reachable(r == net::Reachability::public_);
-          });
+          node->follow(*a);
           co_return a;
         },
         5s);

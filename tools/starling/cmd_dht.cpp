@@ -115,12 +115,10 @@ awaitable<int> serve_main(std::shared_ptr<DhtOptions> o) {
   std::shared_ptr<net::AutonatClient> reach;
   if (!o->client) {
     reach = net::AutonatClient::start(host);
-    std::weak_ptr<dht::DhtNode> weak = node;
-    reach->on_change([weak](net::Reachability r) {
+    reach->on_change([](net::Reachability r) {
       std::cout << "reachability " << net::reachability_name(r) << std::endl;
-      if (auto n = weak.lock(); n && r != net::Reachability::unknown)
-        n->set_reachable(r == net::Reachability::public_);
     });
+    node->follow(*reach);
   }
   std::cout << "peer id " << node->peer().to_string() << "\n";
   std::cout << "mode " << (o->client ? "client" : "server") << "\n";
