@@ -13,15 +13,6 @@ need_root --nat
 need_cmd miniupnpd nft
 need_bins "$STARLING"
 
-declare -A PID
-node() {  # NAME HOST ARGS...
-  local name=$1 host=$2
-  shift 2
-  bg_on "$host" "$T_TMP/$name.log" env HOME="$T_TMP" "$STARLING" --log info node \
-    -i "$T_TMP/$name.key" "$@"
-  PID[$name]=$!
-}
-peer_id() { sed -nE 's/^peer id (.*)$/\1/p' "$T_TMP/$1.log" | head -1; }
 has_dnat() {  # PORT: the router's DNAT rule for PORT exists (the listing is kept for the log)
   local try
   for try in 1 2 3 4 5; do  # a listing can fail while miniupnpd commits a batch: list again
@@ -46,13 +37,13 @@ ext=$(nl addr h2 --outside)
 check "the upnp router's outside address is outside the private ranges ($ext)" \
   test "$ext" = 11.77.2.2
 
-node r h1 -l /ip4/0.0.0.0/tcp/4001 --relay
+starling_node r h1 -l /ip4/0.0.0.0/tcp/4001 --relay
 check "R is up" wait_for_line "$T_TMP/r.log" '^listening on /ip4/10\.77\.1\.1/tcp/4001/' 10
 r_addr=$(sed -nE 's|^listening on (/ip4/10\.77\.1\.1/tcp/4001/p2p/.*)$|\1|p' "$T_TMP/r.log")
 
 mapping() {  # NAME PROTO PORT
   local name=$1 proto=$2 port=$3 id
-  node "$name" h2 -l "/ip4/0.0.0.0/tcp/$port" --port-mapping "$proto" \
+  starling_node "$name" h2 -l "/ip4/0.0.0.0/tcp/$port" --port-mapping "$proto" \
     --port-mapping-lifetime 6 --connect "$r_addr"
   check "[$proto] the router granted $ext:$port" \
     wait_for_line "$T_TMP/$name.log" "^port mapped $proto $ext:$port -> $port$" 15
@@ -62,14 +53,14 @@ mapping() {  # NAME PROTO PORT
   has_dnat "$port" || sed 's/^/# /' "$T_TMP/chain.txt"
   check "[$proto] AutoNAT: R dialled the mapped address back, B is public" \
     wait_for_line "$T_TMP/$name.log" '^reachability public' 40
-  id=$(peer_id "$name")
+  id=$(node_peer_id "$name")
   # Past the 6 s lease: renewed twice (at half of it each time), then dialled from outside.
   check "[$proto] the lease was renewed twice, before each expiry" \
     lines_at_least "$T_TMP/$name.log" "portmap: $proto renewed TCP $ext:$port " 2 15
-  node "c-$name" h3 -l /ip4/0.0.0.0/tcp/0 --connect "/ip4/$ext/tcp/$port/p2p/$id"
+  starling_node "c-$name" h3 -l /ip4/0.0.0.0/tcp/0 --connect "/ip4/$ext/tcp/$port/p2p/$id"
   check "[$proto] a peer behind another NAT dials B directly at the mapped address" \
     wait_for_line "$T_TMP/c-$name.log" "^connection $id direct outbound /ip4/$ext/tcp/$port" 15
-  kill -TERM "${PID[$name]}"
+  kill -TERM "${NODE_PID[$name]}"
   check "[$proto] B stopped cleanly" wait_for_line "$T_TMP/$name.log" '^stopped$' 10
   check "[$proto] the stop removed the mapping from the router" no_dnat "$port"
   grep -E 'portmap' "$T_TMP/$name.log" | sed 's/^/# /' | head -6
@@ -79,7 +70,7 @@ mapping b1 natpmp 4002
 mapping b2 upnp 4012
 
 # Ports below 1024 are outside the router's allow rule (--upnp-allow 1024-65535).
-node b3 h2 -l /ip4/0.0.0.0/tcp/900 --port-mapping upnp
+starling_node b3 h2 -l /ip4/0.0.0.0/tcp/900 --port-mapping upnp
 check "[refused] the router's refusal is logged with its reason" \
   wait_for_line "$T_TMP/b3.log" 'portmap: the router \(upnp at .*\) refused to map TCP port 900: .*606' 15
 check "[refused] no port mapped" wait_for_line "$T_TMP/b3.log" '^port mapping none yet' 15

@@ -8,34 +8,26 @@ STARLING=${STARLING:-$T_SRC/build/bin/starling}
 need_root --nat
 need_bins "$STARLING"
 
-declare -A PID
-node() {  # NAME HOST ARGS...
-  local name=$1 host=$2
-  shift 2
-  bg_on "$host" "$T_TMP/$name.log" env HOME="$T_TMP" "$STARLING" --log info node \
-    -i "$T_TMP/$name.key" "$@"
-  PID[$name]=$!
-}
-peer_id() { sed -nE 's/^peer id (.*)$/\1/p' "$T_TMP/$1.log" | head -1; }
 addr_of() { sed -nE "s|^listening on (/ip4/10\\.77\\.1\\.$2/tcp/4001/p2p/.*)\$|\\1|p" "$T_TMP/$1.log"; }
 
 up --hosts 4 --nat 2
-node r1 h1 -l /ip4/0.0.0.0/tcp/4001 --relay
-node r2 h2 -l /ip4/0.0.0.0/tcp/4001 --relay
+starling_node r1 h1 -l /ip4/0.0.0.0/tcp/4001 --relay
+starling_node r2 h2 -l /ip4/0.0.0.0/tcp/4001 --relay
 check "R1 is up" wait_for_line "$T_TMP/r1.log" '^listening on /ip4/10\.77\.1\.1/tcp/4001/' 10
 check "R2 is up" wait_for_line "$T_TMP/r2.log" '^listening on /ip4/10\.77\.1\.2/tcp/4001/' 10
 r1=$(addr_of r1 1) r2=$(addr_of r2 2)
-r1_id=$(peer_id r1) r2_id=$(peer_id r2)
+r1_id=$(node_peer_id r1) r2_id=$(node_peer_id r2)
 
-node b h3 -l /ip4/0.0.0.0/tcp/4003 --relay-via "$r1" --relay-via "$r2" --reservations 1
+starling_node b h3 -l /ip4/0.0.0.0/tcp/4003 --relay-via "$r1" --relay-via "$r2" \
+  --reservations 1
 check "B holds one reservation, with R1" \
   wait_for_line "$T_TMP/b.log" "^relayed at $r1/p2p-circuit/p2p/" 20
 check "... and none with R2" bash -c "! grep -q '^relayed at $r2' '$T_TMP/b.log'"
-b_id=$(peer_id b)
+b_id=$(node_peer_id b)
 
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b - a}'; }
 t_kill=$(date +%s.%N)
-kill -KILL "${PID[r1]}"
+kill -KILL "${NODE_PID[r1]}"
 check "B lost R1's reservation" \
   wait_for_line "$T_TMP/b.log" "relay [^ ]*${r1_id: -6}: connection lost" 60
 lost=$(since "$t_kill")
@@ -44,9 +36,9 @@ check "B reserved with R2 instead" \
 note "after the SIGKILL: reservation dropped in $lost s, new one with R2 at $(since "$t_kill") s" \
   "(load $(cut -d' ' -f1 /proc/loadavg))"
 
-node a h4 -l /ip4/0.0.0.0/tcp/0 --connect "$r2/p2p-circuit/p2p/$b_id"
+starling_node a h4 -l /ip4/0.0.0.0/tcp/0 --connect "$r2/p2p-circuit/p2p/$b_id"
 check "A reaches B through R2" \
   wait_for_line "$T_TMP/a.log" "^connection $b_id relayed outbound /ip4/10\\.77\\.1\\.2/" 20
 check "B accepted it through R2" \
-  wait_for_line "$T_TMP/b.log" "^connection $(peer_id a) relayed inbound" 10
+  wait_for_line "$T_TMP/b.log" "^connection $(node_peer_id a) relayed inbound" 10
 finish
