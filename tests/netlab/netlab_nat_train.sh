@@ -21,6 +21,7 @@ PUBLIC=${NAT_TRAIN_PUBLIC:-0}
 [[ -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] ||
   skip "Fashion-MNIST (dataset-fashion-mnist) is not installed"
 need_root --nat
+need_cmd miniupnpd nft
 need_bins "$STARLING" "$(dirname "$STARLING")/starling-train"
 
 if ((PUBLIC)); then up --hosts 6; else up --hosts 6 --nat 3 --nat-type drop,random,upnp; fi
