@@ -16,6 +16,12 @@ if(NOT CLI11_FOUND)
   target_include_directories(CLI11::CLI11 INTERFACE ${CLI11_INCLUDE_DIR})
 endif()
 find_path(ASIO_INCLUDE_DIR asio.hpp REQUIRED)
+# Port mapping through home routers (net/portmap): NAT-PMP and UPnP IGD clients. Linked by
+# name (plain -l flags also in the installed package), found here for a clear error.
+find_path(NATPMP_INCLUDE_DIR natpmp.h REQUIRED)           # libnatpmp-dev
+find_library(NATPMP_LIBRARY natpmp REQUIRED)
+find_path(MINIUPNPC_INCLUDE_DIR miniupnpc/miniupnpc.h REQUIRED)  # libminiupnpc-dev
+find_library(MINIUPNPC_LIBRARY miniupnpc REQUIRED)
 if(STARLING_WITH_TORCH)
   find_package(Torch QUIET)
   if(NOT Torch_FOUND)

@@ -13,6 +13,8 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   libtorch-dev
+  # port mapping through home routers (NAT-PMP, UPnP IGD)
+  libnatpmp-dev libminiupnpc-dev
   # a fast BLAS for libtorch (replaces the reference libblas through the alternatives system:
   # ~8x the training throughput here); the OpenMP build follows torch::set_num_threads
   libopenblas0-openmp
@@ -24,6 +26,8 @@ PACKAGES=(
   dataset-fashion-mnist wordnet-base
   # emulated internet (netlab) and interop test
   iproute2 iptables procps psmisc nodejs npm
+  # netlab's port-mapping gateway (--nat-type upnp): UPnP IGD + NAT-PMP daemon, nft for its tables
+  miniupnpd-nftables nftables
   # test scripts (stdlib only)
   python3
   # the Python module (python/): pybind11 and the python3 that imports the same libtorch

@@ -26,6 +26,7 @@ result<std::unique_ptr<TrainingNode>> TrainingNode::start(crypto::KeyPair key,
   hc.max_upload_bytes_per_second = cfg.max_upload_bytes_per_second;
   hc.max_download_bytes_per_second = cfg.max_download_bytes_per_second;
   hc.hole_punching = cfg.hole_punching;
+  hc.dcutr.allow_private = cfg.allow_private;
   if (cfg.dht.dht.client_mode || cfg.collab.client_mode) hc.listen.clear();
   t->host_ = net::Host::create(t->io_->executor(), std::move(key), hc);
   auto host = t->host_;
@@ -33,12 +34,27 @@ result<std::unique_ptr<TrainingNode>> TrainingNode::start(crypto::KeyPair key,
           t->io_->executor(), [host] { return host->start(); }, cfg.start_timeout);
       !r)
     return r.error().with_context("starting the host");
+  if (cfg.port_mapping && !hc.listen.empty()) {
+    auto pc = *cfg.port_mapping;
+    auto made = block_on(
+        t->io_->executor(),
+        [host, pc]() -> awaitable<result<std::shared_ptr<net::PortMapper>>> {
+          co_return net::PortMapper::start(host, pc);
+        },
+        5s);
+    if (!made) return made.error().with_context("starting the port mapper");
+    t->port_mapper_ = made.value();
+  }
   if (cfg.relay_service && !hc.listen.empty()) {
     auto made = block_on(
         t->io_->executor(),
-        [host]() -> awaitable<result<std::pair<std::shared_ptr<net::RelayService>,
-                                               std::shared_ptr<net::AutonatServer>>>> {
-          co_return std::make_pair(net::RelayService::start(host), net::AutonatServer::start(host));
+        [host, allow = cfg.allow_private]()
+            -> awaitable<result<std::pair<std::shared_ptr<net::RelayService>,
+                                          std::shared_ptr<net::AutonatServer>>>> {
+          net::AutonatServerConfig ac;
+          ac.allow_private = allow;
+          co_return std::make_pair(net::RelayService::start(host),
+                                   net::AutonatServer::start(host, ac));
         },
         5s);
     if (!made) return made.error().with_context("starting the relay service");
@@ -73,11 +89,7 @@ result<std::unique_ptr<TrainingNode>> TrainingNode::start(crypto::KeyPair key,
         t->io_->executor(),
         [host, node]() -> awaitable<result<std::shared_ptr<net::AutonatClient>>> {
           auto a = net::AutonatClient::start(host);
-          std::weak_ptr<dht::DhtNode> weak = node;
-          a->on_change([weak](net::Reachability r) {
-            if (auto n = weak.lock(); n && r != net::Reachability::unknown)
-              n->set_reachable(r == net::Reachability::public_);
-          });
+          node->follow(*a);
           co_return a;
         },
         5s);
@@ -122,16 +134,18 @@ result<void> TrainingNode::stop(Duration bound) {
   auto autonat = autonat_;
   auto relay_client = relay_client_;
   auto autonat_client = autonat_client_;
+  auto mapper = port_mapper_;
   auto* traffic = &final_traffic_;
   auto r = block_on(
       io_->executor(),
-      [c, node, host, relay, autonat, relay_client, autonat_client,
+      [c, node, host, relay, autonat, relay_client, autonat_client, mapper,
        traffic]() -> awaitable<result<void>> {
         if (c) *traffic = {c->bytes_sent(), c->bytes_received()};
         if (c) co_await c->stop();
         if (autonat_client) co_await autonat_client->stop();
         if (autonat) autonat->stop();
         if (relay_client) co_await relay_client->stop();
+        if (mapper) co_await mapper->stop();
         if (relay) co_await relay->stop();
         if (node) co_await node->stop();
         if (host) co_await host->stop();

@@ -76,6 +76,13 @@ void DhtNode::set_reachable(bool reachable) {
                  reachable ? "publicly reachable again" : "not publicly reachable");
 }
 
+void DhtNode::follow(net::AutonatClient& autonat) {
+  autonat.on_change([weak = weak_from_this()](net::Reachability r) {
+    if (auto n = weak.lock(); n && r != net::Reachability::unknown)
+      n->set_reachable(r == net::Reachability::public_);
+  });
+}
+
 DhtNode::~DhtNode() = default;
 
 std::vector<net::Multiaddr> DhtNode::announced() const {

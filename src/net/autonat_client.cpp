@@ -25,6 +25,9 @@ std::shared_ptr<AutonatClient> AutonatClient::start(std::shared_ptr<Host> host,
     if (auto self = weak.lock(); self && self->core_.confidence() < self->cfg_.max_confidence)
       self->wake_.pulse();  // a new possible server while we are unsure
   });
+  host->on_addresses_changed([weak] {
+    if (auto self = weak.lock()) self->wake_.pulse();  // e.g. a port mapping: check it
+  });
   c->scope_.spawn([c]() -> awaitable<void> { co_await c->loop(); });
   return c;
 }
@@ -35,10 +38,18 @@ awaitable<void> AutonatClient::stop() {
   host_->set_extra_addresses("autonat", {});
 }
 
-std::vector<Multiaddr> AutonatClient::candidates() const {
+namespace {
+// The direct addresses the host announces (what a re-check is about when it changes).
+std::vector<Multiaddr> direct_announced(const Host& host) {
   std::vector<Multiaddr> out;
-  for (const auto& a : host_->announce_addresses())
+  for (const auto& a : host.announce_addresses())
     if (!a.is_circuit()) out.push_back(a.without_peer_id());
+  return out;
+}
+}  // namespace
+
+std::vector<Multiaddr> AutonatClient::candidates() const {
+  std::vector<Multiaddr> out = direct_announced(*host_);
   for (const auto& a : host_->observed_addresses())
     if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
   return out;
@@ -108,7 +119,7 @@ awaitable<result<void>> AutonatClient::wait_status(Reachability want, Duration t
 
 awaitable<void> AutonatClient::loop() {
   auto self = shared_from_this();
-  std::vector<Multiaddr> last = candidates();
+  std::vector<Multiaddr> last = direct_announced(*host_);
   std::map<PeerId, TimePoint> asked;
   for (;;) {
     // Servers: identified, connected directly, speaking AutoNAT, not asked recently.
@@ -134,12 +145,17 @@ awaitable<void> AutonatClient::loop() {
         logger("net")->debug("autonat: {} did not answer: {}", s.short_string(),
                              r.error().message());
     }
+    // Our direct addresses changed (a port mapping, an interface) during the probes or while
+    // waiting: what we knew may no longer hold, ask again at once.
+    if (auto now_addrs = direct_announced(*host_); now_addrs != last) {
+      last = std::move(now_addrs);
+      asked.clear();
+      continue;
+    }
     const auto period = core_.confident() ? cfg_.interval : cfg_.retry_interval;
     auto w = co_await with_timeout(wake_.wait(), period, "autonat wait");
     if (!w && w.error() == errc::cancelled) co_return;
-    // Addresses changed: what we knew may no longer hold, ask again soon.
-    auto now_addrs = candidates();
-    if (now_addrs != last) {
+    if (auto now_addrs = direct_announced(*host_); now_addrs != last) {
       last = std::move(now_addrs);
       asked.clear();
     }

@@ -222,3 +222,32 @@ TEST(Autonat, BackgroundLoopFindsServers) {
     co_await f.stop_all();
   });
 }
+
+// A new direct address (a port mapping, "portmap") makes the client ask again at once, not
+// after retry_interval: here an hour, so without the re-check the second request never comes.
+TEST(Autonat, NewAddressIsCheckedAtOnce) {
+  AutonatFixture f;
+  auto a = make_host(f.io);
+  test::run_with_deadline(f.io, [&]() -> awaitable<void> {
+    CO_ASSERT_OK(co_await f.start_servers(1));
+    CO_ASSERT_OK(co_await a->start());
+    AutonatClientConfig cc;
+    cc.timeout = 5s;
+    cc.retry_interval = 1h;
+    cc.interval = 1h;
+    auto client = AutonatClient::start(a, cc);
+    CO_ASSERT_OK(co_await a->connect(f.servers[0]->listen_addresses().at(0)));
+    CO_ASSERT_OK(co_await client->wait_status(Reachability::public_, 10s));
+    const auto& st = f.services[0]->stats();
+    const auto before = st.requests;
+    const auto port = a->listen_addresses().at(0).to_tcp_endpoint().value().port();
+    a->set_extra_addresses(
+        "portmap", {Multiaddr::from_tcp_endpoint({asio::ip::make_address("127.0.0.2"), port})});
+    const auto deadline = Clock::now() + 10s;
+    while (st.requests == before && Clock::now() < deadline) (void)co_await sleep_for(10ms);
+    EXPECT_GT(st.requests, before);
+    co_await client->stop();
+    co_await a->stop();
+    co_await f.stop_all();
+  });
+}

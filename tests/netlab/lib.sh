@@ -117,6 +117,19 @@ wait_listen() {
   return 1
 }
 
+# starling_node NAME HOST ARGS...: `$STARLING node` on HOST in the background with its own
+# identity ($T_TMP/NAME.key), logging at info to $T_TMP/NAME.log; its pid in NODE_PID[NAME]
+declare -A NODE_PID=()
+starling_node() {
+  local name=$1 host=$2
+  shift 2
+  bg_on "$host" "$T_TMP/$name.log" env HOME="$T_TMP" "$STARLING" --log info node \
+    -i "$T_TMP/$name.key" "$@"
+  NODE_PID[$name]=$!
+}
+# node_peer_id NAME: the peer id a starling_node printed
+node_peer_id() { sed -nE 's/^peer id (.*)$/\1/p' "$T_TMP/$1.log" | head -1; }
+
 # run_chaos CONFIG WHAT KILLED_CHECK AGREE_CHECK: runs tools/netlab/chaos with CONFIG (its
 # check script writes "agreed" to check.log when the peers agree) and checks that it passed,
 # killed and restarted peers, the peers agreed, and the netlab run was torn down.

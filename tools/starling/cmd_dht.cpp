@@ -23,7 +23,11 @@ struct DhtOptions {
   std::vector<std::string> initial_peers;
   std::string addr_file;
   bool client = false;
-  bool no_relay = false;  // serve: no circuit relay v2 / AutoNAT service
+  bool no_relay = false;       // serve: no circuit relay v2 / AutoNAT service
+  bool allow_private = false;  // serve: AutoNAT dials back private addresses (labs)
+  // serve: the relay's per-circuit limits (the spec's defaults fit hole punching, not training)
+  double circuit_seconds = 120;
+  double circuit_kib = 128;
   double timeout_s = 60;  // put/get: overall bound
   // put / get
   std::string key, value, subkey;
@@ -96,10 +100,25 @@ awaitable<int> serve_main(std::shared_ptr<DhtOptions> o) {
   // A bootstrap node is public: it relays for peers behind NATs and answers AutoNAT.
   std::shared_ptr<net::RelayService> relay;
   std::shared_ptr<net::AutonatServer> autonat;
+  auto host = std::static_pointer_cast<net::Host>(node->host().shared_from_this());
   if (!o->client && !o->no_relay) {
-    auto host = std::static_pointer_cast<net::Host>(node->host().shared_from_this());
-    relay = net::RelayService::start(host);
-    autonat = net::AutonatServer::start(host);
+    net::RelayServiceConfig rc;
+    rc.circuit_duration = seconds(o->circuit_seconds);
+    rc.circuit_data = static_cast<std::uint64_t>(o->circuit_kib * 1024);
+    relay = net::RelayService::start(host, rc);
+    net::AutonatServerConfig ac;
+    ac.allow_private = o->allow_private;
+    autonat = net::AutonatServer::start(host, ac);
+  }
+  // Reachability: a server node that peers' AutoNAT cannot dial back runs in client mode
+  // (never in routing tables) until they can again.
+  std::shared_ptr<net::AutonatClient> reach;
+  if (!o->client) {
+    reach = net::AutonatClient::start(host);
+    reach->on_change([](net::Reachability r) {
+      std::cout << "reachability " << net::reachability_name(r) << std::endl;
+    });
+    node->follow(*reach);
   }
   std::cout << "peer id " << node->peer().to_string() << "\n";
   std::cout << "mode " << (o->client ? "client" : "server") << "\n";
@@ -119,6 +138,7 @@ awaitable<int> serve_main(std::shared_ptr<DhtOptions> o) {
   else
     (void)co_await sleep_for(std::chrono::hours(24 * 365));
   co_await asio::this_coro::reset_cancellation_state();  // Ctrl-C: now clean up, bounded
+  if (reach) co_await reach->stop();
   if (autonat) autonat->stop();
   if (relay) co_await relay->stop();
   co_await shutdown(node);
@@ -228,6 +248,15 @@ void add_dht_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--no-relay", o->no_relay,
                 "do not serve circuit relay v2 and AutoNAT (on by default: a bootstrap node is "
                 "public and relays for peers behind NATs)");
+  cmd->add_option("--relay-circuit-seconds", o->circuit_seconds,
+                  "relay: reset a circuit after this long (0: no limit)")
+      ->capture_default_str();
+  cmd->add_option("--relay-circuit-kib", o->circuit_kib,
+                  "relay: reset a circuit after this many KiB one way (0: no limit; the "
+                  "default suits hole punching, relayed training needs more)")
+      ->capture_default_str();
+  cmd->add_flag("--allow-private", o->allow_private,
+                "AutoNAT: dial back private addresses too (namespace labs)");
   cmd->add_option("--addr-file", o->addr_file, "write the DHT multiaddrs to this file");
   cmd->add_option("--dashboard", o->dashboard.http,
                   "also serve the live dashboard of --run-id on HOST:PORT (as starling monitor)");

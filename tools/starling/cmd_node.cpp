@@ -8,6 +8,7 @@
 #include "starling/net/autonat.hpp"
 #include "starling/net/echo.hpp"
 #include "starling/net/host.hpp"
+#include "starling/net/portmap.hpp"
 #include "starling/net/relay.hpp"
 
 namespace starling::cli {
@@ -18,10 +19,13 @@ struct NodeOptions {
   std::vector<std::string> listen{"/ip4/0.0.0.0/tcp/0"};
   std::vector<std::string> connect;
   std::vector<std::string> relay_via;
+  std::size_t reservations = 0;  // 0: one with every --relay-via relay
   std::string addr_file;
   bool relay = false;
   bool hole_punching = false;
   bool allow_private = false;
+  std::string port_mapping = "off";
+  double port_mapping_lifetime = 3600;
   double ping_every = 0;
 };
 
@@ -46,6 +50,11 @@ awaitable<void> ping_loop(std::shared_ptr<net::Host> host, net::PeerId peer, Dur
 
 awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   auto key = load_identity_or_exit(o->identity, true);
+  auto portmap = net::port_map_mode(o->port_mapping);
+  if (!portmap) {
+    std::cerr << "error: --port-mapping: " << portmap.error().message() << "\n";
+    co_return 2;
+  }
   net::HostConfig cfg;
   cfg.listen = o->listen;
   cfg.hole_punching = o->hole_punching;
@@ -70,6 +79,23 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   autonat_client->on_change([](net::Reachability r) {
     std::cout << "reachability " << net::reachability_name(r) << std::endl;
   });
+  // Port mapping through the home router: the mapped address is announced once granted.
+  std::shared_ptr<net::PortMapper> mapper;
+  if (portmap.value()) {
+    auto pc = *portmap.value();
+    pc.allow_private = o->allow_private;
+    pc.lifetime = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(o->port_mapping_lifetime));
+    mapper = net::PortMapper::start(host, pc);
+    if (auto m = co_await mapper->wait_mapped(pc.discover_timeout + pc.request_timeout); m) {
+      for (const auto& pm : mapper->mappings())
+        std::cout << fmt::format("port mapped {} {}:{} -> {}", mapper->protocol(),
+                                 pm.external_ip.to_string(), pm.external_port, pm.internal_port)
+                  << std::endl;
+    } else {
+      std::cout << "port mapping none yet" << std::endl;
+    }
+  }
   std::shared_ptr<net::RelayClient> relay_client;
   if (!o->relay_via.empty()) {
     net::RelayClientConfig rc;
@@ -81,7 +107,7 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
       }
       rc.relays.push_back(ma.value());
     }
-    rc.want_reservations = rc.relays.size();
+    rc.want_reservations = o->reservations > 0 ? o->reservations : rc.relays.size();
     relay_client = net::RelayClient::start(host, rc);
     auto held = co_await relay_client->wait_reservations(1, 30s);
     if (!held) std::cerr << "warning: " << held.error().message() << "\n";
@@ -138,6 +164,7 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   co_await asio::this_coro::reset_cancellation_state();  // Ctrl-C: now clean up, bounded
   (void)co_await pings.close(2s);
   co_await autonat_client->stop();
+  if (mapper) co_await mapper->stop();
   if (relay_client) co_await relay_client->stop();
   if (autonat) autonat->stop();
   if (relay) co_await relay->stop();
@@ -161,12 +188,22 @@ void add_node_command(CLI::App& app, Runner& run) {
   cmd->add_option("--relay-via", o->relay_via,
                   "hold a relay reservation with this relay (multiaddr with /p2p/<id>; "
                   "repeatable); the /p2p-circuit addresses are printed and announced");
+  cmd->add_option("--reservations", o->reservations,
+                  "reservations to hold among the --relay-via relays (0: all); when a relay "
+                  "dies the client reserves with another one");
   cmd->add_flag("--hole-punching", o->hole_punching,
                 "DCUtR: upgrade relayed connections to direct ones by TCP hole punching "
                 "(listeners get SO_REUSEPORT)");
   cmd->add_flag("--allow-private", o->allow_private,
                 "treat private addresses as public for AutoNAT dial-backs and DCUtR "
                 "(namespace labs)");
+  cmd->add_option("--port-mapping", o->port_mapping,
+                  "ask the home router to forward the listening ports: off, auto (NAT-PMP, then "
+                  "UPnP IGD), natpmp or upnp; the mapped address is announced")
+      ->capture_default_str();
+  cmd->add_option("--port-mapping-lifetime", o->port_mapping_lifetime,
+                  "lease asked for each mapping, seconds (renewed at half of what is granted)")
+      ->capture_default_str();
   cmd->add_option("--ping-every", o->ping_every,
                   "ping each --connect peer every this many seconds, printing the RTT and "
                   "whether new streams go direct or relayed");

@@ -197,6 +197,8 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
   cfg.relay_service = o.relay;
   cfg.use_relays = o.use_relays;
   cfg.hole_punching = o.hole_punching;
+  cfg.allow_private = o.allow_private;
+  ST_TRY(cfg.port_mapping, net::port_map_mode(o.port_mapping));
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));
   if (bw > 0) {
     cfg.collab.bandwidth = bw;  // declared to the group: all-reduce shares follow it

@@ -105,6 +105,12 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
                "/p2p-circuit addresses, so peers reach this one through them");
   cmd.add_flag("--hole-punching", o.hole_punching,
                "DCUtR: upgrade relayed connections to direct ones by TCP hole punching");
+  cmd.add_flag("--allow-private", o.allow_private,
+               "treat private addresses as public for AutoNAT dial-backs and DCUtR (labs)");
+  cmd.add_option("--port-mapping", o.port_mapping,
+                 "ask the home router to forward the listening port: off, auto (NAT-PMP, then "
+                 "UPnP IGD), natpmp or upnp; the mapped address is announced")
+      ->capture_default_str();
   cmd.add_flag("--client", o.client,
                "client mode: accept no incoming connections (behind NAT); still averages");
   cmd.add_flag("--auxiliary", o.auxiliary,

@@ -14,6 +14,7 @@
 #include "starling/core/blocking.hpp"
 #include "starling/crypto/keys.hpp"
 #include "starling/net/autonat.hpp"
+#include "starling/net/portmap.hpp"
 #include "starling/net/relay.hpp"
 
 namespace starling::collab {
@@ -42,6 +43,13 @@ struct TrainingNodeConfig {
   // DCUtR: upgrade relayed connections to direct ones by TCP hole punching
   // (net::HostConfig::hole_punching).
   bool hole_punching = false;
+  // Labs whose "internet" uses private addresses (netlab): the AutoNAT server dials them back
+  // and DCUtR offers them (net::AutonatServerConfig / DcutrConfig::allow_private).
+  bool allow_private = false;
+  // Port mapping through the home router (NAT-PMP / UPnP IGD; `starling train
+  // --port-mapping`): the listening port is forwarded and the mapped address announced. Off
+  // (nullopt) by default: discovery talks to the LAN's gateway.
+  std::optional<net::PortMapConfig> port_mapping;
 
   static dht::DhtNodeConfig default_dht();
 };
@@ -76,6 +84,7 @@ class TrainingNode {
   std::shared_ptr<net::AutonatServer> autonat_;
   std::shared_ptr<net::RelayClient> relay_client_;
   std::shared_ptr<net::AutonatClient> autonat_client_;
+  std::shared_ptr<net::PortMapper> port_mapper_;
   bool stopped_ = false;
   std::pair<std::uint64_t, std::uint64_t> final_traffic_{0, 0};
 };

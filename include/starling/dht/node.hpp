@@ -29,6 +29,7 @@
 
 #include "starling/core/blocking.hpp"
 #include "starling/dht/core.hpp"
+#include "starling/net/autonat.hpp"
 #include "starling/net/host.hpp"
 #include "starling/net/rpc.hpp"
 
@@ -204,6 +205,8 @@ class DhtNode : public std::enable_shared_from_this<DhtNode> {
   // and as a server again once reachable. It keeps answering requests that reach it. No
   // effect on a node configured in client mode.
   void set_reachable(bool reachable);
+  // Feeds each conclusive verdict of `autonat` to set_reachable() (`starling dht`, TrainingNode).
+  void follow(net::AutonatClient& autonat);
   std::uint64_t bad_messages() const noexcept { return bad_messages_; }
   WarmStats warm_stats() const;
   ChannelStats channel_stats() const;
