@@ -34,7 +34,7 @@ result<void> Averager::setup_accountability() {
     impl_->acct_key = h->key();
   }
   const auto id = net::PeerId::from_public_key(impl_->acct_key->public_key());
-  if (!detail::member_key(id) || !(id == host_->local_peer()))
+  if (!acct::key_of_peer(id) || !(id == host_->local_peer()))
     return make_error(errc::invalid_argument,
                       "averager: accountability key is not the host's Ed25519 identity");
   acct::CheckConfig check = a.check;
@@ -42,7 +42,7 @@ result<void> Averager::setup_accountability() {
   check.max_weight_ratio = agg.max_weight_ratio;
   check.fixed_tau = agg.tau;
   check.tau_scale = agg.tau_scale;
-  impl_->bans = std::make_shared<acct::BanList>(check, a.grace);
+  impl_->bans = a.bans ? a.bans : std::make_shared<acct::BanList>(check, a.grace);
   impl_->bans->set_run_prefix(run_prefix(a.run));
   // Peers without accountability speak other protocols: they never share a round with us.
   for (auto* id : {&impl_->join_protocol, &impl_->allreduce_protocol}) *id += "/acct";
@@ -57,7 +57,7 @@ bool Averager::banned(const PeerKey& peer) const {
   if (!impl_->bans) return false;
   auto id = net::PeerId::from_bytes(peer.bytes());
   if (!id) return false;
-  auto k = detail::member_key(id.value());
+  auto k = acct::key_of_peer(id.value());
   return k && impl_->bans->banned(*k);
 }
 

@@ -56,9 +56,6 @@ struct RoundRunnerConfig {
   std::shared_ptr<const RoundAcctConfig> acct;
 };
 
-// The raw Ed25519 key of a peer id (nullopt: another key type).
-std::optional<acct::PubKey> member_key(const net::PeerId& id);
-
 // A token bucket shared by a round's writers: `rate` bytes/s, at most `burst` bytes at once.
 // take() books n bytes and says how long to wait before sending them (bookings queue up, so
 // the writers together never exceed the rate).

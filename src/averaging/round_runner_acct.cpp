@@ -94,14 +94,6 @@ struct ProjectTask {
 
 }  // namespace
 
-std::optional<acct::PubKey> member_key(const net::PeerId& id) {
-  auto k = id.public_key();
-  if (!k || k->type() != crypto::KeyType::ed25519 || k->data().size() != 32) return std::nullopt;
-  acct::PubKey out{};
-  std::copy(k->data().begin(), k->data().end(), out.begin());
-  return out;
-}
-
 result<void> RoundRunner::acct_init() {
   if (!cfg_.acct) return success();
   if (compressed())
@@ -112,7 +104,7 @@ result<void> RoundRunner::acct_init() {
   info.context = cfg_.acct->context;
   info.context.insert(info.context.end(), group_.group_id.begin(), group_.group_id.end());
   for (const auto& p : peers_) {
-    auto k = member_key(p);
+    auto k = acct::key_of_peer(p);
     if (!k) return make_error(errc::invalid_argument, "accountability: needs Ed25519 peer ids");
     info.members.push_back(*k);
   }

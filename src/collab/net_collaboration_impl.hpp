@@ -20,6 +20,9 @@ struct NetCollaboration::Impl {
   explicit Impl(asio::any_io_executor ex) : scope(ex) {}
   std::shared_ptr<averaging::DhtDirectory> directory;
   std::shared_ptr<averaging::Averager> grads, state;
+  // Accountability (NetCollaborationConfig::verify): the run's bans, shared by the gradient
+  // averagers; null when off.
+  std::shared_ptr<averaging::acct::BanList> bans;
   std::vector<float> attack_buf;  // NetCollaborationConfig::attack: the corrupted gradient sent
   // The gradient averager's layout (names, sizes) and codec. It has no tensors of its own:
   // every round reads and writes the caller's buffers (training::RoundData).

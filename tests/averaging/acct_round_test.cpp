@@ -41,7 +41,7 @@ std::vector<test::NodeOptions> with_attack(Attack attack) {
 }
 
 acct::PubKey key_of_node(test::Cluster& c, std::size_t i) {
-  return *detail::member_key(c.node(i).host->local_peer());
+  return *acct::key_of_peer(c.node(i).host->local_peer());
 }
 
 // Steps every node with matchmaking for round `name`; `expected`: the honest group's size.

@@ -89,8 +89,13 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option(
          "--attack", o.attack,
          "FOR TESTING ROBUSTNESS: send reversed (sign-flip, x -10) or random (noise 100x the "
-         "gradient's RMS) gradients claiming 10x the samples")
+         "gradient's RMS) gradients claiming 10x the samples; with --verify: return shifted "
+         "averages as an owner (wrong-average) or send one owner other values than committed "
+         "(different-parts)")
       ->capture_default_str();
+  cmd.add_flag("--verify", o.verify,
+               "accountability: sign and check every averaging statement, ban peers caught "
+               "cheating (gradients travel uncompressed; every peer of a run should use it)");
   cmd.add_flag("--relay", o.relay,
                "serve circuit relay v2 and AutoNAT to peers behind NATs (needs a public address)");
   cmd.add_flag("--use-relays", o.use_relays,

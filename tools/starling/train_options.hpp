@@ -62,7 +62,9 @@ struct TrainOptions {
   std::string compression = "none";
   std::string aggregation = "mean";
   double clip_tau = 0;          // CenteredClip radius (0: adaptive)
-  std::string attack = "none";  // testing robustness: none | sign-flip | random
+  // testing robustness: none | sign-flip | random | wrong-average | different-parts
+  std::string attack = "none";
+  bool verify = false;  // accountability (docs/security.md)
   bool delay_step = false;
   std::string delay_correction = "predict";
   bool client = false;         // no incoming connections

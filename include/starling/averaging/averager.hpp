@@ -49,6 +49,8 @@ struct AccountabilityConfig {
   acct::CheckConfig check;       // its aggregation fields are taken from the round's
   Duration grace = 20s;          // a wrong_average verdict waits this long for an answer
   Duration record_ttl = 3600s;   // accusations stay in the directory this long
+  // A ban list shared with other averagers of the run (null: the averager makes its own).
+  std::shared_ptr<acct::BanList> bans;
   // FOR TESTING the defence: an owner that shifts its results, or a member that sends the
   // next member's parts other values than it committed.
   enum class Attack : std::uint8_t { none, wrong_average, different_parts };
