@@ -121,7 +121,12 @@ void Averager::on_evidence(const acct::Evidence& e) {
 
 awaitable<void> Averager::poll_accusations() {
   auto self = shared_from_this();
-  if (!impl_->bans) co_return;
+  if (!impl_->bans || impl_->polling) co_return;
+  impl_->polling = true;
+  struct Done {
+    Averager* a;
+    ~Done() { a->impl_->polling = false; }
+  } done{this};
   auto bans = impl_->bans;
   const std::string run = cfg_.accountability.run;
   auto r = co_await with_timeout(acct::collect_accusations(*directory_, run, *bans, Clock::now()),

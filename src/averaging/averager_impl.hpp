@@ -60,6 +60,7 @@ struct Averager::Impl {
   // Accountability (null: off): the ban list and the identity key that signs.
   std::shared_ptr<acct::BanList> bans;
   std::optional<crypto::KeyPair> acct_key;
+  bool polling = false;  // poll_accusations() running
 };
 
 }  // namespace starling::averaging

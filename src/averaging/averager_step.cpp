@@ -120,7 +120,12 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   GroupInfo group;
   const bool matched = !opts.group;
   if (st->cancelled) co_return make_error(errc::cancelled, "averager: step cancelled");
-  co_await poll_accusations();  // accountability: who is banned now
+  // Accountability: the run's accusations are read in the background (a slow directory must
+  // not delay the step); bans apply as they come (matchmaking asks for each view).
+  if (impl_->bans && !impl_->polling) {
+    impl_->bans->tick(Clock::now());
+    impl_->steps.spawn(poll_accusations());
+  }
   if (opts.group) {
     group = *opts.group;
   } else {

@@ -69,15 +69,20 @@ const std::vector<float>* RoundAcct::tampered(std::uint32_t sub, std::uint32_t p
   return it == tampered_.end() ? nullptr : &it->second;
 }
 
-Bytes RoundAcct::part_receipt(std::uint32_t sub, std::uint32_t part, double weight) const {
-  auto c = mine_.find(sub);
-  if (c == mine_.end() || part >= c->second.parts.size()) return {};
+DataReceipt RoundAcct::receipt(DataKind kind, std::uint32_t sub, std::uint32_t part) const {
   DataReceipt r;
-  r.kind = DataKind::part;
+  r.kind = kind;
   r.round = round_;
   r.subround = sub;
   r.part = part;
   r.signer = self_;
+  return r;
+}
+
+Bytes RoundAcct::part_receipt(std::uint32_t sub, std::uint32_t part, double weight) const {
+  auto c = mine_.find(sub);
+  if (c == mine_.end() || part >= c->second.parts.size()) return {};
+  DataReceipt r = receipt(DataKind::part, sub, part);
   r.weight = weight;
   auto t = tampered_hash_.find({sub, part});
   r.data_hash = t != tampered_hash_.end() ? t->second : c->second.parts[part];
@@ -94,12 +99,7 @@ std::shared_ptr<const Bytes> RoundAcct::result_receipt(std::uint32_t sub, std::u
   if (auto it = result_wire_.find({sub, part}); it != result_wire_.end()) return it->second;
   auto st = stats_.find({sub, part});
   if (st == stats_.end()) return nullptr;
-  DataReceipt r;
-  r.kind = DataKind::result;
-  r.round = round_;
-  r.subround = sub;
-  r.part = part;
-  r.signer = self_;
+  DataReceipt r = receipt(DataKind::result, sub, part);
   r.data_hash = st->second.hash;
   r.clip = st->second.clip;
   r.tau = st->second.tau;

@@ -105,6 +105,7 @@ class RoundAcct {
  private:
   using Key = std::pair<std::uint32_t, std::uint32_t>;  // (sub-round, part) or (sub, member)
   void found(acct::Evidence e);
+  acct::DataReceipt receipt(acct::DataKind kind, std::uint32_t sub, std::uint32_t part) const;
   const acct::DataReceipt* result_of(std::uint32_t sub, std::uint32_t part) const;
   bool valid_report(const acct::ProjectionReport& r) const;
 
