@@ -3,8 +3,9 @@
 # attackers: bench_allreduce among N processes on loopback, the same vector, alternately with
 # --verify 0 (the anchor) and --verify 1, PAIRS times each (interleaved, so load drifts hit
 # both), every round with CenteredClip at the owners. A round's time is the slowest process's;
-# the table shows the median round time of each and their ratio, the bytes each member sends
-# per round, and the load average. Ends with one `RESULT {json}` line.
+# the table shows the median round time of each and their ratio, the busiest process's CPU
+# seconds per round (median; robust to load) and their ratio, the bytes each member sends per
+# round, and the load average. Ends with one `RESULT {json}` line.
 # Environment: ACCT_SIZE (5), ACCT_ELEMS (4194304: 16 MiB), ACCT_ITERS (3), ACCT_PAIRS (2),
 # ACCT_AGGREGATION (centered-clip).
 set -euo pipefail
@@ -47,6 +48,7 @@ run() {
   fi
   jq -s '[.[].allreduce_times_s] | transpose | map(max) | .[]' "$d"/out.* >> "$out.times"
   jq '.bytes_sent_per_round' "$d/out.0" >> "$out.bytes"
+  jq -s '[.[].cpu_per_round_s] | transpose | map(max) | .[]' "$d"/out.* >> "$out.cpu"
 }
 
 median() { sort -g "$1" | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
@@ -59,12 +61,15 @@ done
 plain=$(median "$tmp/plain.times")
 acct=$(median "$tmp/acct.times")
 ratio=$(awk -v a="$acct" -v p="$plain" 'BEGIN{printf "%.3f", a / p}')
+pc=$(median "$tmp/plain.cpu")
+ac=$(median "$tmp/acct.cpu")
+cpu_ratio=$(awk -v a="$ac" -v p="$pc" 'BEGIN{printf "%.3f", a / p}')
 pb=$(median "$tmp/plain.bytes")
 ab=$(median "$tmp/acct.bytes")
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "accountability overhead: $n processes, $((elems * 4 / 1048576)) MiB, $agg, $((pairs * iters)) rounds each"
-printf '  %-28s %12s %16s\n' run "median s" "bytes sent/round"
-printf '  %-28s %12s %16s\n' "without (anchor)" "$plain" "$pb"
-printf '  %-28s %12s %16s\n' "with accountability" "$acct" "$ab"
-echo "  ratio with/without: $ratio   load before: $load0   after: $load1"
-echo "RESULT {\"bench\":\"acct_overhead\",\"size\":$n,\"bytes\":$((elems * 4)),\"aggregation\":\"$agg\",\"plain_s\":$plain,\"acct_s\":$acct,\"ratio\":$ratio,\"plain_bytes\":$pb,\"acct_bytes\":$ab,\"load_before\":\"$load0\",\"load_after\":\"$load1\"}"
+printf '  %-28s %12s %12s %16s\n' run "median s" "cpu s" "bytes sent/round"
+printf '  %-28s %12s %12s %16s\n' "without (anchor)" "$plain" "$pc" "$pb"
+printf '  %-28s %12s %12s %16s\n' "with accountability" "$acct" "$ac" "$ab"
+echo "  ratio with/without: time $ratio, cpu $cpu_ratio   load before: $load0   after: $load1"
+echo "RESULT {\"bench\":\"acct_overhead\",\"size\":$n,\"bytes\":$((elems * 4)),\"aggregation\":\"$agg\",\"plain_s\":$plain,\"acct_s\":$acct,\"ratio\":$ratio,\"plain_cpu_s\":$pc,\"acct_cpu_s\":$ac,\"cpu_ratio\":$cpu_ratio,\"plain_bytes\":$pb,\"acct_bytes\":$ab,\"load_before\":\"$load0\",\"load_after\":\"$load1\"}"
