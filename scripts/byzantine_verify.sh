@@ -58,8 +58,11 @@ for i in 1 2 3 4; do
   ((caught == attackers)) || all_banned=0
   for h in "${honest_ids[@]}"; do grep -q "banned peer $h" "$log" && honest_bans=$((honest_bans + 1)); done
   first=$(grep -m1 "banned peer" "$log" | cut -c1-12 || true)
-  printf '  honest %d: accuracy %-8s params %-18s attackers banned %d/%d (first ban at %s)\n' \
-    "$i" "$acc" "${hash:0:16}" "$caught" "$attackers" "${first:-never}"
+  # Evidence this peer found itself before its first ban (wrong-average: one per round with
+  # the cheater owning a part; different-parts: only the cheated owner finds it).
+  found=$(awk '/banned peer/{exit} /found .* evidence/{n++} END{print n+0}' "$log")
+  printf '  honest %d: accuracy %-8s params %-18s attackers banned %d/%d (first ban at %s, after %d own findings)\n' \
+    "$i" "$acc" "${hash:0:16}" "$caught" "$attackers" "${first:-never}" "$found"
 done
 distinct=$(printf '%s\n' "${hashes[@]}" | sort -u | wc -l)
 acc_lo=$(printf '%s\n' "${accs[@]}" | sort -g | head -1)

@@ -41,6 +41,8 @@ struct ProviderSource {
 
 }  // namespace
 
+constexpr Duration kAcctGrace = 2s;
+
 averaging::MatchmakingConfig NetCollaborationConfig::default_matchmaking() {
   averaging::MatchmakingConfig m;
   m.target_group_size = 64;  // everyone at the epoch in one group
@@ -83,7 +85,9 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
     check.max_weight_ratio = c->cfg_.aggregation.max_weight_ratio;
     check.fixed_tau = c->cfg_.aggregation.tau;
     check.tau_scale = c->cfg_.aggregation.tau_scale;
-    c->impl_->bans = std::make_shared<averaging::acct::BanList>(check, 20s);
+    // A wrong_average verdict waits kAcctGrace for the owner's false_report answer, which
+    // would come within the round; meanwhile the cheater keeps its place in the next rounds.
+    c->impl_->bans = std::make_shared<averaging::acct::BanList>(check, kAcctGrace);
     // Connections of banned peers are closed as soon as they open (after the handshake has
     // proved the peer's identity).
     std::weak_ptr<NetCollaboration> weak = c;
