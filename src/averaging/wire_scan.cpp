@@ -112,14 +112,19 @@ constexpr Field kFinReportF[] = {{1, Kind::varint},
                                  {3, Kind::bytes, 1, kGroupBits},
                                  {4, Kind::bytes, 1, kGroupBits},
                                  {5, Kind::bytes, 1, kGroupBits}};
-constexpr Field kRoundFrameF[] = {
-    {1, Kind::varint},  {2, Kind::varint},
-    {3, Kind::varint},  {4, Kind::bytes, 1, kGroupBits},
-    {5, Kind::varint},  {6, Kind::message, kMembers, kFrame, &kFinReport},
-    {7, Kind::varint},  {8, Kind::bytes, 1, kId},
-    {9, Kind::varint},  {10, Kind::varint},
-    {11, Kind::fixed64}, {12, Kind::bytes, 1, kFrame},
-    {13, Kind::bytes, 1, kMaxReceipt}};
+constexpr Field kRoundFrameF[] = {{1, Kind::varint},
+                                  {2, Kind::varint},
+                                  {3, Kind::varint},
+                                  {4, Kind::bytes, 1, kGroupBits},
+                                  {5, Kind::varint},
+                                  {6, Kind::message, kMembers, kFrame, &kFinReport},
+                                  {7, Kind::varint},
+                                  {8, Kind::bytes, 1, kId},
+                                  {9, Kind::varint},
+                                  {10, Kind::varint},
+                                  {11, Kind::fixed64},
+                                  {12, Kind::bytes, 1, kFrame},
+                                  {13, Kind::bytes, 1, kMaxReceipt}};
 constexpr Field kStateRequestF[] = {
     {1, Kind::varint}, {2, Kind::bytes, 1, kId}, {3, Kind::varint, 256, 256 * 5}};
 constexpr Field kStateManifestF[] = {

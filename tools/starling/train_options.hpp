@@ -61,7 +61,7 @@ struct TrainOptions {
   std::uint64_t data_seed = 0;   // 0: derived from the identity (each peer its own stream)
   std::string compression = "none";
   std::string aggregation = "mean";
-  double clip_tau = 0;          // CenteredClip radius (0: adaptive)
+  double clip_tau = 0;  // CenteredClip radius (0: adaptive)
   // testing robustness: none | sign-flip | random | wrong-average | different-parts
   std::string attack = "none";
   bool verify = false;  // accountability (docs/security.md)
