@@ -86,6 +86,9 @@ std::shared_ptr<const detail::RoundAcctConfig> Averager::round_acct(
     case A::different_parts:
       c->attack = detail::RoundAttack::different_parts;
       break;
+    case A::false_report:
+      c->attack = detail::RoundAttack::false_report;
+      break;
   }
   return c;
 }

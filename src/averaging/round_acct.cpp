@@ -94,6 +94,11 @@ void RoundAcct::set_result(std::uint32_t sub, std::uint32_t part, const ResultSt
   stats_[{sub, part}] = s;
 }
 
+void RoundAcct::keep_inputs(std::uint32_t sub, std::uint32_t part,
+                            std::vector<std::vector<float>> v) {
+  kept_[{sub, part}] = std::move(v);
+}
+
 std::shared_ptr<const Bytes> RoundAcct::result_receipt(std::uint32_t sub, std::uint32_t part,
                                                        const Bitset& counted) {
   if (auto it = result_wire_.find({sub, part}); it != result_wire_.end()) return it->second;
@@ -177,6 +182,7 @@ result<void> RoundAcct::on_part(std::uint32_t from, const DataReceipt& r) {
     found(part_mismatch(info_, *c, r));
     return bad("part differs from its commitment (part_mismatch)");
   }
+  part_receipts_[{r.subround, r.part, from}] = r;
   return success();
 }
 
@@ -236,6 +242,7 @@ Bytes RoundAcct::report(const SettledPart& p, double weight, const Projection& p
   r.weight = weight;
   r.proj = pj.proj;
   r.dist = pj.dist;
+  if (cfg_->attack == RoundAttack::false_report && p.owner != self_) r.proj += 10 * pj.dist;
   sign(r, cfg_->key);
   reports_[{p.subround, p.part, self_}] = r;
   return encode(r);
@@ -281,6 +288,10 @@ std::size_t RoundAcct::check(const std::vector<SettledPart>& parts) {
     ++checked;
     const auto fp = check_fixed_point(reports, res->clip, res->tau, res->norm, cfg_->check);
     if (fp.ok()) continue;
+    if (res->signer == self_) {  // a report lies, or this owner is broken: answer_candidates()
+      own_failed_.push_back(p);
+      continue;
+    }
     logger("averaging")
         ->warn(
             "accountability: part {} of sub-round {} (owner {}) fails the aggregation check "
@@ -296,6 +307,35 @@ std::size_t RoundAcct::check(const std::vector<SettledPart>& parts) {
     found(std::move(e));
   }
   return checked;
+}
+
+std::vector<Evidence> RoundAcct::answer_candidates(std::span<const float> output) const {
+  std::vector<Evidence> out;
+  std::vector<Reveal> reveals;
+  for (const auto& r : reveals_)
+    if (r) reveals.push_back(*r);
+  for (const auto& p : own_failed_) {
+    const DataReceipt* res = result_of(p.subround, p.part);
+    auto kept = kept_.find({p.subround, p.part});
+    if (!res || kept == kept_.end() || kept->second.size() != res->counted.size()) continue;
+    const auto values = output.subspan(p.range.begin, p.range.size());
+    for (std::size_t i = 0; i < res->counted.size(); ++i) {
+      const std::uint32_t m = res->counted[i];
+      auto pr = part_receipts_.find({p.subround, p.part, m});
+      auto rp = reports_.find({p.subround, p.part, m});
+      if (m == self_ || pr == part_receipts_.end() || rp == reports_.end()) continue;
+      Evidence e;
+      e.kind = EvidenceKind::false_report;
+      e.info = info_;
+      e.receipts = {pr->second, *res};
+      e.reveals = reveals;
+      e.reports = {rp->second};
+      e.data = kept->second[i];
+      e.data2.assign(values.begin(), values.end());
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
 }
 
 void RoundAcct::found(Evidence e) {

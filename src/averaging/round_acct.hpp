@@ -25,8 +25,9 @@
 namespace starling::averaging::detail {
 
 // Test-only cheating (AccountabilityConfig::attack): an owner that shifts the results it
-// returns, or a member that sends the next member's parts other values than it committed.
-enum class RoundAttack : std::uint8_t { none, wrong_average, different_parts };
+// returns, a member that sends the next member's parts other values than it committed, or one
+// that lies in its reports on the parts other members own.
+enum class RoundAttack : std::uint8_t { none, wrong_average, different_parts, false_report };
 
 struct RoundAcctConfig {
   crypto::KeyPair key;  // this member's identity key (signs every statement)
@@ -72,6 +73,9 @@ class RoundAcct {
   // The signed receipt for this member's part (sub, part); empty if not committed.
   Bytes part_receipt(std::uint32_t sub, std::uint32_t part, double weight) const;
   void set_result(std::uint32_t sub, std::uint32_t part, const ResultStat& s);
+  // An owner keeps the values it reduced a part from (in counted order) until the check, to
+  // answer a lying report.
+  void keep_inputs(std::uint32_t sub, std::uint32_t part, std::vector<std::vector<float>> v);
   // The signed receipt of a part reduced here, made once (null: not reduced here).
   std::shared_ptr<const Bytes> result_receipt(std::uint32_t sub, std::uint32_t part,
                                               const Bitset& counted);
@@ -98,9 +102,15 @@ class RoundAcct {
   Bytes report(const SettledPart& p, double weight, const acct::Projection& pj);
   // Members counted in a settled part whose report has not come (or did not check).
   std::vector<std::uint32_t> missing_reports(const std::vector<SettledPart>& parts) const;
-  // The aggregation check of every settled part: wrong_average evidence. Returns the parts
-  // checked.
+  // The aggregation check of every settled part: wrong_average evidence against other owners.
+  // Returns the parts checked; this member's own parts that fail are in own_failed().
   std::size_t check(const std::vector<SettledPart>& parts);
+  const std::vector<SettledPart>& own_failed() const { return own_failed_; }
+  // An honest owner whose part fails: false_report candidates against every counted member
+  // (its kept values, the result `output` holds), to verify on the pool; those that verify
+  // expose a liar (answer()).
+  std::vector<acct::Evidence> answer_candidates(std::span<const float> output) const;
+  void answer(acct::Evidence e) { found(std::move(e)); }
 
  private:
   using Key = std::pair<std::uint32_t, std::uint32_t>;  // (sub-round, part) or (sub, member)
@@ -119,7 +129,11 @@ class RoundAcct {
   std::map<std::uint32_t, acct::Commitment> mine_;  // by sub-round
   std::map<Key, std::vector<float>> tampered_;
   std::map<Key, acct::Hash32> tampered_hash_;
-  std::map<Key, ResultStat> stats_;                          // parts reduced here
+  std::map<Key, ResultStat> stats_;                      // parts reduced here
+  std::map<Key, std::vector<std::vector<float>>> kept_;  // their inputs, in counted order
+  std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>, acct::DataReceipt>
+      part_receipts_;  // (sub, part, sender): parts received here
+  std::vector<SettledPart> own_failed_;
   std::map<Key, acct::DataReceipt> results_;                 // result receipts (own and received)
   std::map<Key, std::shared_ptr<const Bytes>> result_wire_;  // own, encoded
   std::vector<std::optional<acct::Reveal>> reveals_;

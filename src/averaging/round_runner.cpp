@@ -30,6 +30,7 @@ RoundConfig offloaded(RoundConfig c) {
 struct ReduceOut {
   Bytes encoded;
   ResultStat stat;
+  std::vector<std::vector<float>> kept;  // accountability: the inputs, to answer a lying report
 };
 struct ReduceTask {
   ReduceJob job;
@@ -55,6 +56,7 @@ struct ReduceTask {
       run_reduce_job(job);
     }
     if (acct) {
+      for (const auto& in : job.inputs) out.kept.emplace_back(in.begin(), in.end());
       if (acct->attack == RoundAttack::wrong_average) shift(job.out);
       double s = 0;
       for (float x : job.out) s += static_cast<double>(x) * x;
@@ -321,7 +323,10 @@ awaitable<void> RoundRunner::reduce_part(ReduceJob job) {
         ->warn("all-reduce: cannot reduce or encode part {}: {}", part, e.error().message());
     co_return;  // the round ends by its deadline; members see this owner fail
   }
-  if (acct_) acct_->set_result(sub, part, e.value().stat);
+  if (acct_) {
+    acct_->set_result(sub, part, e.value().stat);
+    acct_->keep_inputs(sub, part, std::move(e.value().kept));
+  }
   if (compressed())
     encoded_results_[{sub, part}] = std::make_shared<const Bytes>(std::move(e.value().encoded));
   core_.on_reduced(sub, part, Clock::now());

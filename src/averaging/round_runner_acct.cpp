@@ -92,6 +92,19 @@ struct ProjectTask {
   }
 };
 
+// An owner whose part failed the check: the false_report candidates that verify (a member
+// lied in its report).
+struct AnswerTask {
+  std::vector<acct::Evidence> candidates;
+  acct::CheckConfig check;
+  result<std::vector<acct::Evidence>> operator()() const {
+    std::vector<acct::Evidence> out;
+    for (const auto& e : candidates)
+      if (acct::verify_evidence(e, check)) out.push_back(e);
+    return out;
+  }
+};
+
 }  // namespace
 
 result<void> RoundRunner::acct_init() {
@@ -250,6 +263,15 @@ awaitable<void> RoundRunner::acct_phase() {
   if (auto miss = acct_->missing_reports(settled); !miss.empty())
     log->warn("accountability: member {}: reports missing from {} member(s)", self_, miss.size());
   const std::size_t checked = acct_->check(settled);
+  if (!acct_->own_failed().empty()) {  // answer lying reports about this owner's parts
+    AnswerTask answer{acct_->answer_candidates(output_), cfg_.acct->check};
+    PoolUse answering(this);
+    auto found = co_await pool_.run(std::move(answer));
+    if (found)
+      for (auto& e : found.value()) acct_->answer(std::move(e));
+    if (!found || found.value().empty())
+      log->warn("accountability: member {}: its own part fails the check, no report lies", self_);
+  }
   log->debug(
       "accountability: member {} checked {} of {} parts after {} ms", self_, checked,
       settled.size(),

@@ -1,9 +1,10 @@
 // Accountability in the networked round (AccountabilityConfig, docs/security.md): 5 averagers
 // on loopback with matchmaking over a shared directory, one of them cheating in a way only the
 // accountability protocol catches (CenteredClip cannot: a wrong average poisons its own part,
-// different parts to different owners look like honest values to each). Every honest peer
-// bans the cheater, no honest peer is banned, the next round forms without it and the honest
-// peers' results are identical.
+// different parts to different owners look like honest values to each), or lying in its
+// projection reports to get the honest owners banned. Every honest peer bans the cheater, no
+// honest peer is banned, the next round forms without it and the honest peers' results are
+// identical.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -22,14 +23,15 @@ using Attack = AccountabilityConfig::Attack;
 constexpr std::size_t kPeers = 5;
 constexpr std::size_t kCheater = kPeers - 1;
 
-AveragerConfig acct_config() {
+AveragerConfig acct_config(Duration grace = 0s) {
   auto cfg = test::base_config();
   cfg.key = {"acct", 16, 0};
   cfg.round.stall_timeout = 10s;
   cfg.round.aggregation.kind = Aggregation::centered_clip;
   cfg.accountability.enabled = true;
   cfg.accountability.run = "acct-test";
-  cfg.accountability.grace = 0s;  // no false_report answer is wired: ban at the next step
+  // A wrong_average verdict waits this long for the owner's false_report answer.
+  cfg.accountability.grace = grace;
   return cfg;
 }
 
@@ -80,10 +82,16 @@ void expect_identical_honest(test::Cluster& c, const std::vector<result<StepResu
   }
 }
 
-// Reads the accusations on every honest node until all ban `k` (bounded).
+// Reads the accusations on every honest node until all ban `k` and no verdict is pending
+// (answered, or banned after the grace) (bounded).
 void poll_until_banned(test::Cluster& c, const acct::PubKey& k) {
   const TimePoint until = Clock::now() + 30s;
-  while (honest_bans_of(c, k) < kCheater && Clock::now() < until)
+  auto pending = [&c] {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < kCheater; ++i) n += c.node(i).avg->bans()->pending();
+    return n;
+  };
+  while ((honest_bans_of(c, k) < kCheater || pending() > 0) && Clock::now() < until)
     for (std::size_t i = 0; i < kCheater; ++i)
       c.node(i).run([a = c.node(i).avg]() -> awaitable<int> {
         co_await a->poll_accusations();
@@ -112,7 +120,7 @@ class AcctRoundAttack : public ::testing::TestWithParam<Attack> {};
 
 TEST_P(AcctRoundAttack, CheaterBannedAndLeftOut) {
   const Attack attack = GetParam();
-  test::Cluster c(kPeers, test::test_schema(3000), acct_config(), with_attack(attack), 7);
+  test::Cluster c(kPeers, test::test_schema(3000), acct_config(3s), with_attack(attack), 7);
   const auto cheater = key_of_node(c, kCheater);
 
   // Round 1: the cheater is in the group and caught.
@@ -141,8 +149,15 @@ TEST_P(AcctRoundAttack, CheaterBannedAndLeftOut) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Attacks, AcctRoundAttack,
-                         ::testing::Values(Attack::wrong_average, Attack::different_parts),
+                         ::testing::Values(Attack::wrong_average, Attack::different_parts,
+                                           Attack::false_report),
                          [](const auto& info) {
-                           return info.param == Attack::wrong_average ? "wrong_average"
-                                                                      : "different_parts";
+                           switch (info.param) {
+                             case Attack::wrong_average:
+                               return "wrong_average";
+                             case Attack::different_parts:
+                               return "different_parts";
+                             default:
+                               return "false_report";
+                           }
                          });

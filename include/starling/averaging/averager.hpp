@@ -51,9 +51,10 @@ struct AccountabilityConfig {
   Duration record_ttl = 3600s;   // accusations stay in the directory this long
   // A ban list shared with other averagers of the run (null: the averager makes its own).
   std::shared_ptr<acct::BanList> bans;
-  // FOR TESTING the defence: an owner that shifts its results, or a member that sends the
-  // next member's parts other values than it committed.
-  enum class Attack : std::uint8_t { none, wrong_average, different_parts };
+  // FOR TESTING the defence: an owner that shifts its results, a member that sends the next
+  // member's parts other values than it committed, or one that lies in its projection reports
+  // about the other owners' parts (to get them banned).
+  enum class Attack : std::uint8_t { none, wrong_average, different_parts, false_report };
   Attack attack = Attack::none;
 };
 
