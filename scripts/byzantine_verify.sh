@@ -2,9 +2,10 @@
 # Accountability against cheating owners and senders (docs/security.md): a `starling dht`
 # bootstrap node, 4 honest `starling train --verify` peers and ATTACKERS peers with
 # `--verify --attack KIND` (wrong-average: as an owner, returns shifted averages;
-# different-parts: sends one owner other values than it committed) train the Fashion-MNIST
-# MLP for EPOCHS epochs with centered-clip. CenteredClip cannot stop either cheat; the
-# accountability protocol must ban it. Prints, per honest peer, its test accuracy, parameter
+# different-parts: sends one owner other values than it committed; false-report: lies in its
+# projection reports so that honest owners fail the check) train the Fashion-MNIST MLP for
+# EPOCHS epochs with centered-clip. CenteredClip cannot stop these cheats; the accountability
+# protocol must ban the cheater and no honest peer. Prints, per honest peer, its test accuracy, parameter
 # hash and the peers it banned, and one line `RESULT {json}`.
 # With CHECK=1 (ctest byzantine_verify) it fails unless every honest peer banned every
 # attacker, no honest peer banned an honest one, the honest peers' parameters are identical

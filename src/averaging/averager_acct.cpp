@@ -103,6 +103,31 @@ awaitable<void> publish(std::shared_ptr<Directory> dir, std::string run, acct::A
     logger("averaging")->warn("accountability: accusation not published: {}", r.error().message());
 }
 
+void publish_evidence(Averager::Impl& impl, const std::shared_ptr<Directory>& dir,
+                      const AccountabilityConfig& cfg, const acct::Evidence& e) {
+  const auto expires =
+      WallClock::now() + std::chrono::duration_cast<WallClock::duration>(cfg.record_ttl);
+  impl.steps.spawn(publish(dir, cfg.run, acct::make_accusation(e, *impl.acct_key), expires));
+}
+
+// Pending verdicts this peer found: published once the grace turned them into a ban, dropped
+// once the owner answered (so that peers outside the round never see an answered one).
+void release_verdicts(Averager::Impl& impl, const std::shared_ptr<Directory>& dir,
+                      const AccountabilityConfig& cfg) {
+  auto& list = impl.unpublished;
+  for (auto it = list.begin(); it != list.end();) {
+    const auto& owner = it->receipts.at(0).key;
+    if (impl.bans->banned(owner)) {
+      publish_evidence(impl, dir, cfg, *it);
+      it = list.erase(it);
+    } else if (!impl.bans->suspected(owner)) {
+      it = list.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 }  // namespace
 
 void Averager::on_evidence(const acct::Evidence& e) {
@@ -116,10 +141,10 @@ void Averager::on_evidence(const acct::Evidence& e) {
   }
   log->warn("accountability: {} evidence against a member{}", acct::to_string(e.kind),
             v.value().pending ? " (pending its answer)" : ": banned");
-  const auto expires = WallClock::now() + std::chrono::duration_cast<WallClock::duration>(
-                                              cfg_.accountability.record_ttl);
-  impl_->steps.spawn(publish(directory_, cfg_.accountability.run,
-                             acct::make_accusation(e, *impl_->acct_key), expires));
+  if (v.value().pending)
+    impl_->unpublished.push_back(e);
+  else
+    publish_evidence(*impl_, directory_, cfg_.accountability, e);
 }
 
 awaitable<void> Averager::poll_accusations() {
@@ -135,6 +160,7 @@ awaitable<void> Averager::poll_accusations() {
   auto r = co_await with_timeout(acct::collect_accusations(*directory_, run, *bans, Clock::now()),
                                  cfg_.open_timeout, "accusations");
   bans->tick(Clock::now());
+  release_verdicts(*impl_, directory_, cfg_.accountability);
   if (!r) {
     logger("averaging")->debug("accountability: accusations not read: {}", r.error().message());
     co_return;

@@ -60,7 +60,8 @@ struct Averager::Impl {
   // Accountability (null: off): the ban list and the identity key that signs.
   std::shared_ptr<acct::BanList> bans;
   std::optional<crypto::KeyPair> acct_key;
-  bool polling = false;  // poll_accusations() running
+  bool polling = false;                     // poll_accusations() running
+  std::vector<acct::Evidence> unpublished;  // pending verdicts found here (averager_acct.cpp)
 };
 
 }  // namespace starling::averaging

@@ -170,6 +170,14 @@ result<void> RoundAcct::on_statement(std::uint32_t from, BytesView b) {
       reports_[{r.subround, r.part, from}] = r;
       return success();
     }
+    case 0xCE: {  // an owner's answer to a lying report (false_report evidence)
+      ST_TRY(auto e, decode_evidence(b));
+      if (e.kind != EvidenceKind::false_report || !(e.info == info_) || e.receipts.size() != 2 ||
+          e.receipts[1].signer != from)
+        return bad("evidence other than its owner's answer");
+      if (cfg_->on_evidence) cfg_->on_evidence(e);  // the ban list verifies it
+      return success();
+    }
     default:
       return bad("unknown statement");
   }

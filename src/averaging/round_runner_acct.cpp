@@ -267,8 +267,16 @@ awaitable<void> RoundRunner::acct_phase() {
     AnswerTask answer{acct_->answer_candidates(output_), cfg_.acct->check};
     PoolUse answering(this);
     auto found = co_await pool_.run(std::move(answer));
+    // To the group directly too: members hold a pending verdict against this owner, and the
+    // evidence (two parts of values) may exceed a directory record.
     if (found)
-      for (auto& e : found.value()) acct_->answer(std::move(e));
+      for (auto& e : found.value()) {
+        auto wire = std::make_shared<const Bytes>(acct::encode(e));
+        if (wire->size() + 64 <= wire::kMaxFrame)
+          for (std::uint32_t j = 0; j < n_; ++j)
+            if (reachable(j)) send_acct(j, wire);
+        acct_->answer(std::move(e));
+      }
     if (!found || found.value().empty())
       log->warn("accountability: member {}: its own part fails the check, no report lies", self_);
   }

@@ -71,6 +71,7 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, training::Comp
   if (cfg_.attack == Attack::wrong_average) ac.accountability.attack = AcctAttack::wrong_average;
   if (cfg_.attack == Attack::different_parts)
     ac.accountability.attack = AcctAttack::different_parts;
+  if (cfg_.attack == Attack::false_report) ac.accountability.attack = AcctAttack::false_report;
   ac.on_phase = [me = host_->local_peer().short_string()](const std::string& ph) {
     log()->debug("{}: {}", me, ph);
   };

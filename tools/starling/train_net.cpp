@@ -148,13 +148,16 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
     cfg.collab.attack = Attack::wrong_average;
   else if (o.attack == "different-parts")
     cfg.collab.attack = Attack::different_parts;
+  else if (o.attack == "false-report")
+    cfg.collab.attack = Attack::false_report;
   else if (o.attack != "none")
     return make_error(errc::invalid_argument,
                       "--attack " + o.attack +
-                          ": expected none, sign-flip, random, wrong-average or different-parts");
+                          ": expected none, sign-flip, random, wrong-average, different-parts "
+                          "or false-report");
   cfg.collab.verify = o.verify;
-  if ((cfg.collab.attack == Attack::wrong_average ||
-       cfg.collab.attack == Attack::different_parts) &&
+  if ((cfg.collab.attack == Attack::wrong_average || cfg.collab.attack == Attack::different_parts ||
+       cfg.collab.attack == Attack::false_report) &&
       !o.verify)
     return make_error(errc::invalid_argument, "--attack " + o.attack + " needs --verify");
   cfg.relay_service = o.relay;

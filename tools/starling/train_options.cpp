@@ -90,8 +90,8 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
          "--attack", o.attack,
          "FOR TESTING ROBUSTNESS: send reversed (sign-flip, x -10) or random (noise 100x the "
          "gradient's RMS) gradients claiming 10x the samples; with --verify: return shifted "
-         "averages as an owner (wrong-average) or send one owner other values than committed "
-         "(different-parts)")
+         "averages as an owner (wrong-average), send one owner other values than committed "
+         "(different-parts) or lie in projection reports (false-report)")
       ->capture_default_str();
   cmd.add_flag("--verify", o.verify,
                "accountability: sign and check every averaging statement, ban peers caught "

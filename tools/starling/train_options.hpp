@@ -62,7 +62,8 @@ struct TrainOptions {
   std::string compression = "none";
   std::string aggregation = "mean";
   double clip_tau = 0;  // CenteredClip radius (0: adaptive)
-  // testing robustness: none | sign-flip | random | wrong-average | different-parts
+  // testing robustness: none | sign-flip | random | wrong-average | different-parts |
+  // false-report
   std::string attack = "none";
   bool verify = false;  // accountability (docs/security.md)
   bool delay_step = false;

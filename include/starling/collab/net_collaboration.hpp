@@ -61,7 +61,15 @@ struct NetCollaborationConfig {
   // wrong_average and different_parts cheat in the accountable round (needs `verify`): an
   // owner that shifts its results, a member that sends one owner other values than it
   // committed (averaging::AccountabilityConfig::Attack).
-  enum class Attack : std::uint8_t { none, sign_flip, random, wrong_average, different_parts };
+  // false_report: lies in its projection reports to get honest owners banned.
+  enum class Attack : std::uint8_t {
+    none,
+    sign_flip,
+    random,
+    wrong_average,
+    different_parts,
+    false_report
+  };
   Attack attack = Attack::none;
   // Accountability (docs/security.md): gradient rounds sign and check every statement,
   // evidence bans the cheater for the run, banned peers are left out of matchmaking and their
