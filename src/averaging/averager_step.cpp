@@ -122,9 +122,9 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   if (st->cancelled) co_return make_error(errc::cancelled, "averager: step cancelled");
   // Accountability: the run's accusations are read in the background (a slow directory must
   // not delay the step); bans apply as they come (matchmaking asks for each view).
-  if (impl_->bans && !impl_->polling) {
-    impl_->bans->tick(Clock::now());
-    impl_->steps.spawn(poll_accusations());
+  if (impl_->bans) {
+    impl_->bans->tick(Clock::now());  // verdicts past their grace ban, even while a read hangs
+    if (!impl_->polling) impl_->steps.spawn(poll_accusations());
   }
   if (opts.group) {
     group = *opts.group;

@@ -41,7 +41,7 @@ struct ProviderSource {
 
 }  // namespace
 
-constexpr Duration kAcctGrace = 2s;
+constexpr Duration kAcctGrace = 500ms;
 
 averaging::MatchmakingConfig NetCollaborationConfig::default_matchmaking() {
   averaging::MatchmakingConfig m;
