@@ -15,6 +15,8 @@
 //                   [--codec none|float16|blockwise8|...|auto] [--balance-slack PARTS]
 //                   [--balance-hold-ms MS] [--max-window-kb KB]
 //                   [--max-upload BYTES_PER_S] [--upload-burst BYTES] [--upload-pace F]
+//                   [--aggregation mean|centered-clip] [--verify 0|1]
+// --verify 1: accountability (AccountabilityConfig; bench/run-acct-overhead.sh compares).
 // --upload-pace: the round paces its uploads at F x --bandwidth (AveragerConfig::upload_pace;
 // 0: not paced; default: the averager's, 0.94).
 // --max-upload caps this process's upload (every connection's raw TCP bytes, one token bucket,
@@ -62,6 +64,8 @@ struct Args {
   // 1: the averager has no tensors; each step hands it the flat buffers (StepData: no gather
   // or scatter copies, as the optimizer does). 0: tensors given at creation (gather/scatter).
   int flat = 1;
+  std::string aggregation = "mean";
+  int verify = 0;  // accountability
 };
 
 Args parse(int argc, char** argv) {
@@ -100,6 +104,10 @@ Args parse(int argc, char** argv) {
       a.upload_burst = std::stoull(v);
     else if (k == "--flat")
       a.flat = std::stoi(v);
+    else if (k == "--aggregation")
+      a.aggregation = v;
+    else if (k == "--verify")
+      a.verify = std::stoi(v);
     else if (k == "--max-window-kb")
       a.max_window_kb = static_cast<std::uint32_t>(std::stoul(v));
     else
@@ -205,6 +213,10 @@ int main(int argc, char** argv) try {
   if (a.balance_hold_ms >= 0) cfg.round.balance_hold = std::chrono::milliseconds(a.balance_hold_ms);
   if (a.upload_pace >= 0) cfg.upload_pace = a.upload_pace;
   cfg.open_timeout = std::chrono::seconds(60);
+  auto agg = parse_aggregation(a.aggregation);
+  if (!agg) throw std::runtime_error(agg.error().message());
+  cfg.round.aggregation.kind = agg.value();
+  cfg.accountability.enabled = a.verify != 0;
   auto sink = averaging::host_address_sink(host);
   std::vector<float> result_buf(a.flat ? a.elems : 0);
   std::vector<TensorView> views;
@@ -281,6 +293,8 @@ int main(int argc, char** argv) try {
                      {"bytes_received_per_round", a.iters ? received / a.iters : 0},
                      {"codec", a.codec},
                      {"flat", a.flat},
+                     {"aggregation", a.aggregation},
+                     {"verify", a.verify},
                      {"codec_worker_s_per_round", a.iters ? codec_s / a.iters : 0.0},
                      {"max_abs_error", max_err},
                      {"cpu_per_round_s", cpu_times}};

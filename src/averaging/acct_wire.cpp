@@ -96,6 +96,14 @@ PubKey key_of(const crypto::KeyPair& k) {
   return p;
 }
 
+std::optional<PubKey> key_of_peer(const net::PeerId& id) {
+  auto k = id.public_key();
+  if (!k || k->type() != crypto::KeyType::ed25519 || k->data().size() != 32) return std::nullopt;
+  PubKey out{};
+  std::copy(k->data().begin(), k->data().end(), out.begin());
+  return out;
+}
+
 // --- encodings ---
 
 Bytes encode(const Commitment& s) {

@@ -45,6 +45,7 @@ result<std::shared_ptr<Averager>> Averager::create(std::shared_ptr<net::StreamHo
   a->impl_->join_protocol = averaging_protocol(kJoinProtocol, prefix);
   a->impl_->allreduce_protocol = averaging_protocol(kAllReduceProtocol, prefix);
   a->impl_->state_protocol = averaging_protocol(kStateProtocol, prefix);
+  ST_TRY(a->setup_accountability());
   return a;
 }
 

@@ -57,6 +57,11 @@ struct Averager::Impl {
   std::vector<float> residual, result_residual;
   // The flattened input and output of a step (reused so that steps do not page-fault).
   std::vector<float> local_buf, output_buf;
+  // Accountability (null: off): the ban list and the identity key that signs.
+  std::shared_ptr<acct::BanList> bans;
+  std::optional<crypto::KeyPair> acct_key;
+  bool polling = false;                     // poll_accusations() running
+  std::vector<acct::Evidence> unpublished;  // pending verdicts found here (averager_acct.cpp)
 };
 
 }  // namespace starling::averaging

@@ -120,6 +120,12 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   GroupInfo group;
   const bool matched = !opts.group;
   if (st->cancelled) co_return make_error(errc::cancelled, "averager: step cancelled");
+  // Accountability: the run's accusations are read in the background (a slow directory must
+  // not delay the step); bans apply as they come (matchmaking asks for each view).
+  if (impl_->bans) {
+    impl_->bans->tick(Clock::now());  // verdicts past their grace ban, even while a read hangs
+    if (!impl_->polling) impl_->steps.spawn(poll_accusations());
+  }
   if (opts.group) {
     group = *opts.group;
   } else {
@@ -129,6 +135,7 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
     MatchmakingConfig mcfg = cfg_.matchmaking;
     if (opts.min_group_size) mcfg.min_group_size = std::max<std::size_t>(1, *opts.min_group_size);
     if (opts.expected_group_size) mcfg.expected_size = *opts.expected_group_size;
+    if (impl_->bans) mcfg.excluded = [this](const PeerKey& k) { return banned(k); };
     const double join_weight = st->data_ready ? st->weight : opts.weight;
     MatchmakingCore core(mcfg, self_info(join_weight), schema_hash_, key_.with_round(opts.round),
                          wnow, wnow + std::chrono::duration_cast<WallClock::duration>(mm),
@@ -156,6 +163,9 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   res.matchmaking_time = Clock::now() - t0;
 
   ST_CO_TRY(validate_members(group.members));
+  for (const auto& m : group.members)
+    if (banned(m.peer))
+      co_return make_error(errc::invalid_argument, "averager: the group has a banned member");
   if (group.schema_hash != schema_hash_)
     co_return make_error(errc::invalid_argument, "averager: the group has another schema");
   const auto me = group.index_of(PeerKey(host_->local_peer().bytes()));
@@ -179,6 +189,7 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   rcfg.codecs = &impl_->codecs;
   rcfg.upload_rate = cfg_.upload_pace * static_cast<double>(cfg_.bandwidth);
   rcfg.upload_burst = cfg_.upload_burst;
+  rcfg.acct = round_acct(opts.round);
   // Error feedback: this step starts from the residual of earlier steps and commits the new
   // one only if it succeeds (on failure nothing was applied, so nothing was lost).
   std::vector<float> residual_out, result_residual_out;
@@ -222,6 +233,8 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   res.bytes_sent = runner->bytes_sent();
   res.bytes_received = runner->bytes_received();
   res.codec_time = runner->codec_time();
+  res.checked_parts = runner->checked_parts();
+  res.evidence_found = runner->evidence_found();
   if (!r) co_return r.error();
 
   if (st->data.output.data() && !direct && !runner->output_retargeted()) {

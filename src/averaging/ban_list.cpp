@@ -20,8 +20,11 @@ Bytes signed_bytes(const Accusation& a) {
   return out;
 }
 
-std::string short_key(const PubKey& k) {
-  return to_hex(BytesView(k.data(), 6));
+// The peer id of a key (as `starling id` prints it), so that logs name the banned peer.
+std::string peer_name(const PubKey& k) {
+  return net::PeerId::from_public_key(
+             crypto::PublicKey(crypto::KeyType::ed25519, Bytes(k.begin(), k.end())))
+      .to_string();
 }
 
 }  // namespace
@@ -144,7 +147,7 @@ std::vector<BanRecord> BanList::bans() const {
 
 void BanList::ban(const PubKey& k, std::string reason, TimePoint now) {
   if (banned(k)) return;
-  logger("averaging")->warn("banned peer {} ({})", short_key(k), reason);
+  logger("averaging")->warn("banned peer {} ({})", peer_name(k), reason);
   bans_[k] = BanRecord{k, std::move(reason), now};
 }
 

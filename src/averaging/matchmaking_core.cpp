@@ -184,6 +184,7 @@ void MatchmakingCore::on_view(const std::vector<MatchEntry>& entries, WallTime n
   std::size_t same = 0;
   for (const auto& e : entries) {
     if (e.info.peer.empty()) continue;
+    if (cfg_.excluded && cfg_.excluded(e.info.peer)) continue;
     view_[e.info.peer] = e;
     if (e.schema_hash == schema_hash_) ++same;
   }
@@ -240,6 +241,7 @@ JoinReply MatchmakingCore::on_join(const JoinRequest& req, WallTime now) {
   if (req.group_key != key_.to_string()) return reply(JoinVerdict::key_mismatch);
   if (req.deadline <= now) return reply(JoinVerdict::expired);
   if (self_.client) return reply(JoinVerdict::not_leader);
+  if (cfg_.excluded && cfg_.excluded(req.member.peer)) return reply(JoinVerdict::banned);
   switch (state_) {
     case State::joining:
     case State::following:

@@ -233,7 +233,11 @@ void RoundCore::tally(const Sub& s, const Bitset& missing) {
   for (std::uint32_t p = 0; p < s.plan.parts.size(); ++p) {
     if (missing.test(p) || !s.got.test(p)) continue;
     for (auto j : s.part_counted[p].indices()) counted_elems_[j] += s.plan.parts[p].size();
-    coverage_.push_back({{s.plan.parts[p].begin, s.plan.parts[p].end}, s.part_counted[p]});
+    coverage_.push_back({{s.plan.parts[p].begin, s.plan.parts[p].end},
+                         s.part_counted[p],
+                         s.index,
+                         p,
+                         s.plan.parts[p].owner});
   }
 }
 

@@ -2,6 +2,8 @@
 // and reductions pumped, the end drained and closed). Per-stream I/O: round_runner_io.cpp.
 #include "round_runner.hpp"
 
+#include <cmath>
+
 #include "starling/core/log.hpp"
 #include "starling/core/thread_pool.hpp"
 
@@ -22,7 +24,14 @@ RoundConfig offloaded(RoundConfig c) {
 
 // A pool task as a plain function object (GCC 12 mishandles lambdas nested in coroutines).
 // Runs one reduction; with a codec, then encodes the reduced part and replaces it by its
-// decoded form, so that the owner holds exactly what every other member will decode.
+// decoded form, so that the owner holds exactly what every other member will decode. With
+// accountability, CenteredClip runs until its fixed point passes the members' check, and the
+// result's hash and norm go into its receipt.
+struct ReduceOut {
+  Bytes encoded;
+  ResultStat stat;
+  std::vector<std::vector<float>> kept;  // accountability: the inputs, to answer a lying report
+};
 struct ReduceTask {
   ReduceJob job;
   std::shared_ptr<PoolGate> gate;
@@ -32,14 +41,40 @@ struct ReduceTask {
   std::span<const float> residual;
   std::span<float> residual_out;
   std::atomic<std::int64_t>* ns;
-  result<Bytes> operator()() const {
+  const RoundAcctConfig* acct = nullptr;
+  result<ReduceOut> operator()() const {
     if (*before) (*before)(job.part);
     PoolGate::Pass pass(gate.get());
     if (!pass.ok) return make_error(errc::cancelled, "all-reduce: the round ended");
-    run_reduce_job(job);
-    if (!codecs) return Bytes{};
+    ReduceOut out;
+    if (acct && job.aggregation.kind == Aggregation::centered_clip && !job.inputs.empty()) {
+      const auto c = acct::centered_clip_checked(job.out, job.inputs, job.weights, job.aggregation,
+                                                 acct->check);
+      out.stat.clip = true;
+      out.stat.tau = c.stats.tau;
+    } else {
+      run_reduce_job(job);
+    }
+    if (acct) {
+      for (const auto& in : job.inputs) out.kept.emplace_back(in.begin(), in.end());
+      if (acct->attack == RoundAttack::wrong_average) shift(job.out);
+      double s = 0;
+      for (float x : job.out) s += static_cast<double>(x) * x;
+      out.stat.norm = std::sqrt(s);
+      out.stat.hash = acct::hash_floats(job.out);
+    }
+    if (!codecs) return out;
     Timed t{ns};
-    return codecs->encode(begin, job.out, job.out, residual, residual_out);
+    ST_TRY(out.encoded, codecs->encode(begin, job.out, job.out, residual, residual_out));
+    return out;
+  }
+  // Test-only wrong-average: moves the result by a tenth of its RMS.
+  static void shift(std::span<float> v) {
+    double s = 0;
+    for (float x : v) s += static_cast<double>(x) * x;
+    const float d =
+        static_cast<float>(0.1 * std::sqrt(s / std::max<std::size_t>(1, v.size()))) + 1e-3f;
+    for (auto& x : v) x += d;
   }
 };
 
@@ -79,6 +114,7 @@ RoundRunner::~RoundRunner() = default;
 awaitable<result<void>> RoundRunner::run() {
   auto self = shared_from_this();
   started_ = Clock::now();
+  ST_CO_TRY(acct_init());
   ST_CO_TRY(core_.start(started_));
   const bool i_am_client = group_.members[self_].client;
   for (std::uint32_t j = 0; j < n_; ++j) {
@@ -93,6 +129,7 @@ awaitable<result<void>> RoundRunner::run() {
 
   const auto budget = deadline_ - Clock::now() + cfg_.linger;
   (void)co_await with_timeout(done_.wait(), budget, "all-reduce round");
+  if (acct_ && core_.status() == RoundCore::Status::done) co_await acct_phase();
   ending_ = true;
   const bool ok = core_.status() == RoundCore::Status::done;
   if (ok) {
@@ -273,7 +310,8 @@ awaitable<void> RoundRunner::reduce_part(ReduceJob job) {
                   begin,
                   {},
                   {},
-                  &codec_ns_};
+                  &codec_ns_,
+                  cfg_.acct.get()};
   if (task.codecs && !cfg_.result_residual.empty() &&
       begin + task.job.out.size() <= output_.size()) {
     task.residual = cfg_.result_residual.subspan(begin, task.job.out.size());
@@ -285,8 +323,12 @@ awaitable<void> RoundRunner::reduce_part(ReduceJob job) {
         ->warn("all-reduce: cannot reduce or encode part {}: {}", part, e.error().message());
     co_return;  // the round ends by its deadline; members see this owner fail
   }
+  if (acct_) {
+    acct_->set_result(sub, part, e.value().stat);
+    acct_->keep_inputs(sub, part, std::move(e.value().kept));
+  }
   if (compressed())
-    encoded_results_[{sub, part}] = std::make_shared<const Bytes>(std::move(e).value());
+    encoded_results_[{sub, part}] = std::make_shared<const Bytes>(std::move(e.value().encoded));
   core_.on_reduced(sub, part, Clock::now());
   pump();
 }
@@ -371,12 +413,7 @@ void RoundRunner::fence(std::uint32_t j) {
 
 void RoundRunner::pump() {
   balance_plan();
-  for (auto& env : core_.take_outbox()) {
-    auto& P = p_[env.to];
-    if (P.fenced) continue;
-    P.queue.push_back({std::move(env.msg)});
-    P.wake->set();
-  }
+  for (auto& env : core_.take_outbox()) route(std::move(env));
   for (auto& job : core_.take_reduce_jobs()) {
     if (scope_.closed()) break;  // the round is over: a task would not start
     ++pool_tasks_;

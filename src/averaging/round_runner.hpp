@@ -19,6 +19,7 @@
 #include "starling/core/timer.hpp"
 
 #include "part_codec.hpp"
+#include "round_acct.hpp"
 #include "starling/averaging/round_core.hpp"
 #include "starling/averaging/wire.hpp"
 #include "starling/net/byte_stream.hpp"
@@ -50,6 +51,9 @@ struct RoundRunnerConfig {
   // sends: what was lost is added the next time it owns those elements).
   std::span<const float> result_residual;
   std::span<float> result_residual_out;
+  // Accountability (round_acct.hpp; null: off). Needs uncompressed parts and Ed25519 peer
+  // ids; every member of the group must run it.
+  std::shared_ptr<const RoundAcctConfig> acct;
 };
 
 // A token bucket shared by a round's writers: `rate` bytes/s, at most `burst` bytes at once.
@@ -139,10 +143,14 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   // Time the worker threads spent encoding and decoding this round's parts.
   Duration codec_time() const { return std::chrono::nanoseconds(codec_ns_.load()); }
   bool finished() const { return core_.status() != RoundCore::Status::running; }
+  // Accountability: statements' evidence found and parts checked by the aggregation check.
+  std::size_t evidence_found() const { return acct_ ? acct_->evidence_count() : 0; }
+  std::size_t checked_parts() const { return checked_parts_; }
 
  private:
   struct OutFrame {
-    RoundMessage msg;  // Part/Result data spans point into the round's buffers
+    RoundMessage msg;                   // Part/Result data spans point into the round's buffers
+    std::shared_ptr<const Bytes> acct;  // set: an ACCT frame with this statement instead
   };
   // Marks a result being received in place (RoundCore::result_destination) for its reader's
   // current frame, so that no second stream writes into the same part meanwhile.
@@ -205,6 +213,16 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   // Debug log of a flow's milestones (its parts, then everything, sent) for time series.
   void log_flow(std::uint32_t j, std::uint64_t before) const;
   bool drained() const;
+  // Accountability (round_runner_acct.cpp).
+  result<void> acct_init();
+  bool reachable(std::uint32_t j) const;  // two clients never talk
+  void send_acct(std::uint32_t j, std::shared_ptr<const Bytes> statement);
+  void route(Envelope env);
+  awaitable<void> commit_sub(std::uint32_t sub, double weight);
+  awaitable<result<void>> acct_check(std::uint32_t j, const RoundMessage& msg,
+                                     const Bytes& receipt);
+  awaitable<void> acct_wait(TimePoint until, bool reports, const std::vector<SettledPart>& settled);
+  awaitable<void> acct_phase();
 
   net::StreamHost& host_;
   GroupInfo group_;
@@ -240,6 +258,11 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   bool ending_ = false;
   std::string last_phase_;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
+  std::unique_ptr<RoundAcct> acct_;
+  std::deque<Envelope> held_;  // outbox waiting for a commitment
+  bool committing_ = false;
+  AsyncEvent acct_event_{ex_};  // pulsed on every statement received
+  std::size_t checked_parts_ = 0;
 };
 
 }  // namespace starling::averaging::detail

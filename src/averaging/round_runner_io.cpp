@@ -57,8 +57,8 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
     if (P.fenced) co_return;
     if (P.send && !P.queue.empty()) {
       const auto& next = P.queue.front().msg;
-      const bool data_frame =
-          std::holds_alternative<PartMsg>(next) || std::holds_alternative<ResultMsg>(next);
+      const bool data_frame = !P.queue.front().acct && (std::holds_alternative<PartMsg>(next) ||
+                                                        std::holds_alternative<ResultMsg>(next));
       if (data_frame && !ending_ && balance_ahead(j)) {
         const TimePoint now = Clock::now();
         if (held_since == TimePoint{}) held_since = now;
@@ -73,6 +73,17 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
       OutFrame f = std::move(P.queue.front());
       P.queue.pop_front();
       auto s = P.send;
+      if (f.acct) {
+        const Bytes frame = net::length_prefixed(wire::encode_acct(*f.acct));
+        auto w = co_await s->write(frame);
+        if (!w) {
+          if (!ending_) stream_lost(j, w.error(), false);
+          co_return;
+        }
+        bytes_sent_ += frame.size();
+        if (P.queue.empty()) progress_.set();
+        continue;
+      }
       std::span<const float> data;
       if (auto* pm = std::get_if<PartMsg>(&f.msg)) data = pm->data;
       if (auto* rm = std::get_if<ResultMsg>(&f.msg)) data = rm->data;
@@ -110,7 +121,18 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
         }
         payload = *encoded;
       }
-      const Bytes header = net::length_prefixed(wire::encode_round(f.msg, payload.size()));
+      // Accountability: the signed receipt of the part or result (test-only different-parts:
+      // other values than the committed ones, under a receipt that matches them).
+      Bytes receipt;
+      if (acct_) {
+        if (auto* pm = std::get_if<PartMsg>(&f.msg)) {
+          receipt = acct_->part_receipt(pm->subround, pm->part, pm->weight);
+          if (const auto* t = acct_->tampered(pm->subround, pm->part)) payload = float_bytes(*t);
+        } else if (auto* rm = std::get_if<ResultMsg>(&f.msg)) {
+          if (auto rr = acct_->result_receipt(rm->subround, rm->part, rm->counted)) receipt = *rr;
+        }
+      }
+      const Bytes header = net::length_prefixed(wire::encode_round(f.msg, payload.size(), receipt));
       P.busy = data_frame;
       auto w = co_await paced_write(*s, header, payload);
       P.busy = false;
@@ -210,6 +232,17 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
       co_return;
     }
     if (std::holds_alternative<wire::Keepalive>(f.value().msg)) continue;
+    if (const auto* a = std::get_if<wire::Acct>(&f.value().msg)) {
+      auto ok = acct_ ? acct_->on_statement(j, a->statement)
+                      : result<void>(make_error(errc::protocol_violation,
+                                                "accountability statement in a round without it"));
+      acct_event_.set();
+      if (!ok) {
+        stream_lost(j, ok.error(), true);
+        co_return;
+      }
+      continue;
+    }
     if (std::holds_alternative<wire::Hello>(f.value().msg)) {
       stream_lost(j, make_error(errc::protocol_violation, "second hello"), true);
       co_return;
@@ -269,6 +302,15 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
       if (rm) rm->data = direct.empty() ? std::span<const float>(buf) : direct;
     }
     if (core_.status() != RoundCore::Status::running) continue;
+    if (acct_ && has_data) {
+      const Bytes& receipt = f.value().receipt;
+      auto ok = co_await acct_check(j, msg, receipt);
+      if (!ok) {
+        stream_lost(j, ok.error(), true);
+        co_return;
+      }
+      if (core_.status() != RoundCore::Status::running) continue;
+    }
     auto res = core_.on_message(j, msg, Clock::now(), &buf);
     pump();
     if (!res) co_return;  // the core blamed and fenced j

@@ -24,7 +24,7 @@ Bytes serialize(const Msg& m) {
 Bytes to_bytes_s(const std::string& s) {
   return Bytes(s.begin(), s.end());
 }
-std::string to_str(const Bytes& b) {
+std::string to_str(BytesView b) {
   return std::string(b.begin(), b.end());
 }
 
@@ -146,8 +146,7 @@ result<MatchFrame> decode_match(BytesView b) {
     return MatchFrame{r};
   }
   if (m.has_reply()) {
-    if (m.reply() > static_cast<std::uint32_t>(JoinVerdict::not_admitted))
-      return bad("join verdict");
+    if (m.reply() > static_cast<std::uint32_t>(JoinVerdict::banned)) return bad("join verdict");
     return MatchFrame{JoinReply{static_cast<JoinVerdict>(m.reply())}};
   }
   if (m.has_begin()) {
@@ -193,8 +192,16 @@ Bytes encode_keepalive() {
   return serialize(m);
 }
 
-Bytes encode_round(const RoundMessage& msg, std::uint64_t payload_len) {
+Bytes encode_acct(BytesView statement) {
   pb::RoundFrame m;
+  m.set_kind(pb::RoundFrame::ACCT);
+  m.set_statement(to_str(statement));
+  return serialize(m);
+}
+
+Bytes encode_round(const RoundMessage& msg, std::uint64_t payload_len, BytesView receipt) {
+  pb::RoundFrame m;
+  if (!receipt.empty()) m.set_receipt(to_str(receipt));
   std::visit(
       [&](const auto& x) {
         using T = std::decay_t<decltype(x)>;
@@ -240,11 +247,16 @@ result<RoundFrame> decode_round(BytesView b, std::size_t members) {
     case pb::RoundFrame::KEEPALIVE:
       out.msg = Keepalive{};
       return out;
+    case pb::RoundFrame::ACCT:
+      if (m.statement().empty()) return bad("acct frame without a statement");
+      out.msg = Acct{to_bytes_s(m.statement())};
+      return out;
     case pb::RoundFrame::PART: {
       if (!m.has_payload_len()) return bad("part without payload length");
       if (!m.has_weight() || !std::isfinite(m.weight()) || m.weight() < 0)
         return bad("part weight");
       out.payload_len = m.payload_len();
+      out.receipt = to_bytes_s(m.receipt());
       out.msg = RoundMessage{PartMsg{m.subround(), m.part(), {}, m.weight()}};
       return out;
     }
@@ -252,6 +264,7 @@ result<RoundFrame> decode_round(BytesView b, std::size_t members) {
       if (!m.has_payload_len()) return bad("result without payload length");
       ST_TRY(auto bits, get_bits(m.members(), members, "result"));
       out.payload_len = m.payload_len();
+      out.receipt = to_bytes_s(m.receipt());
       out.msg = RoundMessage{ResultMsg{m.subround(), m.part(), std::move(bits), {}}};
       return out;
     }

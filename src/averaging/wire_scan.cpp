@@ -81,6 +81,7 @@ constexpr std::uint32_t kText = 4096;  // reasons, keys
 constexpr std::uint32_t kFrame = static_cast<std::uint32_t>(kMaxFrame);
 constexpr std::uint32_t kGroupBits = (kMaxGroupSize + 7) / 8;
 constexpr std::uint32_t kMembers = kMaxGroupSize;
+constexpr std::uint32_t kMaxReceipt = 512 + 4 * kMaxGroupSize;  // a signed DataReceipt
 
 constexpr Field kMemberF[] = {{1, Kind::bytes, 1, kMaxPeerIdLen},
                               {2, Kind::bytes, kMaxAddrs, kMaxAddrLen},
@@ -111,13 +112,19 @@ constexpr Field kFinReportF[] = {{1, Kind::varint},
                                  {3, Kind::bytes, 1, kGroupBits},
                                  {4, Kind::bytes, 1, kGroupBits},
                                  {5, Kind::bytes, 1, kGroupBits}};
-constexpr Field kRoundFrameF[] = {
-    {1, Kind::varint},  {2, Kind::varint},
-    {3, Kind::varint},  {4, Kind::bytes, 1, kGroupBits},
-    {5, Kind::varint},  {6, Kind::message, kMembers, kFrame, &kFinReport},
-    {7, Kind::varint},  {8, Kind::bytes, 1, kId},
-    {9, Kind::varint},  {10, Kind::varint},
-    {11, Kind::fixed64}};
+constexpr Field kRoundFrameF[] = {{1, Kind::varint},
+                                  {2, Kind::varint},
+                                  {3, Kind::varint},
+                                  {4, Kind::bytes, 1, kGroupBits},
+                                  {5, Kind::varint},
+                                  {6, Kind::message, kMembers, kFrame, &kFinReport},
+                                  {7, Kind::varint},
+                                  {8, Kind::bytes, 1, kId},
+                                  {9, Kind::varint},
+                                  {10, Kind::varint},
+                                  {11, Kind::fixed64},
+                                  {12, Kind::bytes, 1, kFrame},
+                                  {13, Kind::bytes, 1, kMaxReceipt}};
 constexpr Field kStateRequestF[] = {
     {1, Kind::varint}, {2, Kind::bytes, 1, kId}, {3, Kind::varint, 256, 256 * 5}};
 constexpr Field kStateManifestF[] = {

@@ -41,6 +41,8 @@ struct ProviderSource {
 
 }  // namespace
 
+constexpr Duration kAcctGrace = 500ms;
+
 averaging::MatchmakingConfig NetCollaborationConfig::default_matchmaking() {
   averaging::MatchmakingConfig m;
   m.target_group_size = 64;  // everyone at the epoch in one group
@@ -85,7 +87,33 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
          averaging::Averager::create(host, c->impl_->directory, averaging::Schema{}, {}, sc, sink));
   c->impl_->state = state;
   if (members) members->start();
+  if (c->cfg_.verify) {
+    averaging::acct::CheckConfig check;
+    check.max_weight_ratio = c->cfg_.aggregation.max_weight_ratio;
+    check.fixed_tau = c->cfg_.aggregation.tau;
+    check.tau_scale = c->cfg_.aggregation.tau_scale;
+    // A wrong_average verdict waits kAcctGrace for the owner's false_report answer, which
+    // would come within the round; meanwhile the cheater keeps its place in the next rounds.
+    c->impl_->bans = std::make_shared<averaging::acct::BanList>(check, kAcctGrace);
+    // Connections of banned peers are closed as soon as they open (after the handshake has
+    // proved the peer's identity).
+    std::weak_ptr<NetCollaboration> weak = c;
+    host->on_connection_opened([weak](const net::ConnectionInfo& info) {
+      auto self = weak.lock();
+      if (!self || !self->banned(info.peer)) return;
+      log()->info("closing a connection of banned peer {}", info.peer.short_string());
+      asio::post(self->host_->get_executor(), [weak, peer = info.peer] {
+        if (auto s = weak.lock()) s->host_->disconnect(peer);
+      });
+    });
+  }
   return c;
+}
+
+bool NetCollaboration::banned(const net::PeerId& peer) const {
+  if (!impl_->bans) return false;
+  auto k = averaging::acct::key_of_peer(peer);
+  return k && impl_->bans->banned(*k);
 }
 
 NetCollaboration::NetCollaboration(std::shared_ptr<net::Host> host,
@@ -153,6 +181,7 @@ awaitable<result<std::vector<training::ProgressEntry>>> NetCollaboration::fetch_
       log()->warn("progress: ignoring an unowned or unsigned sub-key");
       continue;
     }
+    if (banned(owners.value().front())) continue;  // its progress does not count
     training::ProgressEntry e;
     e.peer = owners.value().front();
     if (impl_->members) {  // a private run: members' records only

@@ -21,6 +21,9 @@ struct NetCollaboration::Impl {
   std::shared_ptr<averaging::DhtDirectory> directory;
   std::shared_ptr<averaging::Averager> grads, state;
   std::shared_ptr<auth::MembershipService> members;  // a private run (else null)
+  // Accountability (NetCollaborationConfig::verify): the run's bans, shared by the gradient
+  // averagers; null when off.
+  std::shared_ptr<averaging::acct::BanList> bans;
   std::vector<float> attack_buf;  // NetCollaborationConfig::attack: the corrupted gradient sent
   // The gradient averager's layout (names, sizes) and codec. It has no tensors of its own:
   // every round reads and writes the caller's buffers (training::RoundData).

@@ -34,6 +34,8 @@ double secs(Duration d) {
 }  // namespace
 
 result<void> NetCollaboration::ensure_grads(const Layout& layout, training::Compression c) {
+  // Accountability covers uncompressed parts only.
+  if (cfg_.verify) c = training::Compression::none;
   if (impl_->grads && layout == impl_->layout && c == impl_->compression) return success();
   if (impl_->grads) {
     // Another layout or codec: a new averager (the old one's handlers go, and with them a
@@ -46,6 +48,7 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, training::Comp
   }
   averaging::Schema schema;
   schema.codec = codec_of(c);
+
   for (const auto& [name, n] : layout)
     schema.tensors.push_back({name, {static_cast<std::int64_t>(n)}, averaging::DType::f32});
   averaging::AveragerConfig ac;
@@ -61,6 +64,15 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, training::Comp
   ac.open_timeout = cfg_.open_timeout;
   ac.reduce_threads = cfg_.reduce_threads;
   ac.error_feedback = cfg_.error_feedback && c != training::Compression::none;
+  ac.accountability.enabled = cfg_.verify;
+  ac.accountability.run = cfg_.run_id;
+  ac.accountability.bans = impl_->bans;
+  using Attack = NetCollaborationConfig::Attack;
+  using AcctAttack = averaging::AccountabilityConfig::Attack;
+  if (cfg_.attack == Attack::wrong_average) ac.accountability.attack = AcctAttack::wrong_average;
+  if (cfg_.attack == Attack::different_parts)
+    ac.accountability.attack = AcctAttack::different_parts;
+  if (cfg_.attack == Attack::false_report) ac.accountability.attack = AcctAttack::false_report;
   ac.on_phase = [me = host_->local_peer().short_string()](const std::string& ph) {
     log()->debug("{}: {}", me, ph);
   };
@@ -218,7 +230,8 @@ awaitable<result<training::RoundResult>> NetCollaboration::average(training::Rou
   impl_->running = step;
   impl_->running_key = options.key;
   impl_->abandoned_key.clear();
-  if (cfg_.attack != NetCollaborationConfig::Attack::none) {
+  if (cfg_.attack == NetCollaborationConfig::Attack::sign_flip ||
+      cfg_.attack == NetCollaborationConfig::Attack::random) {
     // Testing robustness (NetCollaborationConfig::attack), claiming 10x the samples.
     impl_->attack_buf.assign(data.input.begin(), data.input.end());
     if (cfg_.attack == NetCollaborationConfig::Attack::sign_flip) {

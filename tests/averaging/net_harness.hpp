@@ -33,6 +33,7 @@ auto spawn_future(asio::io_context& io, F f) {
 struct NodeOptions {
   std::uint64_t bandwidth = 100'000'000;
   bool client = false;
+  std::function<void(AveragerConfig&)> configure;  // per-node changes to the base config
 };
 
 struct Node {
@@ -117,6 +118,7 @@ class Cluster {
       const NodeOptions o = i < opts.size() ? opts[i] : NodeOptions{};
       cfg.bandwidth = o.bandwidth;
       cfg.client_mode = o.client;
+      if (o.configure) o.configure(cfg);
       for (const auto& a : node->host->listen_addresses()) cfg.addrs.push_back(a.to_string());
       cfg.seed = seed * 1000 + i + 1;
       cfg.on_phase = [this, i](const std::string& ph) {

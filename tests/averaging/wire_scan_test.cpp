@@ -107,3 +107,28 @@ TEST(WireScan, NestedAndRepeatedLimits) {
     EXPECT_EQ(static_cast<bool>(scan::check(r, scan::kStateRequest)), n == 256) << n;
   }
 }
+
+// Accountability on the all-reduce stream: ACCT frames carry one statement, PART and RESULT
+// frames their receipt; an empty statement and an oversized receipt are refused.
+TEST(WireScan, AccountabilityFields) {
+  float data[4] = {1, 2, 3, 4};
+  const Bytes receipt(300, 7);
+  auto part = wire::decode_round(wire::encode_round(PartMsg{0, 1, data, 1.0}, 16, receipt), 3);
+  ASSERT_TRUE(part);
+  EXPECT_EQ(part.value().receipt, receipt);
+  auto res = wire::decode_round(
+      wire::encode_round(ResultMsg{0, 1, Bitset(3, true), data}, 16, receipt), 3);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res.value().receipt, receipt);
+  auto plain = wire::decode_round(wire::encode_round(PartMsg{0, 1, data, 1.0}, 16), 3);
+  ASSERT_TRUE(plain);
+  EXPECT_TRUE(plain.value().receipt.empty());
+  const Bytes statement(1000, 0xC3);
+  auto acct = wire::decode_round(wire::encode_acct(statement), 3);
+  ASSERT_TRUE(acct);
+  ASSERT_TRUE(std::holds_alternative<wire::Acct>(acct.value().msg));
+  EXPECT_EQ(std::get<wire::Acct>(acct.value().msg).statement, statement);
+  EXPECT_FALSE(wire::decode_round(wire::encode_acct({}), 3));
+  const Bytes huge(64 * 1024, 7);
+  EXPECT_FALSE(wire::decode_round(wire::encode_round(PartMsg{0, 1, data, 1.0}, 16, huge), 3));
+}

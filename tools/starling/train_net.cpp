@@ -190,9 +190,22 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
     cfg.collab.attack = Attack::sign_flip;
   else if (o.attack == "random")
     cfg.collab.attack = Attack::random;
+  else if (o.attack == "wrong-average")
+    cfg.collab.attack = Attack::wrong_average;
+  else if (o.attack == "different-parts")
+    cfg.collab.attack = Attack::different_parts;
+  else if (o.attack == "false-report")
+    cfg.collab.attack = Attack::false_report;
   else if (o.attack != "none")
     return make_error(errc::invalid_argument,
-                      "--attack " + o.attack + ": expected none, sign-flip or random");
+                      "--attack " + o.attack +
+                          ": expected none, sign-flip, random, wrong-average, different-parts "
+                          "or false-report");
+  cfg.collab.verify = o.verify;
+  if ((cfg.collab.attack == Attack::wrong_average || cfg.collab.attack == Attack::different_parts ||
+       cfg.collab.attack == Attack::false_report) &&
+      !o.verify)
+    return make_error(errc::invalid_argument, "--attack " + o.attack + " needs --verify");
   ST_TRY(cfg.collab.membership, membership_config(o));
   cfg.relay_service = o.relay;
   cfg.use_relays = o.use_relays;

@@ -89,7 +89,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option(
          "--attack", o.attack,
          "FOR TESTING ROBUSTNESS: send reversed (sign-flip, x -10) or random (noise 100x the "
-         "gradient's RMS) gradients claiming 10x the samples")
+         "gradient's RMS) gradients claiming 10x the samples; with --verify: return shifted "
+         "averages as an owner (wrong-average), send one owner other values than committed "
+         "(different-parts) or lie in projection reports (false-report)")
       ->capture_default_str();
   cmd.add_option("--run-key", o.run_key,
                  "a private run: its run key (starling run-key new); only peers with a "
@@ -98,6 +100,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
                  "this peer's membership certificate file (starling run-key sign)");
   cmd.add_option("--revocations", o.revocations,
                  "a revocation list (starling run-key revoke) to apply and publish to the run");
+  cmd.add_flag("--verify", o.verify,
+               "accountability: sign and check every averaging statement, ban peers caught "
+               "cheating (gradients travel uncompressed; every peer of a run should use it)");
   cmd.add_flag("--relay", o.relay,
                "serve circuit relay v2 and AutoNAT to peers behind NATs (needs a public address)");
   cmd.add_flag("--use-relays", o.use_relays,

@@ -62,8 +62,11 @@ struct TrainOptions {
   std::uint64_t data_seed = 0;   // 0: derived from the identity (each peer its own stream)
   std::string compression = "none";
   std::string aggregation = "mean";
-  double clip_tau = 0;          // CenteredClip radius (0: adaptive)
-  std::string attack = "none";  // testing robustness: none | sign-flip | random
+  double clip_tau = 0;  // CenteredClip radius (0: adaptive)
+  // testing robustness: none | sign-flip | random | wrong-average | different-parts |
+  // false-report
+  std::string attack = "none";
+  bool verify = false;  // accountability (docs/security.md)
   // A private run: the run key (starling run-key new), this peer's certificate file
   // (starling run-key sign) and optionally a revocation list to publish (run-key revoke).
   std::string run_key, membership, revocations;

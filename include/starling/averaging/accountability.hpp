@@ -48,6 +48,7 @@
 #include "starling/core/bytes.hpp"
 #include "starling/core/result.hpp"
 #include "starling/crypto/keys.hpp"
+#include "starling/net/peer_id.hpp"
 
 namespace starling::averaging::acct {
 
@@ -71,6 +72,8 @@ Hash32 round_id(const RoundInfo& info);
 Hash32 hash_floats(std::span<const float> v);  // BLAKE2b-256 of the little-endian floats
 Hash32 hash_nonce(const Hash32& nonce);
 PubKey key_of(const crypto::KeyPair& k);
+// The raw Ed25519 key of a peer id (nullopt: another key type).
+std::optional<PubKey> key_of_peer(const net::PeerId& id);
 
 struct Commitment {
   Hash32 round{};

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "starling/averaging/ban_list.hpp"
 #include "starling/averaging/directory.hpp"
 #include "starling/averaging/group_key.hpp"
 #include "starling/averaging/matchmaking_core.hpp"
@@ -33,7 +34,30 @@ class ThreadPool;
 namespace starling::averaging {
 namespace detail {
 class MatchSession;
-}
+struct RoundAcctConfig;
+}  // namespace detail
+
+// Accountability (docs/security.md): every round's statements are signed and checked, the
+// owners' results pass the aggregation check after the all-gather, evidence bans the cheater
+// (BanList) and goes to the directory as an accusation that every peer of the run verifies.
+// Banned peers are left out of matchmaking. Every peer of a run must use the same setting
+// (the protocol ids differ); parts must be uncompressed (schema codec "none").
+struct AccountabilityConfig {
+  bool enabled = false;
+  // The identity key that signs (default: the host's when it is a net::Host).
+  std::optional<crypto::KeyPair> key;
+  std::string run = "starling";  // the run's name: evidence about other runs is refused
+  acct::CheckConfig check;       // its aggregation fields are taken from the round's
+  Duration grace = 20s;          // a wrong_average verdict waits this long for an answer
+  Duration record_ttl = 3600s;   // accusations stay in the directory this long
+  // A ban list shared with other averagers of the run (null: the averager makes its own).
+  std::shared_ptr<acct::BanList> bans;
+  // FOR TESTING the defence: an owner that shifts its results, a member that sends the next
+  // member's parts other values than it committed, or one that lies in its projection reports
+  // about the other owners' parts (to get them banned).
+  enum class Attack : std::uint8_t { none, wrong_average, different_parts, false_report };
+  Attack attack = Attack::none;
+};
 
 struct AveragerConfig {
   GroupKeyConfig key;  // prefix (required), Moshpit grid and dims
@@ -66,6 +90,7 @@ struct AveragerConfig {
   // Private runs: only peers this gate admits are matched with, joined, grouped with, served
   // state or downloaded from (auth::MembershipService). Null: an open run.
   std::shared_ptr<PeerGate> gate;
+  AccountabilityConfig accountability;
   // Test hook: called on the I/O thread when this peer's step enters a phase
   // ("matchmaking:<state>", "reduce-scatter", "report", "all-gather", "fin", "done").
   std::function<void(const std::string& phase)> on_phase;
@@ -117,6 +142,8 @@ struct StepResult {
   std::uint64_t bytes_sent = 0, bytes_received = 0;
   Duration matchmaking_time{}, allreduce_time{}, total_time{};
   Duration codec_time{};  // worker-thread time spent encoding and decoding (compressed schemas)
+  // Accountability: parts that passed or failed the aggregation check here, and evidence found.
+  std::size_t checked_parts = 0, evidence_found = 0;
 };
 
 // A state blob as a donor serves it: the epoch (newer wins) and the bytes.
@@ -265,6 +292,11 @@ class Averager : public std::enable_shared_from_this<Averager> {
   const GroupKey& group_key() const noexcept { return key_; }
   MemberInfo self_info(double weight) const;
   net::StreamHost& host() { return *host_; }
+  // Accountability's ban list (null when it is off). Executor thread.
+  std::shared_ptr<acct::BanList> bans() const;
+  bool banned(const PeerKey& peer) const;
+  // Reads the run's accusations from the directory into the ban list (each step does first).
+  awaitable<void> poll_accusations();
 
   struct Impl;  // private helpers (join/round streams)
 
@@ -289,6 +321,10 @@ class Averager : public std::enable_shared_from_this<Averager> {
   awaitable<result<std::vector<StateAnnouncement>>> announcements(const Bytes& kind);
   // size: the exact size expected (0: any size up to opts.max_bytes).
   awaitable<result<BlobState>> load_kind(Bytes kind, std::uint64_t size, LoadStateOptions opts);
+  // Accountability (averager_acct.cpp).
+  result<void> setup_accountability();
+  std::shared_ptr<const detail::RoundAcctConfig> round_acct(const std::string& round) const;
+  void on_evidence(const acct::Evidence& e);
   awaitable<result<void>> install_snapshot(std::uint64_t epoch, Bytes data, Bytes metadata,
                                            const Bytes& kind, std::size_t part_size);
 

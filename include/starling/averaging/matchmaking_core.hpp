@@ -25,6 +25,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -65,6 +66,7 @@ enum class JoinVerdict : std::uint8_t {
   not_leader = 6,    // a client-mode peer cannot lead
   expired = 7,       // the request's deadline already passed
   not_admitted = 8,  // not a member of this private run (AveragerConfig::gate)
+  banned = 9,        // the leader holds evidence against the requester (accountability)
 };
 struct JoinReply {
   JoinVerdict verdict = JoinVerdict::accepted;
@@ -110,6 +112,9 @@ struct MatchmakingConfig {
   // kSettlePoll until then. The caller must not count low: a peer that joins after the leader
   // began is left out of the round.
   std::size_t expected_size = 0;
+  // Peers never grouped with (accountability's bans): left out of the view, their join
+  // requests refused (JoinVerdict::banned). Empty: nobody.
+  std::function<bool(const PeerKey&)> excluded;
 };
 
 // The plan for one view: for each planned group, its leader followed by its members. Groups

@@ -219,9 +219,12 @@ class RoundCore {
   // Elements of the final vector in which each member's values were counted.
   const std::vector<std::uint64_t>& counted_elements() const noexcept { return counted_elems_; }
   // Which members are counted in each range of the final vector (ranges tile [0, N)).
+  // Each settled part: its range, its counted set, and the sub-round, part index and owner
+  // it was settled in (accountability checks them after the round).
   struct Coverage {
     Segment range;
     Bitset counted;
+    std::uint32_t subround = 0, part = 0, owner = 0;
   };
   const std::vector<Coverage>& coverage() const noexcept { return coverage_; }
   const RoundTimings& timings() const noexcept { return timings_; }

@@ -48,16 +48,24 @@ struct Hello {
   std::uint32_t to = 0;
 };
 struct Keepalive {};
+// An accountability statement (accountability.hpp encodings; the round runner decodes it).
+struct Acct {
+  Bytes statement;
+};
 // A decoded round frame. PART and RESULT carry `payload_len` bytes after the frame; the data
 // span of the returned message is empty until the caller attaches the decoded payload.
+// `receipt`: the signed DataReceipt of a PART or RESULT (accountable rounds; else empty).
 struct RoundFrame {
-  std::variant<Hello, Keepalive, RoundMessage> msg;
+  std::variant<Hello, Keepalive, RoundMessage, Acct> msg;
   std::uint64_t payload_len = 0;
+  Bytes receipt;
 };
 Bytes encode_hello(const Hello& h);
 Bytes encode_keepalive();
-// Encodes `m` without its float data; PART/RESULT frames announce `payload_len` bytes.
-Bytes encode_round(const RoundMessage& m, std::uint64_t payload_len = 0);
+Bytes encode_acct(BytesView statement);
+// Encodes `m` without its float data; PART/RESULT frames announce `payload_len` bytes and
+// carry `receipt` when it is not empty.
+Bytes encode_round(const RoundMessage& m, std::uint64_t payload_len = 0, BytesView receipt = {});
 // `members`: the group size (bitsets over members are checked against it).
 result<RoundFrame> decode_round(BytesView b, std::size_t members);
 

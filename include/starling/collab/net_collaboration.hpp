@@ -60,12 +60,28 @@ struct NetCollaborationConfig {
   // samples) in every round; it still applies the group's result. sign_flip: -10 x its
   // gradient; random: Gaussian noise 100x the gradient's RMS. (A merely scaled gradient is no
   // attack on Adam-like optimizers, which normalise the step's scale.)
-  enum class Attack : std::uint8_t { none, sign_flip, random };
+  // wrong_average and different_parts cheat in the accountable round (needs `verify`): an
+  // owner that shifts its results, a member that sends one owner other values than it
+  // committed (averaging::AccountabilityConfig::Attack).
+  // false_report: lies in its projection reports to get honest owners banned.
+  enum class Attack : std::uint8_t {
+    none,
+    sign_flip,
+    random,
+    wrong_average,
+    different_parts,
+    false_report
+  };
   Attack attack = Attack::none;
   // A private run (docs/security.md, "Private runs"): only peers holding a certificate signed
   // by the run key are matched with, grouped with, served state or downloaded from, and only
   // their progress records count (auth::MembershipService). None: an open run.
   std::optional<auth::MembershipConfig> membership;
+  // Accountability (docs/security.md): gradient rounds sign and check every statement,
+  // evidence bans the cheater for the run, banned peers are left out of matchmaking and their
+  // progress records are ignored. Gradients then travel uncompressed. Every peer of a run
+  // must use the same.
+  bool verify = false;
 
   static averaging::MatchmakingConfig default_matchmaking();
 };
@@ -121,6 +137,8 @@ class NetCollaboration final : public training::Collaboration,
   result<void> ensure_grads(const std::vector<std::pair<std::string, std::size_t>>& layout,
                             training::Compression c);
   averaging::StepOptions step_options(const training::RoundOptions& o) const;
+  // Accountability: `peer` is banned for the run (false when verify is off).
+  bool banned(const net::PeerId& peer) const;
   // Waits (bounded by `until`) for a cancelled prepared step to end; false if it did not.
   awaitable<bool> wait_cancelled(TimePoint until);
   static awaitable<void> announce_loop(std::weak_ptr<NetCollaboration> weak);
