@@ -11,12 +11,14 @@
 # exchange their parts through the relay, whose circuit limits are lifted with
 # --relay-circuit-kib 0 --relay-circuit-seconds 0). Prints the DCUtR outcomes and the run's
 # figures (seconds, rounds, bytes). The run must outlast AutoNAT's verdict (the bootstrap's
-# dial-back to a NAT times out after 15 s): 12 epochs of 65536 samples take ~20-40 s here.
+# dial-back to a NAT times out after 15 s, so the verdict comes after ~15-20 s at any load):
+# 40 epochs of 65536 samples take ~40 s on a quiet machine (12 took only 12.5 s there, ending
+# before the verdict) and ~2 min at load 9.
 # NAT_TRAIN_PUBLIC=1 runs the same five trainers on public addresses (the anchor of
 # bench/run-nat-train.sh) and skips the NAT checks.
 source "$(dirname "$0")/lib.sh"
 STARLING=${STARLING:-$T_SRC/build/bin/starling}
-EPOCHS=${EPOCHS:-12}
+EPOCHS=${EPOCHS:-40}
 PUBLIC=${NAT_TRAIN_PUBLIC:-0}
 [[ -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] ||
   skip "Fashion-MNIST (dataset-fashion-mnist) is not installed"
