@@ -4,7 +4,8 @@
 # works), h5 behind a "random" NAT (only the relay can carry its traffic), h6 behind a "upnp"
 # router (miniupnpd). h4 and h5 need only --initial-peers plus --use-relays --hole-punching, h6
 # --port-mapping auto (--allow-private everywhere: the lab's internet is 10.77/16). All five
-# train Fashion-MNIST to epoch $EPOCHS. Checks: every trainer finishes; every epoch digest
+# train Fashion-MNIST to epoch $EPOCHS (p2 begins the run, the other four join after its first
+# step). Checks: every trainer finishes; every epoch digest
 # logged by two or more trainers agrees, and the final parameters are identical everywhere;
 # h4 and h5 learn they are private (DHT client mode) and hold relay reservations; h6 gets its
 # port mapped and AutoNAT finds it public; the rounds include everyone (groups of 5: h4 and h5
@@ -44,7 +45,12 @@ trainer() {  # NAME HOST LISTEN ARGS...
     --report "$T_TMP/$name.json" "$@"
 }
 t0=$(date +%s.%N)
+# The run is begun by one public trainer; the others join it once it has taken its first step
+# (they download its state, then average). Five trainers started in the same instant would
+# each see a partial view at epoch 0, and two pairs could both average that epoch (a
+# transient fork, healed by a download at the next epoch, that the digest check reports).
 trainer p2 h2 /ip4/10.77.1.2/tcp/4100
+check "p2 took its first step" wait_for_line "$T_TMP/p2.log" 'epoch 0 -> 1' 120
 trainer p3 h3 /ip4/10.77.1.3/tcp/4100
 if ((PUBLIC)); then
   trainer n4 h4 /ip4/10.77.1.4/tcp/4100
