@@ -4,8 +4,8 @@
 # works), h5 behind a "random" NAT (only the relay can carry its traffic), h6 behind a "upnp"
 # router (miniupnpd). h4 and h5 need only --initial-peers plus --use-relays --hole-punching, h6
 # --port-mapping auto (--allow-private everywhere: the lab's internet is 10.77/16). All five
-# train Fashion-MNIST to epoch $EPOCHS (p2 begins the run, the other four join after its first
-# step). Checks: every trainer finishes; every epoch digest
+# train Fashion-MNIST to epoch $EPOCHS (p2 begins the run, the others join one at a time).
+# Checks: every trainer finishes; every epoch digest
 # logged by two or more trainers agrees, and the final parameters are identical everywhere;
 # h4 and h5 learn they are private (DHT client mode) and hold relay reservations; h6 gets its
 # port mapped and AutoNAT finds it public; the rounds include everyone (groups of 5: h4 and h5
@@ -45,20 +45,27 @@ trainer() {  # NAME HOST LISTEN ARGS...
     --report "$T_TMP/$name.json" "$@"
 }
 t0=$(date +%s.%N)
-# The run is begun by one public trainer; the others join it once it has taken its first step
-# (they download its state, then average). Five trainers started in the same instant would
-# each see a partial view at epoch 0, and two pairs could both average that epoch (a
-# transient fork, healed by a download at the next epoch, that the digest check reports).
+# The run is begun by one public trainer and the others join it one at a time, each once the
+# previous one has taken part in an epoch (volunteers arrive over time). Trainers started in
+# the same instant see partial views of each other, and two minority groups can both average
+# one epoch (a transient fork, healed by a download at the next epoch; seen here at epoch 0
+# with five simultaneous starts and with four simultaneous joiners): the digest check below
+# would report it, and it is a defect of the majority rule, not of the NAT traversal tested here.
+joined() {  # NAME: its log shows an epoch it stepped (averaged, or alone for the first)
+  check "$1 took part in an epoch" \
+    wait_for_line "$T_TMP/$1.log" 'epoch [0-9]+ -> [0-9]+: (averaged|alone)' 120
+}
 trainer p2 h2 /ip4/10.77.1.2/tcp/4100
-check "p2 took its first step" wait_for_line "$T_TMP/p2.log" 'epoch 0 -> 1' 120
+joined p2
 trainer p3 h3 /ip4/10.77.1.3/tcp/4100
+joined p3
 if ((PUBLIC)); then
-  trainer n4 h4 /ip4/10.77.1.4/tcp/4100
-  trainer n5 h5 /ip4/10.77.1.5/tcp/4100
+  trainer n4 h4 /ip4/10.77.1.4/tcp/4100; joined n4
+  trainer n5 h5 /ip4/10.77.1.5/tcp/4100; joined n5
   trainer n6 h6 /ip4/10.77.1.6/tcp/4100
 else
-  trainer n4 h4 /ip4/0.0.0.0/tcp/4100 --use-relays
-  trainer n5 h5 /ip4/0.0.0.0/tcp/4100 --use-relays
+  trainer n4 h4 /ip4/0.0.0.0/tcp/4100 --use-relays; joined n4
+  trainer n5 h5 /ip4/0.0.0.0/tcp/4100 --use-relays; joined n5
   trainer n6 h6 /ip4/0.0.0.0/tcp/4100 --port-mapping auto
 fi
 
