@@ -55,19 +55,20 @@ joined() {  # NAME: its log shows an epoch it stepped (averaged, or alone for th
   check "$1 took part in an epoch" \
     wait_for_line "$T_TMP/$1.log" 'epoch [0-9]+ -> [0-9]+: (averaged|alone)' 120
 }
+# The NATed trainers first: their AutoNAT verdicts (and n6's re-check once its mapping is
+# announced) need ~15-20 s of the run.
 trainer p2 h2 /ip4/10.77.1.2/tcp/4100
 joined p2
-trainer p3 h3 /ip4/10.77.1.3/tcp/4100
-joined p3
 if ((PUBLIC)); then
+  trainer n6 h6 /ip4/10.77.1.6/tcp/4100; joined n6
   trainer n4 h4 /ip4/10.77.1.4/tcp/4100; joined n4
   trainer n5 h5 /ip4/10.77.1.5/tcp/4100; joined n5
-  trainer n6 h6 /ip4/10.77.1.6/tcp/4100
 else
+  trainer n6 h6 /ip4/0.0.0.0/tcp/4100 --port-mapping auto; joined n6
   trainer n4 h4 /ip4/0.0.0.0/tcp/4100 --use-relays; joined n4
   trainer n5 h5 /ip4/0.0.0.0/tcp/4100 --use-relays; joined n5
-  trainer n6 h6 /ip4/0.0.0.0/tcp/4100 --port-mapping auto
 fi
+trainer p3 h3 /ip4/10.77.1.3/tcp/4100
 
 for n in p2 p3 n4 n5 n6; do
   check "$n finished (report written)" wait_for_line "$T_TMP/$n.log" '^done: epoch' 600
