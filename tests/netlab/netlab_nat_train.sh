@@ -13,13 +13,13 @@
 # --relay-circuit-kib 0 --relay-circuit-seconds 0). Prints the DCUtR outcomes and the run's
 # figures (seconds, rounds, bytes). The run must outlast AutoNAT's verdict (the bootstrap's
 # dial-back to a NAT times out after 15 s, so the verdict comes after ~15-20 s at any load):
-# 40 epochs of 65536 samples take ~40 s on a quiet machine (12 took only 12.5 s there, ending
-# before the verdict) and ~2 min at load 9.
+# the last joiner (p3) starts only once the NATed trainers' verdicts are in their logs, and 60
+# epochs leave it room to join (~40 s in all on a quiet machine).
 # NAT_TRAIN_PUBLIC=1 runs the same five trainers on public addresses (the anchor of
 # bench/run-nat-train.sh) and skips the NAT checks.
 source "$(dirname "$0")/lib.sh"
 STARLING=${STARLING:-$T_SRC/build/bin/starling}
-EPOCHS=${EPOCHS:-40}
+EPOCHS=${EPOCHS:-60}
 PUBLIC=${NAT_TRAIN_PUBLIC:-0}
 [[ -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] ||
   skip "Fashion-MNIST (dataset-fashion-mnist) is not installed"
@@ -67,6 +67,14 @@ else
   trainer n6 h6 /ip4/0.0.0.0/tcp/4100 --port-mapping auto; joined n6
   trainer n4 h4 /ip4/0.0.0.0/tcp/4100 --use-relays; joined n4
   trainer n5 h5 /ip4/0.0.0.0/tcp/4100 --use-relays; joined n5
+fi
+if ((!PUBLIC)); then  # the AutoNAT verdicts come while the run goes on (waited for, not raced)
+  for n in n4 n5; do
+    check "$n: AutoNAT verdict private (before the last joiner)" \
+      wait_for_line "$T_TMP/$n.log" 'client mode \(not publicly reachable\)' 120
+  done
+  check "n6: AutoNAT verdict public (before the last joiner)" \
+    wait_for_line "$T_TMP/n6.log" 'reachability public' 120
 fi
 trainer p3 h3 /ip4/10.77.1.3/tcp/4100
 
