@@ -4,7 +4,7 @@
 # of them behind NATs (drop: hole punching; random: relay only; tests/netlab/netlab_nat_train.sh)
 # and once all on public addresses (the anchor). Prints both wall times, the ratio
 # public/NAT (the issue's target: >= 0.8) and the load average beside each.
-# Usage: bench/run-nat-train.sh [BUILD_DIR]   (EPOCHS=60 by default)
+# Usage: bench/run-nat-train.sh [BUILD_DIR]   (EPOCHS=100 by default)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$SRC/build}

@@ -13,13 +13,13 @@
 # --relay-circuit-kib 0 --relay-circuit-seconds 0). Prints the DCUtR outcomes and the run's
 # figures (seconds, rounds, bytes). The run must outlast AutoNAT's verdict (the bootstrap's
 # dial-back to a NAT times out after 15 s, so the verdict comes after ~15-20 s at any load):
-# the last joiner (p3) starts only once the NATed trainers' verdicts are in their logs, and 60
-# epochs leave it room to join (~40 s in all on a quiet machine).
+# the last joiner (p3) starts only once the NATed trainers' verdicts are in their logs, and 100
+# epochs leave it room to join (~55 s in all on a quiet machine, ~5 min at load 9).
 # NAT_TRAIN_PUBLIC=1 runs the same five trainers on public addresses (the anchor of
 # bench/run-nat-train.sh) and skips the NAT checks.
 source "$(dirname "$0")/lib.sh"
 STARLING=${STARLING:-$T_SRC/build/bin/starling}
-EPOCHS=${EPOCHS:-60}
+EPOCHS=${EPOCHS:-100}
 PUBLIC=${NAT_TRAIN_PUBLIC:-0}
 [[ -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] ||
   skip "Fashion-MNIST (dataset-fashion-mnist) is not installed"
