@@ -384,7 +384,7 @@ class PyOptimizer {
   py::object py_opt_;
   std::vector<py::object> py_params_;
   std::shared_ptr<ModelView> view_;
-  SignalCheck signals_;  // a signal handler's exception (check_signals)
+  SignalCheck signals_;            // a signal handler's exception (check_signals)
   std::vector<Buffer> buffers_;    // the Python state's tensors ("local" optimizers only)
   InnerBridge* bridge_ = nullptr;  // owned by opt_
   std::shared_ptr<collab::NetCollaboration> collab_;

@@ -202,8 +202,8 @@ int train_main(const TrainOptions& o) {
   std::optional<IdentityWatch> identity_watch;
   if (net.value()->collaboration())
     identity_watch.emplace(*net.value(), task.identity(),
-                           std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
-                               std::max(2.0, o.metrics_interval))));
+                           std::chrono::duration_cast<Duration>(
+                               std::chrono::duration<double>(std::max(2.0, o.metrics_interval))));
   const auto train_log = logger("train");
   // Warns once when rounds dominate this peer's time (synchronous and delayed DeDLOC steps).
   training::RoundBudget budget(o.target_batch_size, o.batch_size, o.delay_step);

@@ -94,8 +94,7 @@ class DhtNetwork final : public TrainNetwork {
                   node_->collaboration()->membership()};
     auto read = block_on(node_->executor(), r, 15s);
     if (!read) return read.error().with_context("reading the run's metrics records");
-    return cli::check_run_identity(read.value(), node_->peer(), run_id_, identity,
-                                   own_uptime_s);
+    return cli::check_run_identity(read.value(), node_->peer(), run_id_, identity, own_uptime_s);
   }
   std::vector<std::string> addresses() const override {
     std::vector<std::string> out;
@@ -127,14 +126,14 @@ result<void> check_run_identity(const std::vector<monitor::MetricsEntry>& entrie
                                 const std::string& identity, double own_uptime_s) {
   auto c = monitor::older_identity_conflict(entries, self, identity, own_uptime_s);
   if (!c) return success();
-  return make_error(errc::invalid_argument,
-                    fmt::format("run '{}' trains \"{}\" (peer {}{}), this peer would train "
-                                "\"{}\": the task, data, vocabulary (tokenizer hash), model "
-                                "or optimizer differ. Use the same flags and data as the run "
-                                "(delete a stale tokenizer cache), or another --run-id",
-                                run_id, c->task, c->peer.to_string(),
-                                own_uptime_s > 0 ? ", which joined before this one" : "",
-                                identity));
+  return make_error(
+      errc::invalid_argument,
+      fmt::format("run '{}' trains \"{}\" (peer {}{}), this peer would train "
+                  "\"{}\": the task, data, vocabulary (tokenizer hash), model "
+                  "or optimizer differ. Use the same flags and data as the run "
+                  "(delete a stale tokenizer cache), or another --run-id",
+                  run_id, c->task, c->peer.to_string(),
+                  own_uptime_s > 0 ? ", which joined before this one" : "", identity));
 }
 
 IdentityWatch::IdentityWatch(TrainNetwork& net, std::string identity, Duration every)

@@ -4,8 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <future>
+#include <memory>
 #include <string>
 #include <vector>
 

@@ -41,8 +41,7 @@ struct IdentityConflict {
 std::optional<IdentityConflict> older_identity_conflict(const std::vector<MetricsEntry>& entries,
                                                         const net::PeerId& self,
                                                         const std::string& identity,
-                                                        double own_uptime_s,
-                                                        double margin_s = 5);
+                                                        double own_uptime_s, double margin_s = 5);
 
 struct Contributor {
   MetricsRecord record;
