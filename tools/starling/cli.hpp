@@ -12,6 +12,11 @@
 
 namespace starling::cli {
 
+// A flag's seconds (fractional) as a Duration.
+inline Duration seconds(double s) {
+  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
+}
+
 // Each subcommand adds itself to `app` and sets `run` to what executes when it is chosen.
 using Runner = std::function<int()>;
 void add_id_command(CLI::App& app, Runner& run);

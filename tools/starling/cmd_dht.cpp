@@ -37,10 +37,6 @@ struct DhtOptions {
   DashboardOptions dashboard;  // serve: --dashboard HOST:PORT --run-id R
 };
 
-Duration seconds(double s) {
-  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
-}
-
 result<std::vector<net::Multiaddr>> parse_addrs(const std::vector<std::string>& in,
                                                 const char* what) {
   std::vector<net::Multiaddr> out;

@@ -50,18 +50,15 @@ awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
   auto node = dht::DhtNode::create(host, dht::DhtNodeConfig{});
   auto started = co_await node->start(peers);
   moe::ExpertServerConfig cfg;
-  cfg.declare_period =
-      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->declare_period_s));
+  cfg.declare_period = seconds(o->declare_period_s);
   cfg.declare_ttl = 2 * cfg.declare_period;
   cfg.checkpoint_dir = o->checkpoint_dir;
-  cfg.checkpoint_period =
-      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->checkpoint_period_s));
+  cfg.checkpoint_period = seconds(o->checkpoint_period_s);
   cfg.inject_failure_rate = o->fail_rate;
   cfg.share_state = o->share_state;
   cfg.download_state = o->download_state;
   cfg.step_samples = o->step_samples;
-  cfg.max_step_delay =
-      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->max_step_delay_s));
+  cfg.max_step_delay = seconds(o->max_step_delay_s);
   if (o->max_staleness >= 0) cfg.max_staleness = static_cast<std::uint64_t>(o->max_staleness);
   auto server =
       moe::ExpertServer::create(host, std::make_shared<averaging::DhtDirectory>(node), cfg);

@@ -57,8 +57,7 @@ awaitable<result<std::shared_ptr<dht::DhtNode>>> start_client(const MonitorOptio
 }
 
 awaitable<int> monitor_main(std::shared_ptr<MonitorOptions> o) {
-  const auto bound =
-      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->start_timeout));
+  const auto bound = seconds(o->start_timeout);
   auto started = co_await with_timeout(start_client(*o), bound, "starting the monitor's node");
   if (!started) {
     std::cerr << "error: " << started.error().message() << "\n";
@@ -123,8 +122,7 @@ awaitable<result<void>> serve_dashboard(std::shared_ptr<dht::DhtNode> node,
   std::cout << "dashboard " << dashboard->url() << " run " << o.run_id << std::endl;
   monitor::PollerConfig pc;
   pc.run_id = o.run_id;
-  pc.interval = std::chrono::duration_cast<Duration>(
-      std::chrono::duration<double>(std::max(0.05, o.poll_interval)));
+  pc.interval = seconds(std::max(0.05, o.poll_interval));
   // Polls until cancelled (Ctrl-C).
   co_await monitor::poll_metrics(node, pc, ToDashboard{dashboard.get(), members});
   if (members) co_await members->stop();

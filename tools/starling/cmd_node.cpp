@@ -84,8 +84,7 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   if (portmap.value()) {
     auto pc = *portmap.value();
     pc.allow_private = o->allow_private;
-    pc.lifetime = std::chrono::duration_cast<Duration>(
-        std::chrono::duration<double>(o->port_mapping_lifetime));
+    pc.lifetime = seconds(o->port_mapping_lifetime);
     mapper = net::PortMapper::start(host, pc);
     if (auto m = co_await mapper->wait_mapped(pc.discover_timeout + pc.request_timeout); m) {
       for (const auto& pm : mapper->mappings())
@@ -154,10 +153,7 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
       std::cout << "dialled " << r.value().to_string() << std::endl;
     else
       std::cerr << "error: " << r.error().message() << std::endl;
-    if (r && o->ping_every > 0)
-      pings.spawn(ping_loop(
-          host, r.value(),
-          std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->ping_every))));
+    if (r && o->ping_every > 0) pings.spawn(ping_loop(host, r.value(), seconds(o->ping_every)));
   }
   // Serve until cancelled (Ctrl-C).
   (void)co_await sleep_for(std::chrono::hours(24 * 365));

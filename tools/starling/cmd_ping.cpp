@@ -30,7 +30,7 @@ awaitable<result<std::pair<std::shared_ptr<net::Host>, net::PeerId>>> dial(const
   auto host = net::Host::create(co_await asio::this_coro::executor, key, cfg);
   ST_CO_TRY(co_await host->start());
   ST_CO_TRY(auto ma, net::Multiaddr::parse(o.addr));
-  auto timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.timeout_s));
+  auto timeout = seconds(o.timeout_s);
   auto t0 = Clock::now();
   auto peer = co_await host->connect(ma, timeout);
   if (!peer) {
@@ -49,7 +49,7 @@ awaitable<int> ping_main(std::shared_ptr<DialOptions> o) {
     co_return 1;
   }
   auto [host, peer] = d.value();
-  auto timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->timeout_s));
+  auto timeout = seconds(o->timeout_s);
   auto info = co_await host->wait_identified(peer, timeout);
   if (info)
     std::cout << "identify: agent " << info.value().agent_version << ", "
@@ -88,7 +88,7 @@ awaitable<int> echo_main(std::shared_ptr<DialOptions> o) {
     co_return 1;
   }
   auto [host, peer] = d.value();
-  auto timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o->timeout_s));
+  auto timeout = seconds(o->timeout_s);
   int code = 0;
   if (o->bytes == 0) {
     net::RpcClient client(*host);

@@ -183,8 +183,7 @@ int train_main(const TrainOptions& o) {
   metrics.set_task(task.identity());
   if (auto url = metrics.endpoint_url(); !url.empty()) std::cout << "metrics " << url << std::endl;
   Progress progress;
-  progress.every = std::chrono::duration_cast<Duration>(
-      std::chrono::duration<double>(std::max(0.1, o.progress_every)));
+  progress.every = seconds(std::max(0.1, o.progress_every));
   const auto t0 = Clock::now();
   std::uint64_t last_eval_epoch = opt.local_epoch();
   // Time to accuracy: wall time from the start (evaluations included) and the time spent in
@@ -202,8 +201,7 @@ int train_main(const TrainOptions& o) {
   std::optional<IdentityWatch> identity_watch;
   if (net.value()->collaboration())
     identity_watch.emplace(*net.value(), task.identity(),
-                           std::chrono::duration_cast<Duration>(
-                               std::chrono::duration<double>(std::max(2.0, o.metrics_interval))));
+                           seconds(std::max(2.0, o.metrics_interval)));
   const auto train_log = logger("train");
   // Warns once when rounds dominate this peer's time (synchronous and delayed DeDLOC steps).
   training::RoundBudget budget(o.target_batch_size, o.batch_size, o.delay_step);

@@ -65,9 +65,8 @@ class DhtNetwork final : public TrainNetwork {
     monitor::PublisherConfig pc;
     pc.run_id = o.run_id;
     const double every = std::max(0.1, o.metrics_interval);
-    pc.interval = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(every));
-    pc.ttl = std::chrono::duration_cast<Duration>(
-        std::chrono::duration<double>(std::max(60.0, 6 * every)));
+    pc.interval = seconds(every);
+    pc.ttl = seconds(std::max(60.0, 6 * every));
     publisher_ = monitor::MetricsPublisher::create(node_->dht(), pc);
   }
   std::shared_ptr<training::Collaboration> collaboration() override {

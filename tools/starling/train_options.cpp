@@ -274,11 +274,8 @@ result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o) {
                       "--auxiliary needs --initial-peers (it only helps others)");
   if (!(o.averaging_timeout > 0) || !(o.matchmaking_time > 0))
     return make_error(errc::invalid_argument, "timeouts must be positive");
-  auto secs = [](double s) {
-    return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
-  };
-  oo.averaging_timeout = secs(o.averaging_timeout);
-  oo.matchmaking_time = secs(o.matchmaking_time);
+  oo.averaging_timeout = seconds(o.averaging_timeout);
+  oo.matchmaking_time = seconds(o.matchmaking_time);
   if (o.threads < 1) return make_error(errc::invalid_argument, "--threads must be >= 1");
   ST_TRY(optim::validate(oo));
   return oo;

@@ -5,6 +5,7 @@
 // collaborative optimizer averages it across trainers; the experts train on their servers.
 #include <fmt/format.h>
 
+#include "cli.hpp"
 #include "starling/averaging/dht_directory.hpp"
 #include "starling/core/log.hpp"
 #include "starling/dht/node.hpp"
@@ -165,12 +166,9 @@ result<std::unique_ptr<TrainTask>> make_fashion_moe_task(const TrainOptions& o,
   mo.in_features = mo.out_features = o.moe_dim;
   mo.k = o.moe_k;
   mo.k_min = 1;
-  const auto secs = [](double s) {
-    return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
-  };
-  mo.forward_timeout = secs(o.moe_timeout);
-  mo.backward_timeout = secs(o.moe_timeout);
-  mo.timeout_after_k_min = secs(o.moe_timeout / 4);
+  mo.forward_timeout = seconds(o.moe_timeout);
+  mo.backward_timeout = seconds(o.moe_timeout);
+  mo.timeout_after_k_min = seconds(o.moe_timeout / 4);
   return std::unique_ptr<TrainTask>(
       std::make_unique<FashionMoeTrainTask>(o, mo, std::move(train), std::move(test)));
 }
