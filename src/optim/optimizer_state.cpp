@@ -114,6 +114,10 @@ void Optimizer::Impl::download(StepReport& rep, std::uint64_t want_digest) {
       log()->info("loaded state of epoch {} from peers ({} bytes)", r.value().epoch,
                   r.value().bytes.size());
       finish_epoch(r.value().epoch);
+      with_tracker([](training::ProgressTracker& t) {
+        t.state_downloaded();
+        return 0;
+      });
       rep.epoch = epoch;
       return;
     }

@@ -186,6 +186,7 @@ void ProgressTracker::end_background_round(bool stepped) {
 
 void ProgressTracker::start(TimePoint now) {
   hold_alone_until_ = now + config_.startup_grace;
+  settle_from_ = hold_alone_until_;
 }
 
 void ProgressTracker::round_failed(TimePoint now) {
@@ -205,6 +206,12 @@ bool ProgressTracker::alone_confirmed(TimePoint now) const {
   // A fetch that began after the epoch changed (and after the grace) found nobody.
   return confirming_fetch_ && confirming_fetch_->second == generation_ &&
          (!hold_alone_until_ || confirming_fetch_->first >= *hold_alone_until_);
+}
+
+bool ProgressTracker::view_settled(TimePoint now) const {
+  if (!config_.confirm_alone || !settle_from_) return true;
+  // Fetches complete in the order they began (one at a time), so once true it stays true.
+  return now >= *settle_from_ && confirming_fetch_ && confirming_fetch_->first >= *settle_from_;
 }
 
 void ProgressTracker::round_succeeded(const std::vector<net::PeerId>& members, TimePoint now) {
@@ -360,6 +367,7 @@ CollaborationView ProgressTracker::view(TimePoint now) const {
   const std::uint64_t rate_window =
       std::max<std::uint64_t>(config_.epoch_tolerance, config_.delayed_updates ? 1 : 0);
   auto counts_rate = [&](std::uint64_t epoch) { return epoch + rate_window >= v.global_epoch; };
+  v.settled = view_settled(now);
   v.num_peers = 1;
   v.num_clients = config_.client_mode ? 1 : 0;
   v.num_auxiliary = config_.auxiliary ? 1 : 0;
@@ -468,6 +476,10 @@ Decision ProgressTracker::decide(TimePoint now) {
     d.want_digest = *w;
     return d;
   }
+
+  // Until the view settled, a majority of it may be a minority of the peers started with this
+  // one: keep accumulating (the samples go into the first round).
+  if (!v.settled) return d;
 
   if (v.samples_accumulated >= v.target) {
     // Partners: computing peers at this epoch, or one behind (most likely they have just

@@ -108,7 +108,10 @@ struct GatedPeer {
                             o, collab)
               .value();
   }
-  bool knows_partner() { return opt->status().collaboration.num_peers == 2; }
+  bool knows_partner() {  // and has settled its view (no round before: ProgressTracker)
+    const auto v = opt->status().collaboration;
+    return v.num_peers == 2 && v.settled;
+  }
   StepReport feed() {
     auto [x, y] = batch(gen, 8);
     batches.emplace_back(x, y);

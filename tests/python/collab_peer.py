@@ -64,9 +64,6 @@ def main():
     loss0 = eval_loss()
     dht = starling.DHT(initial_peers=a.initial_peers, listen=["/ip4/127.0.0.1/tcp/0"])
     print(json.dumps({"maddrs": dht.visible_maddrs}), flush=True)
-    opt = starling.Optimizer(dht=dht, run_id=a.run_id, optimizer=inner,
-                             target_batch_size=128, batch_size_per_step=16,
-                             matchmaking_time=1.0, averaging_timeout=20.0)
     # Start together (unless this peer is meant to join late and download the state).
     key = a.run_id + "/ready"
     dht.store(key, b"1", starling.get_dht_time() + 120, subkey=dht.peer_id)
@@ -75,6 +72,11 @@ def main():
         if found is not None and len(found.value) >= a.peers:
             break
         time.sleep(0.05)
+    # Created once all are there: a new optimizer holds its first round until a fetch begun
+    # matchmaking_time after its start saw the peers started with it (no partial-view rounds).
+    opt = starling.Optimizer(dht=dht, run_id=a.run_id, optimizer=inner,
+                             target_batch_size=128, batch_size_per_step=16,
+                             matchmaking_time=1.0, averaging_timeout=20.0)
     steps = 0
     epoch = 0
     for x, y in data(a.seed, 16):

@@ -139,6 +139,42 @@ TEST(ProgressTracker, ConfirmAloneBeforeSteppingAlone) {
   EXPECT_EQ(alone.decide(now).action, Action::step_alone);
 }
 
+// Peers started in the same instant: the first fetch shows only the records published before
+// it, and a majority of that partial view (2 of 2 here, while 5 started) would let two
+// disjoint groups both average epoch 0. No round before a fetch begun startup_grace after
+// start(); by then every peer started with this one is in the view and counts in the majority.
+TEST(ProgressTracker, NoRoundBeforeTheViewSettledAtStart) {
+  auto cfg = config(100);
+  cfg.confirm_alone = true;
+  cfg.startup_grace = 2s;
+  ProgressTracker t(make_peer(), cfg);
+  auto now = t0();
+  t.start(now);
+  t.report_samples(100, 1s);
+  t.observe(make_peer(), rec(0, 0, 50, 2), 0s, now);  // the one record published so far
+  t.fetched(now, t.epoch_generation());
+  EXPECT_EQ(t.decide(now).action, Action::accumulate);
+  EXPECT_EQ(t.decide(now + 3s).action, Action::accumulate);  // no fetch begun after the grace
+  for (int i = 0; i < 3; ++i) t.observe(make_peer(), rec(0, 0, 50, 2), 0s, now + 2s);
+  t.fetched(now + 2s, t.epoch_generation());
+  auto d = t.decide(now + 2s);
+  EXPECT_EQ(d.action, Action::average_and_step);
+  EXPECT_EQ(d.view.majority_base, 5u);
+  // Settled once: later epochs need no new wait.
+  t.set_epoch(1);
+  t.report_samples(100, 1s);
+  for (int i = 0; i < 4; ++i) t.observe(make_peer(), rec(1, 0, 50, 3), 0s, now + 4s);
+  EXPECT_EQ(t.decide(now + 4s).action, Action::average_and_step);
+  // A peer that downloaded a running collaboration's state has seen it: no wait.
+  ProgressTracker joiner(make_peer(), cfg);
+  joiner.start(now);
+  joiner.set_epoch(7);
+  joiner.state_downloaded();
+  joiner.report_samples(100, 1s);
+  joiner.observe(make_peer(), rec(7, 0, 50, 2), 0s, now);
+  EXPECT_EQ(joiner.decide(now).action, Action::average_and_step);
+}
+
 // A failed round disturbs the view (a partner whose publishing stalled on a dead node looks
 // gone for a while): a networked peer does not step alone until stale_after has passed since
 // the failure and a fetch begun after that found nobody; a partner seen again in the

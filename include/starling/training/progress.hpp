@@ -106,6 +106,9 @@ struct ProgressConfig {
   // Networked peers: step alone only once a fetch of the others' records that began after the
   // last epoch change (and at least `startup_grace` after start()) has found nobody, so peers
   // started at the same moment, or whose records lag a fast round, do not step alone and fork.
+  // Nor average before a fetch that began `startup_grace` after start() has completed: peers
+  // started in the same instant see only the records published before their first fetch, and
+  // a majority of such a partial view let two disjoint groups both average one epoch.
   bool confirm_alone = false;
   Duration startup_grace{0};
   // This peer computes no gradients (it only helps averaging).
@@ -135,6 +138,9 @@ struct CollaborationView {
   // epoch's round; two behind must download the state before any round): the number at
   // global_epoch, the peers expected in this epoch's round; 0 otherwise.
   std::size_t all_at_epoch = 0;
+  // This peer's view is complete enough for a round (ProgressTracker::view_settled); until
+  // then it only accumulates.
+  bool settled = true;
   std::uint64_t target = 0;     // samples that complete global_epoch
   std::optional<Duration> eta;  // until the target; nullopt if nobody computes
 };
@@ -177,8 +183,13 @@ class ProgressTracker {
   // The digest of this peer's parameters at its current epoch (published in its record).
   void set_digest(std::uint64_t digest) noexcept { digest_ = digest; }
   std::uint64_t digest() const noexcept { return digest_; }
-  // Networked start at `now`: with confirm_alone, no step alone before now + startup_grace.
+  // Networked start at `now`: with confirm_alone, no step alone before now + startup_grace,
+  // and no round before a fetch begun then has completed.
   void start(TimePoint now);
+  // This peer loaded the state of peers ahead of it (or of the majority at its epoch): it
+  // joined a running collaboration, whose peers it has seen, so its first round need not wait
+  // for the startup grace (peers that join in the same instant still see partial views).
+  void state_downloaded() { settle_from_.reset(); }
   // A round of this peer failed at `now`: the view may be disturbed (a peer whose publishing
   // stalled on a dead node looks gone for a while), so with confirm_alone no step alone
   // before a live peer's record would have shown again (the shorter of stale_after and
@@ -263,6 +274,10 @@ class ProgressTracker {
   std::optional<std::uint64_t> winning_digest(TimePoint now) const;
   // Whether stepping alone is allowed now (see ProgressConfig::confirm_alone).
   bool alone_confirmed(TimePoint now) const;
+  // Whether this peer's view of the others is complete enough for a round's majority: a fetch
+  // that began startup_grace after start() has completed, or the peer downloaded the state of
+  // a running collaboration (see ProgressConfig::confirm_alone).
+  bool view_settled(TimePoint now) const;
 
   net::PeerId self_;
   ProgressConfig config_;
@@ -286,6 +301,7 @@ class ProgressTracker {
   std::uint64_t published_digest_ = 0;
   std::uint64_t generation_ = 0;  // incremented by every epoch change
   std::optional<TimePoint> hold_alone_until_;
+  std::optional<TimePoint> settle_from_;                                 // start() + startup_grace
   std::optional<std::pair<TimePoint, std::uint64_t>> confirming_fetch_;  // began, generation
 };
 
