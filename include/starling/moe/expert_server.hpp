@@ -21,6 +21,7 @@
 //   pool.max_batch          rows in one request beyond it: INVALID_ARGUMENT
 //   max_queued_tasks        queued requests beyond it: RESOURCE_EXHAUSTED (stats.refused)
 //   rpc.max_calls_per_peer  the RPC framework's per-peer bound
+//   max_frame_size / max_stream_bytes  streamed calls (below)
 // Wrong shapes, unknown uid, inf/nan, garbage protobuf: an error status naming the problem;
 // the server keeps serving the others (stats.bad_requests).
 //
@@ -95,7 +96,17 @@ struct ExpertServerConfig {
   Duration declare_period = 10s;
   Duration declare_ttl = 20s;  // about 2x declare_period
   Duration stop_timeout = 5s;
-  std::size_t max_message_size = 64u << 20;
+  std::size_t max_message_size = 64u << 20;  // one-message calls
+  // Streamed calls (stream.hpp; limits.max_stream_elements / max_chunk_elements bound one
+  // tensor and one chunk): every frame at most `max_frame_size` bytes; answers in chunks of
+  // `stream_chunk_values` values; the requests and answers of all streamed calls in flight
+  // together hold at most `max_stream_bytes` (a call past it: RESOURCE_EXHAUSTED). A stream's
+  // header is checked against the expert's schema (uid, tensor count, shapes, max_batch)
+  // before anything is allocated; a bad frame ends the call with INVALID_ARGUMENT (logged,
+  // stats.bad_requests).
+  std::size_t max_frame_size = 16u << 20;
+  std::uint64_t stream_chunk_values = 512u << 10;
+  std::uint64_t max_stream_bytes = 1ull << 30;
   std::filesystem::path checkpoint_dir;  // empty: no checkpoints
   Duration checkpoint_period = 60s;
   // Experiments: answer this fraction of forward/backward calls with errc::unavailable

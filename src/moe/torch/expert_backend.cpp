@@ -1,5 +1,8 @@
 // One expert's forward / backward on a batch and its optimizer step (the runtime thread's
 // compute; see expert_server.hpp).
+#include <algorithm>
+#include <cmath>
+
 #include "moe/torch/server_impl.hpp"
 
 namespace starling::moe {
@@ -41,7 +44,8 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
   std::vector<TensorData> inputs(tasks.size()), grads(tasks.size());
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     Task& t = tasks[i];
-    auto d = decode_request(t.request, cfg.limits);
+    auto d = t.decoded ? result<DecodedRequest>(std::move(*t.decoded))
+                       : decode_request(t.request, cfg.limits);
     result<void> ok = success();
     if (!d) {
       ok = d.error().with_context("expert " + b.schema.uid);
@@ -136,16 +140,26 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
     const std::int64_t n = inputs[i].shape[0];
     std::vector<std::int64_t> shape = out_shape;
     shape[0] = n;
+    const std::span<const float> values(base + row * per_row, n * per_row);
+    row += n;
+    if (tasks[i].streamed) {  // streamed: the io thread encodes it frame by frame
+      StreamedAnswer a{TensorData{shape, {}}, answered_step, tasks[i].codec};
+      if (!std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); })) {
+        complete(tasks[i],
+                 Error(errc::invalid_argument, "expert " + b.schema.uid + " output holds inf/nan"));
+        continue;
+      }
+      a.tensor.values.assign(values.begin(), values.end());
+      complete(tasks[i], TaskAnswer{std::move(a)});
+      continue;
+    }
     pb::ExpertResponse resp;
     resp.set_expert_step(answered_step);
-    auto r = encode_tensor(tasks[i].codec, shape,
-                           std::span<const float>(base + row * per_row, n * per_row),
-                           *resp.add_tensors());
-    row += n;
+    auto r = encode_tensor(tasks[i].codec, shape, values, *resp.add_tensors());
     if (!r)
       complete(tasks[i], r.error().with_context("expert " + b.schema.uid + " output"));
     else
-      complete(tasks[i], std::move(resp));
+      complete(tasks[i], TaskAnswer{std::move(resp)});
   }
 }
 

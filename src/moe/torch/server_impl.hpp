@@ -7,6 +7,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <variant>
 
 #include "starling/averaging/averager.hpp"
 #include "starling/moe/expert_directory.hpp"
@@ -54,16 +55,28 @@ result<std::shared_ptr<averaging::Averager>> make_state_averager(
     const std::shared_ptr<net::Host>& host, const std::shared_ptr<averaging::Directory>& dir,
     const std::string& uid);
 
+// What the runtime answers a streamed request with: the output rows (encoded frame by frame
+// on the io thread as they are sent, stream_server.cpp).
+struct StreamedAnswer {
+  TensorData tensor;
+  std::uint64_t expert_step = 0;
+  averaging::CodecSpec codec;
+};
+// A one-message request's answer, or a streamed request's.
+using TaskAnswer = std::variant<pb::ExpertResponse, StreamedAnswer>;
+
 // A request waiting for the runtime. Lives on the io thread: `done` and `out` are touched
 // only there (the runtime posts its answer).
 struct Pending {
   explicit Pending(asio::any_io_executor ex) : done(std::move(ex)) {}
   AsyncEvent done;
-  std::optional<result<pb::ExpertResponse>> out;
+  std::optional<result<TaskAnswer>> out;
 };
 
 struct Task {
-  pb::ExpertRequest request;
+  pb::ExpertRequest request;              // a one-message request (decoded by the runtime)
+  std::optional<DecodedRequest> decoded;  // a streamed request (decoded as it came)
+  bool streamed = false;                  // answered with a StreamedAnswer
   std::size_t rows = 0;
   averaging::CodecSpec codec;
   asio::any_io_executor ex;
@@ -71,7 +84,7 @@ struct Task {
 };
 
 // Posts the answer of `t` to its io thread.
-void complete(Task& t, result<pb::ExpertResponse> r);
+void complete(Task& t, result<TaskAnswer> r);
 
 // Applies the accumulated gradients: one optimizer step of the expert. Runtime thread.
 void step_expert(ExpertServerStats& stats, Backend& b);
@@ -127,11 +140,16 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
   void runtime_loop();
   void run_batches();
 
-  // Queues a request for the runtime thread and waits for its answer (the call's deadline).
-  awaitable<result<pb::ExpertResponse>> submit(bool backward, const net::RpcContext& ctx,
-                                               pb::ExpertRequest req);
-  // The info / forward / backward RPC methods.
+  // Queues a request (t.request or t.decoded, t.rows rows) for expert `uid`'s runtime and
+  // waits for its answer (the call's deadline).
+  awaitable<result<TaskAnswer>> submit(bool backward, const net::RpcContext& ctx,
+                                       const std::string& uid, Task t);
+  // The info / forward / backward RPC methods, and the streamed ones (register_stream_methods).
   void register_methods(std::weak_ptr<Impl> weak);
+  void register_stream_methods(std::weak_ptr<Impl> weak);
+  // Bytes held by streamed requests and answers in flight (io thread), against
+  // cfg.max_stream_bytes.
+  std::uint64_t stream_bytes = 0;
 
   // Downloads the state of every expert without a restored checkpoint from its replicas
   // (before the runtime thread starts: the modules are this thread's).
