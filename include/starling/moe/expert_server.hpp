@@ -147,6 +147,7 @@ struct ExpertServerStats {
   std::atomic<std::uint64_t> injected_failures{0};
   std::atomic<std::uint64_t> states_shared{0}, states_downloaded{0}, state_failures{0};
   std::atomic<std::uint64_t> stale_gradients{0};
+  std::atomic<std::uint64_t> streamed_calls{0};  // streamed requests received whole
 };
 
 class ExpertServer : public std::enable_shared_from_this<ExpertServer> {

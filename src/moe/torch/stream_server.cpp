@@ -84,7 +84,7 @@ awaitable<result<void>> serve_stream(std::shared_ptr<ExpertServer::Impl> self, b
       ++im.stats->refused;
     else
       ++im.stats->bad_requests;
-    logger("moe")->info("stream from {} refused: {}", ctx.remote().short_string(), e.message());
+    logger("moe")->debug("stream from {} refused: {}", ctx.remote().short_string(), e.message());
     return e;
   };
   for (;;) {
@@ -100,6 +100,7 @@ awaitable<result<void>> serve_stream(std::shared_ptr<ExpertServer::Impl> self, b
     if (!r) co_return refuse(r.error());
   }
   if (auto fin = request.finish(); !fin) co_return refuse(fin.error());
+  ++im.stats->streamed_calls;
 
   const StreamHeader h = request.header();
   Task t;

@@ -1,0 +1,350 @@
+// Streamed expert calls (stream.hpp): the assembler and slicer alone, then over loopback: a
+// tensor larger than the one-message limit through forward and backward, small thresholds
+// against one-message answers, a server without the stream methods, and bad streams refused
+// while the server keeps serving.
+#include <gtest/gtest.h>
+
+#include "moe/moe_env.hpp"
+#include "starling/moe/stream.hpp"
+#include "starling/pb/moe.pb.h"
+
+namespace starling::moe {
+namespace {
+
+using namespace test;
+using Frame = pb::MoeStreamFrame;
+
+std::vector<Frame> slice(const std::vector<TensorData>& ts, std::uint64_t chunk,
+                         averaging::CodecSpec codec = {}) {
+  pb::MoeStreamHeader h;
+  h.set_uid("ffn.0");
+  std::vector<std::vector<std::int64_t>> shapes;
+  std::vector<std::span<const float>> spans;
+  for (const auto& t : ts) {
+    shapes.push_back(t.shape);
+    spans.emplace_back(t.values);
+  }
+  StreamSlicer s(h, shapes, spans, codec, chunk);
+  std::vector<Frame> out;
+  for (;;) {
+    auto f = s.next();
+    EXPECT_TRUE(f) << f.error().message();
+    if (!f || !f.value()) break;
+    out.push_back(*f.value());
+  }
+  return out;
+}
+
+TensorData ramp(std::vector<std::int64_t> shape) {
+  TensorData t{std::move(shape), {}};
+  t.values.resize(t.numel());
+  for (std::size_t i = 0; i < t.values.size(); ++i) t.values[i] = 0.001f * float(i % 1000);
+  return t;
+}
+
+TEST(MoeStreamFrames, SlicedTensorsReassembleExactly) {
+  std::vector<TensorData> ts{ramp({7, 3}), ramp({7, 5})};
+  auto frames = slice(ts, 4);
+  EXPECT_EQ(frames.size(), 1u + 6 + 9);  // header, ceil(21/4), ceil(35/4)
+  StreamAssembler a(WireLimits{});
+  for (const auto& f : frames) ASSERT_TRUE(a.feed(f));
+  ASSERT_TRUE(a.complete());
+  ASSERT_TRUE(a.finish());
+  EXPECT_EQ(a.header().uid, "ffn.0");
+  auto got = a.take();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].shape, ts[0].shape);
+  EXPECT_EQ(got[0].values, ts[0].values);
+  EXPECT_EQ(got[1].values, ts[1].values);
+}
+
+TEST(MoeStreamFrames, BadStreamsRefused) {
+  std::vector<TensorData> ts{ramp({4, 8})};
+  auto frames = slice(ts, 10);  // header + 4 chunks
+  ASSERT_EQ(frames.size(), 5u);
+  {  // truncated: the stream ends before the last chunk
+    StreamAssembler a(WireLimits{});
+    for (std::size_t i = 0; i + 1 < frames.size(); ++i) ASSERT_TRUE(a.feed(frames[i]));
+    auto r = a.finish();
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error(), errc::protocol_violation);
+    EXPECT_NE(r.error().message().find("ended at value 30"), std::string::npos);
+  }
+  {  // a chunk skipped, a chunk repeated, a chunk before the header, a second header
+    StreamAssembler a(WireLimits{});
+    ASSERT_TRUE(a.feed(frames[0]));
+    ASSERT_TRUE(a.feed(frames[1]));
+    EXPECT_EQ(a.feed(frames[3]).error(), errc::protocol_violation);
+    EXPECT_FALSE(a.feed(frames[2]));  // refused for good after an error
+    StreamAssembler b(WireLimits{});
+    EXPECT_EQ(b.feed(frames[1]).error(), errc::protocol_violation);
+    StreamAssembler c(WireLimits{});
+    ASSERT_TRUE(c.feed(frames[0]));
+    EXPECT_EQ(c.feed(frames[0]).error(), errc::protocol_violation);
+  }
+  {  // a chunk overrunning its tensor: the header says fewer values than the chunks carry
+    auto small = slice({ramp({3, 8})}, 10);
+    StreamAssembler a(WireLimits{});
+    ASSERT_TRUE(a.feed(small[0]));
+    ASSERT_TRUE(a.feed(frames[1]));
+    ASSERT_TRUE(a.feed(frames[2]));
+    auto r = a.feed(frames[3]);  // values 20..29 of a 24-value tensor
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().message().find("overruns"), std::string::npos) << r.error().message();
+  }
+  {  // oversized: a tensor over max_stream_elements, a chunk over max_chunk_elements
+    WireLimits l;
+    l.max_stream_elements = 31;
+    EXPECT_EQ(StreamAssembler(l).feed(frames[0]).error(), errc::too_large);
+    l = WireLimits{};
+    l.max_chunk_elements = 9;
+    StreamAssembler a(l);
+    ASSERT_TRUE(a.feed(frames[0]));
+    EXPECT_EQ(a.feed(frames[1]).error(), errc::too_large);
+  }
+  {  // mis-shaped: the caller's check sees the header before anything is allocated
+    StreamAssembler a(WireLimits{}, [](const StreamHeader& h) -> result<void> {
+      if (h.shapes.at(0).at(1) != 16) return Error(errc::invalid_argument, "want [N, 16]");
+      return success();
+    });
+    EXPECT_EQ(a.feed(frames[0]).error(), errc::invalid_argument);
+  }
+  {  // non-finite values are refused by the slicer and by the assembler
+    auto bad = ramp({2, 2});
+    bad.values[3] = std::numeric_limits<float>::infinity();
+    pb::MoeStreamHeader h;
+    StreamSlicer s(h, {bad.shape}, {std::span<const float>(bad.values)}, {}, 8);
+    ASSERT_TRUE(s.next());  // the header
+    EXPECT_EQ(s.next().error(), errc::invalid_argument);
+  }
+}
+
+// An elementwise expert on [N, 4096, 16] rows (65,536 values a row, cheap to compute): 260
+// rows are 17,039,360 values, more than one message may carry (WireLimits::max_elements,
+// 16 Mi values, 64 MiB).
+struct Wide : torch::nn::Module {
+  torch::Tensor w, b;
+  Wide() {
+    w = register_parameter("w", torch::linspace(0.5, 1.5, 16));
+    b = register_parameter("b", torch::linspace(-0.1, 0.1, 16));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::tanh(x * w) + b; }
+};
+
+ExpertModule wide_expert() {
+  auto m = std::make_shared<Wide>();
+  ExpertModule e;
+  e.forward = [m](const torch::Tensor& x) { return m->forward(x); };
+  e.parameters = m;
+  e.input_shape = {4096, 16};
+  e.output_shape = {4096, 16};
+  e.type = "wide";
+  return e;
+}
+
+std::shared_ptr<ExpertServer> serve_one(Env& env, ExpertModule m, ExpertServerConfig c) {
+  auto s = ExpertServer::create(env.cluster->host_ptr(1), nullptr, c);
+  auto added = s->add_expert("ffn.0", std::move(m), sgd_factory(kLr));
+  if (!added) throw std::runtime_error(added.error().message());
+  auto st = block_on(
+      env.io.executor(), [s] { return s->start(); }, 30s);
+  if (!st) throw std::runtime_error(st.error().message());
+  return s;
+}
+
+TEST(MoeStream, TensorOverOneMessageLimitThroughForwardAndBackward) {
+  Env env;
+  auto server = serve_one(env, wide_expert(), server_config());
+  auto local = wide_expert();
+  torch::manual_seed(5);
+  const std::int64_t rows = 260;
+  ASSERT_GT(rows * 4096 * 16, std::int64_t{16} << 20);
+  auto x = torch::randn({rows, 4096, 16});
+  auto g = torch::randn({rows, 4096, 16});
+
+  // Streaming disabled: the same call does not fit one message.
+  ExpertCallOptions off;
+  off.timeout = 60s;
+  off.stream_threshold = std::numeric_limits<std::uint64_t>::max();
+  RemoteExpert unstreamed(env.cluster->host_ptr(2), env.address(1, "ffn.0"), off);
+  EXPECT_THROW(unstreamed.forward(x), std::runtime_error);
+  EXPECT_EQ(server->stats().streamed_calls.load(), 0u);
+
+  ExpertCallOptions on;
+  on.timeout = 60s;
+  RemoteExpert remote(env.cluster->host_ptr(2), env.address(1, "ffn.0"), on);
+  expect_remote_matches_local(remote, local, x, g);
+  EXPECT_EQ(server->stats().streamed_calls.load(), 2u);  // forward and backward
+  torch::optim::SGD opt(local.parameters->parameters(), torch::optim::SGDOptions(kLr));
+  opt.step();
+  expect_params_close(*server->module_of("ffn.0"), *local.parameters, "after the streamed step");
+  env.stop(server);
+}
+
+TEST(MoeStream, SmallThresholdAnswersAsOneMessageDoes) {
+  Env env;
+  auto server = serve_one(env, make_ffn_expert(kDim, kHidden, 7), server_config());
+  auto host = env.cluster->host_ptr(2);
+  auto to = env.address(1, "ffn.0");
+  torch::manual_seed(9);
+  TensorData x = ramp({64, kDim});
+  for (const char* codec : {"", "float16"}) {
+    ExpertCallOptions one, streamed;
+    one.response_codec = streamed.response_codec = codec;
+    streamed.stream_threshold = 1024;  // 64 x 8 floats = 2 KiB: streamed
+    streamed.stream_chunk_values = 100;
+    auto a = block_on(
+        env.io.executor(), [&] { return call_forward(*host, to, x, one); }, 20s);
+    auto b = block_on(
+        env.io.executor(), [&] { return call_forward(*host, to, x, streamed); }, 20s);
+    ASSERT_TRUE(a) << a.error().message();
+    ASSERT_TRUE(b) << b.error().message();
+    EXPECT_EQ(a.value().tensor.shape, b.value().tensor.shape);
+    EXPECT_EQ(a.value().tensor.values, b.value().tensor.values) << codec;
+  }
+  EXPECT_EQ(server->stats().streamed_calls.load(), 2u);
+  env.stop(server);
+}
+
+TEST(MoeStream, ServerWithoutStreamMethodsGetsOneMessage) {
+  Env env;
+  // An "older" server: the one-message forward method only (an identity expert).
+  auto rpc = std::make_shared<net::RpcServer>(*env.cluster->host_ptr(1));
+  std::atomic<int> served{0};
+  rpc->add_unary<pb::ExpertRequest, pb::ExpertResponse>(
+      kForwardProtocol,
+      [&](const net::RpcContext&, pb::ExpertRequest req) -> awaitable<result<pb::ExpertResponse>> {
+        ++served;
+        pb::ExpertResponse resp;
+        *resp.add_tensors() = req.tensors(0);
+        co_return resp;
+      });
+  ExpertCallOptions o;
+  o.stream_threshold = 64;
+  TensorData x = ramp({16, kDim});
+  auto r = block_on(
+      env.io.executor(),
+      [&] { return call_forward(*env.cluster->host_ptr(2), env.address(1, "ffn.0"), x, o); }, 20s);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r.value().tensor.values, x.values);
+  EXPECT_EQ(served.load(), 1);
+  // A request over the one-message limit cannot fall back: the stream's error is returned.
+  o.max_message_size = 256;
+  auto too_big = block_on(
+      env.io.executor(),
+      [&] { return call_forward(*env.cluster->host_ptr(2), env.address(1, "ffn.0"), x, o); }, 20s);
+  ASSERT_FALSE(too_big);
+  EXPECT_EQ(net::generic_errc(too_big.error()), errc::unsupported) << too_big.error().message();
+  (void)block_on(
+      env.io.executor(),
+      [&]() -> awaitable<result<void>> {
+        rpc.reset();
+        co_return success();
+      },
+      10s);
+}
+
+// Sends `frames` on a forward-stream call (then half-closes) and returns the call's outcome.
+result<void> send_frames(Env& env, const std::vector<Frame>& frames, std::size_t max_frame) {
+  return block_on(
+      env.io.executor(),
+      [&]() -> awaitable<result<void>> {
+        net::RpcClient client(*env.cluster->host_ptr(2));
+        net::CallOptions o;
+        o.timeout = 20s;
+        o.max_message_size = max_frame;
+        ST_CO_TRY(auto call,
+                  (co_await client.bidi<Frame, Frame>(env.cluster->host_ptr(1)->local_peer(),
+                                                      kForwardStreamProtocol, o)));
+        for (const auto& f : frames) ST_CO_TRY(co_await call.write(f));
+        ST_CO_TRY(co_await call.close_write());
+        for (;;) {
+          ST_CO_TRY(auto got, co_await call.read());
+          if (!got) co_return success();
+        }
+      },
+      30s);
+}
+
+TEST(MoeStream, BadStreamsRefusedAndServerKeepsServing) {
+  Env env;
+  auto cfg = server_config();
+  cfg.forward_pool.max_batch = 64;
+  cfg.max_frame_size = 64 * 1024;
+  auto server = serve_one(env, make_ffn_expert(kDim, kHidden, 7), cfg);
+  auto good = slice({ramp({16, kDim})}, 40);  // header + 4 chunks
+  ASSERT_TRUE(send_frames(env, good, 1 << 20));
+  EXPECT_EQ(server->stats().streamed_calls.load(), 1u);
+
+  auto expect_refused = [&](std::vector<Frame> frames, const char* what) {
+    const auto before = server->stats().bad_requests.load();
+    auto r = send_frames(env, frames, 1 << 20);
+    EXPECT_FALSE(r) << what;
+    if (r) return std::string();
+    EXPECT_TRUE(net::is_remote_error(r.error())) << what << ": " << r.error().message();
+    EXPECT_EQ(server->stats().bad_requests.load(), before + 1) << what;
+    return r.error().message();
+  };
+  auto truncated = good;
+  truncated.pop_back();
+  EXPECT_NE(expect_refused(truncated, "truncated").find("ended at value"), std::string::npos);
+  auto misshaped = slice({ramp({16, kDim + 1})}, 40);
+  EXPECT_NE(expect_refused(misshaped, "mis-shaped").find("the expert takes"), std::string::npos);
+  auto too_many_rows = slice({ramp({65, kDim})}, 40);
+  EXPECT_NE(expect_refused(too_many_rows, "rows").find("max_batch"), std::string::npos);
+  auto reordered = good;
+  std::swap(reordered[1], reordered[2]);
+  expect_refused(reordered, "reordered");
+  // A frame over max_frame_size: the RPC framework refuses it (RESOURCE_EXHAUSTED).
+  auto big = slice({ramp({64, kDim})}, 64 * kDim);  // one chunk of 2 KiB values...
+  big[1].mutable_chunk()->mutable_data()->append(std::string(70 * 1024, 'x'));  // ...padded
+  auto r = send_frames(env, big, 1 << 20);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(net::generic_errc(r.error()), errc::too_large) << r.error().message();
+
+  // Still serving.
+  ASSERT_TRUE(send_frames(env, good, 1 << 20));
+  EXPECT_EQ(server->stats().streamed_calls.load(), 2u);
+  env.stop(server);
+}
+
+TEST(MoeStream, MemoryBudgetRefusesAndDeadlineEndsTheCall) {
+  Env env;
+  auto cfg = server_config();
+  cfg.max_stream_bytes = 16 * kDim * 4;  // less than a 16-row request and its answer
+  auto slow = make_ffn_expert(kDim, kHidden, 7);
+  slow.forward = [f = slow.forward](const torch::Tensor& x) {
+    std::this_thread::sleep_for(1500ms);  // a slow expert (the server's runtime thread)
+    return f(x);
+  };
+  auto server = serve_one(env, std::move(slow), cfg);
+  ExpertCallOptions o;
+  o.stream_threshold = 64;
+  auto host = env.cluster->host_ptr(2);
+  auto to = env.address(1, "ffn.0");
+  auto r = block_on(
+      env.io.executor(),
+      [&] {
+        return call_forward(*host, to, ramp({16, kDim}), o);
+      },
+      20s);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(net::generic_errc(r.error()), errc::too_large) << r.error().message();
+  EXPECT_EQ(server->stats().refused.load(), 1u);
+
+  o.timeout = 300ms;  // the whole streamed call, the expert takes 1.5 s
+  const auto t0 = Clock::now();
+  auto late = block_on(
+      env.io.executor(),
+      [&] {
+        return call_forward(*host, to, ramp({4, kDim}), o);
+      },
+      20s);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error(), errc::timeout) << late.error().message();
+  EXPECT_LT(Clock::now() - t0, 1200ms);
+  env.stop(server);
+}
+
+}  // namespace
+}  // namespace starling::moe
