@@ -126,8 +126,9 @@ struct ExpertServerConfig {
   // gradients of backward batches accumulate and the expert steps once N rows have been
   // backpropagated since its last step (the step applies the sum of the accumulated
   // gradients, as if those rows had come in one batch), or once the first accumulated
-  // gradient is `max_step_delay` old (zero: no time bound). Accumulated gradients not yet
-  // applied are dropped by stop() (checkpoints hold parameters and optimizer state only).
+  // gradient is `max_step_delay` old (zero: no time bound). stop() applies the gradients
+  // accumulated but not yet applied in one last step of each expert (stats.final_steps)
+  // before the final checkpoint, within stop_timeout (past it they are dropped, logged).
   std::uint64_t step_samples = 0;
   Duration max_step_delay = Duration::zero();
   // Staleness bound: a backward whose forward answer is more than this many optimizer steps
@@ -148,6 +149,7 @@ struct ExpertServerStats {
   std::atomic<std::uint64_t> states_shared{0}, states_downloaded{0}, state_failures{0};
   std::atomic<std::uint64_t> stale_gradients{0};
   std::atomic<std::uint64_t> streamed_calls{0};  // streamed requests received whole
+  std::atomic<std::uint64_t> final_steps{0};     // steps stop() took on accumulated gradients
 };
 
 class ExpertServer : public std::enable_shared_from_this<ExpertServer> {
@@ -165,7 +167,8 @@ class ExpertServer : public std::enable_shared_from_this<ExpertServer> {
   // failed first declaration is logged, not fatal) and starts the re-declaring task.
   awaitable<result<void>> start();
   // Unregisters the methods, fails queued requests, stops the declaring task and joins the
-  // runtime thread after its running batch and final checkpoints (bounded by stop_timeout:
+  // runtime thread after its running batch, the last steps on accumulated gradients and the
+  // final checkpoints (bounded by stop_timeout:
   // past it the thread is detached and finishes on its own).
   awaitable<void> stop();
 

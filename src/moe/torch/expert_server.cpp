@@ -320,6 +320,7 @@ awaitable<void> ExpertServer::stop() {
     std::lock_guard lk(im.mu);
     im.stopping = true;
     im.final_save = true;
+    im.stop_deadline = Clock::now() + im.cfg.stop_timeout;
     for (auto& [id, t] : im.queued) {
       im.sched.remove(id);
       dropped.push_back(std::move(t));

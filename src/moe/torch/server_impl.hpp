@@ -114,7 +114,10 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
   std::map<BatchScheduler::TaskId, Task> queued;
   std::map<std::size_t, std::pair<Backend*, bool>> pool_owner;  // pool -> (expert, backward)
   bool stopping = false;
-  bool final_save = false;  // stop() (not the destructor) saves the checkpoints once more
+  // stop() (not the destructor): the runtime applies the accumulated gradients (SWARM steps)
+  // and saves the checkpoints once more, giving up the steps past stop_deadline.
+  bool final_save = false;
+  TimePoint stop_deadline{};
   std::atomic<bool> runtime_exited{false};
   std::thread runtime;
   bool started = false;
@@ -134,6 +137,10 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
   // SWARM mode with a time bound: steps every expert whose first accumulated gradient is
   // max_step_delay old; returns when the next one is due. Runtime thread.
   std::optional<TimePoint> step_overdue();
+
+  // One last optimizer step of every expert with accumulated gradients (none past `until`).
+  // Runtime thread.
+  void apply_accumulated(TimePoint until);
 
   // The runtime thread: run_batches() until stopping, then the final checkpoints if stop()
   // asked for them.
