@@ -122,6 +122,17 @@ struct ExpertServerConfig {
   bool share_state = false;
   bool download_state = false;
   Duration state_download_timeout = 15s;
+  // Replica averaging (needs a directory; 0: off): every `average_period`, at the same
+  // wall-clock instants on every server (multiples of the period), each expert served by
+  // more than one server (replicas found through its DHT declarations) averages its
+  // parameters with those replicas by the butterfly all-reduce (averaging/averager.hpp; key
+  // prefix "moe-avg.<uid>", round "params/<k>", expected group size = the declared
+  // replicas), each round bounded by `average_timeout`. The parameters are snapshotted and
+  // written back by the runtime thread; an expert that stepped between the two keeps its
+  // progress (it adds mean - snapshot). Optimizer state is not averaged. Every replica of a
+  // uid must run with the same period.
+  Duration average_period = Duration::zero();
+  Duration average_timeout = 15s;
   // Optimizer steps. 0: one step per backward batch (Learning@home). N > 0 (SWARM): the
   // gradients of backward batches accumulate and the expert steps once N rows have been
   // backpropagated since its last step (the step applies the sum of the accumulated
@@ -150,6 +161,7 @@ struct ExpertServerStats {
   std::atomic<std::uint64_t> stale_gradients{0};
   std::atomic<std::uint64_t> streamed_calls{0};  // streamed requests received whole
   std::atomic<std::uint64_t> final_steps{0};     // steps stop() took on accumulated gradients
+  std::atomic<std::uint64_t> replica_averages{0}, average_failures{0};  // rounds of an expert
 };
 
 class ExpertServer : public std::enable_shared_from_this<ExpertServer> {

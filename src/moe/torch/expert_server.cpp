@@ -277,12 +277,23 @@ awaitable<result<void>> ExpertServer::start() {
     if (im.cfg.download_state) co_await im.download_states();
     if (im.cfg.share_state) im.take_snapshots();
   }
+  if (im.directory && im.cfg.average_period > Duration::zero()) {
+    for (auto& b : im.backends) {
+      auto a = make_params_averager(im.host, im.directory, *b);
+      if (!a) co_return a.error().with_context("expert " + b->schema.uid + " replica averager");
+      b->params_avg = a.value();
+      b->params_avg->start();
+    }
+  }
   auto implp = impl_;
   im.runtime = std::thread([implp] { implp->runtime_loop(); });
   if (im.experts_dir) {
     auto first = co_await declare_now();
     if (!first) logger("moe")->warn("first declaration failed: {}", first.error().message());
     co_await im.share_snapshots();
+    if (im.cfg.average_period > Duration::zero()) {
+      im.scope->spawn(Impl::average_loop(impl_));
+    }
     auto self = shared_from_this();
     std::weak_ptr<ExpertServer> ws = self;
     const Duration period = im.cfg.declare_period;
@@ -330,8 +341,10 @@ awaitable<void> ExpertServer::stop() {
   im.cv.notify_all();
   for (auto& t : dropped) complete(t, Error(errc::unavailable, "expert server is stopping"));
   if (im.scope) (void)co_await im.scope->close(im.cfg.stop_timeout);
-  for (auto& b : im.backends)
+  for (auto& b : im.backends) {
     if (b->state) co_await b->state->stop();
+    if (b->params_avg) co_await b->params_avg->stop();
+  }
   if (im.runtime.joinable()) {
     const auto until = Clock::now() + im.cfg.stop_timeout;
     while (!im.runtime_exited && Clock::now() < until) (void)co_await sleep_for(2ms);

@@ -40,6 +40,8 @@ struct Backend {
   std::uint64_t snapshot_epoch = 0;
   bool snapshot_new = false;
   bool shared_once = false;  // io thread
+  // Replica averaging (average_period): the averager of this expert's parameters.
+  std::shared_ptr<averaging::Averager> params_avg;
 };
 
 // Reloads the expert's checkpoint from `dir` if there is one (true if loaded).
@@ -64,6 +66,11 @@ struct StreamedAnswer {
 };
 // A one-message request's answer, or a streamed request's.
 using TaskAnswer = std::variant<pb::ExpertResponse, StreamedAnswer>;
+
+// The averager of the expert's parameters among its replicas (not started).
+result<std::shared_ptr<averaging::Averager>> make_params_averager(
+    const std::shared_ptr<net::Host>& host, const std::shared_ptr<averaging::Directory>& dir,
+    Backend& b);
 
 // A request waiting for the runtime. Lives on the io thread: `done` and `out` are touched
 // only there (the runtime posts its answer).
@@ -157,6 +164,16 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
   // Bytes held by streamed requests and answers in flight (io thread), against
   // cfg.max_stream_bytes.
   std::uint64_t stream_bytes = 0;
+
+  // Jobs for the runtime thread (under mu): run between batches, in order.
+  std::vector<std::function<void()>> runtime_jobs;
+  // Runs `fn` on the runtime thread and waits (at most `timeout`) until it ran; false if it
+  // did not (stopping, or the runtime busy past the timeout). Io thread.
+  awaitable<bool> on_runtime(std::function<void()> fn, Duration timeout);
+
+  // Replica averaging: every average_period, one round per expert with replicas.
+  static awaitable<void> average_loop(std::weak_ptr<Impl> weak);
+  awaitable<void> average_expert(Backend* b, std::string round);
 
   // Downloads the state of every expert without a restored checkpoint from its replicas
   // (before the runtime thread starts: the modules are this thread's).

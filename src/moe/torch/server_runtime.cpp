@@ -92,6 +92,14 @@ void ExpertServer::Impl::run_batches() {
   auto next_snapshot = Clock::now() + cfg.declare_period;
   std::optional<TimePoint> next_step;
   while (!stopping) {
+    if (!runtime_jobs.empty()) {
+      auto jobs = std::move(runtime_jobs);
+      runtime_jobs.clear();
+      lk.unlock();
+      for (auto& job : jobs) job();
+      lk.lock();
+      continue;
+    }
     if (delayed_steps && next_step && Clock::now() >= *next_step) {
       lk.unlock();
       next_step = step_overdue();
