@@ -1,8 +1,5 @@
 // One expert's forward / backward on a batch and its optimizer step (the runtime thread's
 // compute; see expert_server.hpp).
-#include <algorithm>
-#include <cmath>
-
 #include "moe/torch/server_impl.hpp"
 
 namespace starling::moe {
@@ -99,17 +96,19 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
   torch::Tensor answer;
   std::uint64_t answered_step = b.steps;
   try {
-    torch::Tensor x = torch::cat(xs, 0);
+    // One request: its rows as they are (no copy; a streamed request can be large).
+    torch::Tensor x = xs.size() == 1 ? xs[0] : torch::cat(xs, 0);
     if (!backward) {
       torch::NoGradGuard ng;
       answer = b.module.forward(x).contiguous();
+      if (answer.is_alias_of(x)) answer = answer.clone();  // x's memory ends with this call
       ++stats.forward_batches;
       stats.forward_rows += static_cast<std::uint64_t>(rows);
     } else {
       torch::AutoGradMode grad_on(true);
       x.requires_grad_(true);
       torch::Tensor out = b.module.forward(x);
-      torch::Tensor g = torch::cat(gs, 0);
+      torch::Tensor g = gs.size() == 1 ? gs[0] : torch::cat(gs, 0);
       if (out.sizes() != g.sizes())
         throw std::runtime_error("expert output shape differs from its declared schema");
       out.backward(g);
@@ -143,14 +142,13 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
     const std::span<const float> values(base + row * per_row, n * per_row);
     row += n;
     if (tasks[i].streamed) {  // streamed: the io thread encodes it frame by frame
-      StreamedAnswer a{TensorData{shape, {}}, answered_step, tasks[i].codec};
-      if (!std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); })) {
+      auto rows_of = answer.narrow(0, row - n, n);  // a view: no copy
+      if (!torch::isfinite(rows_of).all().item<bool>()) {
         complete(tasks[i],
                  Error(errc::invalid_argument, "expert " + b.schema.uid + " output holds inf/nan"));
         continue;
       }
-      a.tensor.values.assign(values.begin(), values.end());
-      complete(tasks[i], TaskAnswer{std::move(a)});
+      complete(tasks[i], TaskAnswer{StreamedAnswer{rows_of, shape, answered_step, tasks[i].codec}});
       continue;
     }
     pb::ExpertResponse resp;

@@ -60,7 +60,8 @@ result<std::shared_ptr<averaging::Averager>> make_state_averager(
 // What the runtime answers a streamed request with: the output rows (encoded frame by frame
 // on the io thread as they are sent, stream_server.cpp).
 struct StreamedAnswer {
-  TensorData tensor;
+  torch::Tensor rows;  // contiguous float32 [shape]: a view of the batch's output
+  std::vector<std::int64_t> shape;
   std::uint64_t expert_step = 0;
   averaging::CodecSpec codec;
 };

@@ -123,8 +123,9 @@ awaitable<result<void>> serve_stream(std::shared_ptr<ExpertServer::Impl> self, b
   if (!a) co_return Error(errc::internal, "one-message answer to a streamed request");
   pb::MoeStreamHeader rh;
   rh.set_expert_step(a->expert_step);
-  StreamSlicer slicer(rh, {a->tensor.shape}, {std::span<const float>(a->tensor.values)}, a->codec,
-                      im.cfg.stream_chunk_values);
+  const std::span<const float> values(a->rows.data_ptr<float>(),
+                                      static_cast<std::size_t>(a->rows.numel()));
+  StreamSlicer slicer(rh, {a->shape}, {values}, a->codec, im.cfg.stream_chunk_values);
   for (;;) {
     auto f = slicer.next();
     if (!f) co_return f.error().with_context("expert " + h.uid + " output");
