@@ -12,14 +12,7 @@ using namespace test;
 
 std::shared_ptr<ExpertServer> replica(Env& env, std::size_t node, const std::string& uid,
                                       std::uint64_t seed) {
-  auto dir = std::make_shared<averaging::DhtDirectory>(env.cluster->node_ptr(node));
-  auto s = ExpertServer::create(env.cluster->host_ptr(node), dir, env.config);
-  auto added = s->add_expert(uid, make_ffn_expert(kDim, kHidden, seed), sgd_factory(kLr));
-  if (!added) throw std::runtime_error(added.error().message());
-  auto st = block_on(
-      env.io.executor(), [s] { return s->start(); }, 30s);
-  if (!st) throw std::runtime_error(st.error().message());
-  return s;
+  return env.serve_module(node, uid, make_ffn_expert(kDim, kHidden, seed), env.config, true);
 }
 
 TEST(MoeReplicaAveraging, TwoReplicasConvergeToIdenticalParameters) {

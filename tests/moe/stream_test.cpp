@@ -142,14 +142,8 @@ ExpertModule wide_expert() {
   return e;
 }
 
-std::shared_ptr<ExpertServer> serve_one(Env& env, ExpertModule m, ExpertServerConfig c) {
-  auto s = ExpertServer::create(env.cluster->host_ptr(1), nullptr, c);
-  auto added = s->add_expert("ffn.0", std::move(m), sgd_factory(kLr));
-  if (!added) throw std::runtime_error(added.error().message());
-  auto st = block_on(
-      env.io.executor(), [s] { return s->start(); }, 30s);
-  if (!st) throw std::runtime_error(st.error().message());
-  return s;
+std::shared_ptr<ExpertServer> serve_one(Env& env, ExpertModule m, const ExpertServerConfig& c) {
+  return env.serve_module(1, "ffn.0", std::move(m), c, false);
 }
 
 TEST(MoeStream, TensorOverOneMessageLimitThroughForwardAndBackward) {
