@@ -70,7 +70,7 @@ struct DispatchBackward : torch::autograd::Node {
         continue;
       }
       auto rows = torch::tensor(c.rows, torch::kLong);
-      gx.index_add_(0, rows, to_tensor(r->value().tensor));
+      gx.index_add_(0, rows, to_tensor(std::move(r->value().tensor)));
     }
     {
       std::lock_guard lk(*st->stats_mu);
@@ -263,7 +263,7 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
       replicas_.observe(peer, c.rows.size(), elapsed[j], ended);
       auto rows = torch::tensor(c.rows, torch::kLong);
       auto slots = torch::tensor(c.slots, torch::kLong);
-      out3.index_put_({rows, slots}, to_tensor(r->value().tensor));
+      out3.index_put_({rows, slots}, to_tensor(std::move(r->value().tensor)));
     }
     round_calls = std::move(again);
     if (round == 0) retries = round_calls.size();
