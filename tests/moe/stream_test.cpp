@@ -238,6 +238,26 @@ TEST(MoeStream, ServerWithoutStreamMethodsGetsOneMessage) {
       10s);
 }
 
+TEST(MoeStream, MixtureStreamsItsCallsAndGetsTheSameOutputs) {
+  Env env;
+  auto server = env.serve(1, "ffn.0.[0:2]");
+  auto x = torch::randn({6, kDim});
+  auto run = [&](std::uint64_t threshold) {
+    auto o = mixture_options({1, 2}, 2, 2, 10s, 5s);
+    o.stream_threshold = threshold;
+    torch::manual_seed(21);  // the same gating in both
+    RemoteMixtureOfExperts moe(o, env.cluster->host_ptr(2), env.directory(2));
+    torch::NoGradGuard ng;
+    return moe->forward(x);
+  };
+  auto one = run(std::numeric_limits<std::uint64_t>::max());
+  EXPECT_EQ(server->stats().streamed_calls.load(), 0u);
+  auto streamed = run(64);  // each expert gets the 6 rows: 192 bytes a call, streamed
+  EXPECT_EQ(server->stats().streamed_calls.load(), 2u);
+  EXPECT_TRUE(torch::allclose(one, streamed, 1e-6, 1e-6));
+  env.stop(server);
+}
+
 // Sends `frames` on a forward-stream call (then half-closes) and returns the call's outcome.
 result<void> send_frames(Env& env, const std::vector<Frame>& frames, std::size_t max_frame) {
   return block_on(

@@ -150,6 +150,7 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
   st->opts.timeout = std::max(Duration(1ms), deadline - Clock::now());
   st->opts.codec = options_.codec;
   st->opts.response_codec = options_.response_codec;
+  st->opts.stream_threshold = options_.stream_threshold;
   st->backward_timeout = options_.backward_timeout;
   st->batch = B;
   st->in_features = options_.in_features;
