@@ -110,7 +110,7 @@ awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
     std::cout << "stopped: forward rows " << st.forward_rows << ", backward rows "
               << st.backward_rows << ", optimizer steps " << st.optimizer_steps
               << ", injected failures " << st.injected_failures << ", checkpoints saved "
-              << st.checkpoints_saved << std::endl;
+              << st.checkpoints_saved << ", replica averages " << st.replica_averages << std::endl;
   }
   co_return rc;
 }
