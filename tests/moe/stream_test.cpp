@@ -322,6 +322,50 @@ TEST(MoeStream, BadStreamsRefusedAndServerKeepsServing) {
   env.stop(server);
 }
 
+// A server answering with bad streams: the client refuses each, naming the problem.
+TEST(MoeStream, BadAnswerStreamsRefusedByTheClient) {
+  Env env;
+  std::atomic<int> mode{0};
+  auto rpc = std::make_shared<net::RpcServer>(*env.cluster->host_ptr(1));
+  rpc->add_bidi<Frame, Frame>(kForwardStreamProtocol,
+                              [&](const net::RpcContext&, net::RpcReader<Frame>& in,
+                                  net::RpcWriter<Frame>& out) -> awaitable<result<void>> {
+                                for (;;) {  // the request, whole
+                                  ST_CO_TRY(auto f, co_await in.read());
+                                  if (!f) break;
+                                }
+                                auto frames = slice({ramp({mode == 0 ? 5 : 4, kDim})}, 10);
+                                if (mode == 1) frames.pop_back();                // truncated
+                                if (mode == 2) std::swap(frames[1], frames[2]);  // out of order
+                                for (const auto& f : frames) ST_CO_TRY(co_await out.write(f));
+                                co_return success();
+                              });
+  ExpertCallOptions o;
+  o.stream_threshold = 64;
+  const char* want[] = {"answered a tensor [5, 8] for an input [4, 8]", "stream ended at value",
+                        "expected tensor 0 at value 0"};
+  for (int m = 0; m < 3; ++m) {
+    mode = m;
+    auto r = block_on(
+        env.io.executor(),
+        [&] {
+          return call_forward(*env.cluster->host_ptr(2), env.address(1, "ffn.0"), ramp({4, kDim}),
+                              o);
+        },
+        20s);
+    ASSERT_FALSE(r) << m;
+    EXPECT_EQ(r.error(), errc::protocol_violation) << r.error().message();
+    EXPECT_NE(r.error().message().find(want[m]), std::string::npos) << r.error().message();
+  }
+  (void)block_on(
+      env.io.executor(),
+      [&]() -> awaitable<result<void>> {
+        rpc.reset();
+        co_return success();
+      },
+      10s);
+}
+
 TEST(MoeStream, MemoryBudgetRefusesAndDeadlineEndsTheCall) {
   Env env;
   auto cfg = server_config();
