@@ -66,8 +66,10 @@ awaitable<result<void>> serve_stream(std::shared_ptr<ExpertServer::Impl> self, b
         std::min(im.cfg.forward_pool.max_batch, im.cfg.backward_pool.max_batch);
     ST_TRY(check_request(b, backward, h, max_batch));
     const auto rows = static_cast<std::uint64_t>(h.shapes[0][0]);
+    // The request and the answer (forward: the output rows; backward: the input gradient).
+    const auto& answer_row = backward ? b.schema.input_shape : b.schema.output_shape;
     const std::uint64_t bytes =
-        (h.total_values() + rows * values_per_row(b.schema.output_shape)) * sizeof(float);
+        (h.total_values() + rows * values_per_row(answer_row)) * sizeof(float);
     if (bytes > im.cfg.max_stream_bytes || im.stream_bytes > im.cfg.max_stream_bytes - bytes) {
       over_budget = true;
       return Error(errc::too_large, "streamed calls in flight hold " +
