@@ -73,5 +73,23 @@ TEST(MoeReplicaAveraging, ReplicasTrainedApartAreIdenticalAfterTheNextRound) {
   for (std::size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i])) << i;
 }
 
+// A replica that does not average: the other's rounds find no group, fail within their
+// bound and change nothing.
+TEST(MoeReplicaAveraging, ReplicaWithoutAveragingLeavesTheOtherUnchanged) {
+  Env env;
+  const std::string uid = "ffn.0.0";
+  auto cfg = env.config;
+  cfg.average_period = 1s;
+  auto a = env.serve_module(0, uid, make_ffn_expert(kDim, kHidden, 1), cfg, true);
+  auto b = replica(env, 1, uid, 2);  // env.config: no averaging
+  ASSERT_TRUE(wait_for([&] { return a->stats().average_failures.load() >= 1; }, 20s));
+  env.stop(a);
+  env.stop(b);
+  EXPECT_EQ(a->stats().replica_averages.load(), 0u);
+  auto pa = a->module_of(uid)->parameters();
+  auto p0 = make_ffn_expert(kDim, kHidden, 1).parameters->parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], p0[i])) << i;
+}
+
 }  // namespace
 }  // namespace starling::moe

@@ -115,8 +115,11 @@ awaitable<void> ExpertServer::Impl::average_expert(Backend* b, std::string round
   auto r = co_await b->params_avg->step(so, averaging::StepData{buf->input, buf->output, buf});
   if (!r) {
     ++stats->average_failures;
-    logger("moe")->info("expert {}: averaging with {} replicas: {}", b->schema.uid,
-                        peers.size() - 1, r.error().message());
+    // No group in time is what a replica without averaging (or a dead one) causes every
+    // round: debug; anything else: info.
+    const auto level = r.error() == errc::timeout ? spdlog::level::debug : spdlog::level::info;
+    logger("moe")->log(level, "expert {}: averaging with {} replicas: {}", b->schema.uid,
+                       peers.size() - 1, r.error().message());
     co_return;
   }
   // Write the mean back; an expert that stepped since the snapshot keeps its progress.
