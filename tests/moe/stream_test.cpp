@@ -41,6 +41,24 @@ std::shared_ptr<ExpertServer> serve_one(Env& env, ExpertModule m, const ExpertSe
   return env.serve_module(1, "ffn.0", std::move(m), c, false);
 }
 
+// Destroys a test's RPC server on the io thread (its owner).
+void drop_on_io(Env& env, std::shared_ptr<net::RpcServer>& rpc) {
+  (void)block_on(
+      env.io.executor(),
+      [&]() -> awaitable<result<void>> {
+        rpc.reset();
+        co_return success();
+      },
+      10s);
+}
+
+// call_forward from node 2 to expert "ffn.0" on node 1.
+result<ExpertAnswer> forward_to_node1(Env& env, const TensorData& x, const ExpertCallOptions& o) {
+  return block_on(
+      env.io.executor(),
+      [&] { return call_forward(*env.cluster->host_ptr(2), env.address(1, "ffn.0"), x, o); }, 20s);
+}
+
 TEST(MoeStream, TensorOverOneMessageLimitThroughForwardAndBackward) {
   Env env;
   auto server = serve_one(env, wide_expert(), server_config());
@@ -73,8 +91,6 @@ TEST(MoeStream, TensorOverOneMessageLimitThroughForwardAndBackward) {
 TEST(MoeStream, SmallThresholdAnswersAsOneMessageDoes) {
   Env env;
   auto server = serve_one(env, make_ffn_expert(kDim, kHidden, 7), server_config());
-  auto host = env.cluster->host_ptr(2);
-  auto to = env.address(1, "ffn.0");
   torch::manual_seed(9);
   TensorData x = ramp({64, kDim});
   for (const char* codec : {"", "float16"}) {
@@ -82,10 +98,8 @@ TEST(MoeStream, SmallThresholdAnswersAsOneMessageDoes) {
     one.response_codec = streamed.response_codec = codec;
     streamed.stream_threshold = 1024;  // 64 x 8 floats = 2 KiB: streamed
     streamed.stream_chunk_values = 100;
-    auto a = block_on(
-        env.io.executor(), [&] { return call_forward(*host, to, x, one); }, 20s);
-    auto b = block_on(
-        env.io.executor(), [&] { return call_forward(*host, to, x, streamed); }, 20s);
+    auto a = forward_to_node1(env, x, one);
+    auto b = forward_to_node1(env, x, streamed);
     ASSERT_TRUE(a) << a.error().message();
     ASSERT_TRUE(b) << b.error().message();
     EXPECT_EQ(a.value().tensor.shape, b.value().tensor.shape);
@@ -111,26 +125,16 @@ TEST(MoeStream, ServerWithoutStreamMethodsGetsOneMessage) {
   ExpertCallOptions o;
   o.stream_threshold = 64;
   TensorData x = ramp({16, kDim});
-  auto r = block_on(
-      env.io.executor(),
-      [&] { return call_forward(*env.cluster->host_ptr(2), env.address(1, "ffn.0"), x, o); }, 20s);
+  auto r = forward_to_node1(env, x, o);
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(r.value().tensor.values, x.values);
   EXPECT_EQ(served.load(), 1);
   // A request over the one-message limit cannot fall back: the stream's error is returned.
   o.max_message_size = 256;
-  auto too_big = block_on(
-      env.io.executor(),
-      [&] { return call_forward(*env.cluster->host_ptr(2), env.address(1, "ffn.0"), x, o); }, 20s);
+  auto too_big = forward_to_node1(env, x, o);
   ASSERT_FALSE(too_big);
   EXPECT_EQ(net::generic_errc(too_big.error()), errc::unsupported) << too_big.error().message();
-  (void)block_on(
-      env.io.executor(),
-      [&]() -> awaitable<result<void>> {
-        rpc.reset();
-        co_return success();
-      },
-      10s);
+  drop_on_io(env, rpc);
 }
 
 TEST(MoeStream, MixtureStreamsItsCallsAndGetsTheSameOutputs) {
@@ -241,24 +245,12 @@ TEST(MoeStream, BadAnswerStreamsRefusedByTheClient) {
                         "expected tensor 0 at value 0"};
   for (int m = 0; m < 3; ++m) {
     mode = m;
-    auto r = block_on(
-        env.io.executor(),
-        [&] {
-          return call_forward(*env.cluster->host_ptr(2), env.address(1, "ffn.0"), ramp({4, kDim}),
-                              o);
-        },
-        20s);
+    auto r = forward_to_node1(env, ramp({4, kDim}), o);
     ASSERT_FALSE(r) << m;
     EXPECT_EQ(r.error(), errc::protocol_violation) << r.error().message();
     EXPECT_NE(r.error().message().find(want[m]), std::string::npos) << r.error().message();
   }
-  (void)block_on(
-      env.io.executor(),
-      [&]() -> awaitable<result<void>> {
-        rpc.reset();
-        co_return success();
-      },
-      10s);
+  drop_on_io(env, rpc);
 }
 
 TEST(MoeStream, MemoryBudgetRefusesAndDeadlineEndsTheCall) {
@@ -273,26 +265,14 @@ TEST(MoeStream, MemoryBudgetRefusesAndDeadlineEndsTheCall) {
   auto server = serve_one(env, std::move(slow), cfg);
   ExpertCallOptions o;
   o.stream_threshold = 64;
-  auto host = env.cluster->host_ptr(2);
-  auto to = env.address(1, "ffn.0");
-  auto r = block_on(
-      env.io.executor(),
-      [&] {
-        return call_forward(*host, to, ramp({16, kDim}), o);
-      },
-      20s);
+  auto r = forward_to_node1(env, ramp({16, kDim}), o);
   ASSERT_FALSE(r);
   EXPECT_EQ(net::generic_errc(r.error()), errc::too_large) << r.error().message();
   EXPECT_EQ(server->stats().refused.load(), 1u);
 
   o.timeout = 300ms;  // the whole streamed call, the expert takes 1.5 s
   const auto t0 = Clock::now();
-  auto late = block_on(
-      env.io.executor(),
-      [&] {
-        return call_forward(*host, to, ramp({4, kDim}), o);
-      },
-      20s);
+  auto late = forward_to_node1(env, ramp({4, kDim}), o);
   ASSERT_FALSE(late);
   EXPECT_EQ(late.error(), errc::timeout) << late.error().message();
   EXPECT_LT(Clock::now() - t0, 1200ms);
