@@ -1,4 +1,6 @@
 // Streamed expert calls: the client side (client.hpp, stream.hpp).
+#include <asio/experimental/awaitable_operators.hpp>
+
 #include "moe/stream_call.hpp"
 #include "starling/core/log.hpp"
 #include "starling/moe/client.hpp"
@@ -55,36 +57,67 @@ awaitable<result<ExpertAnswer>> stream_call(net::Host& host, const ExpertAddress
   auto call = co_await client.bidi<Frame, Frame>(
       to.peer, backward ? kBackwardStreamProtocol : kForwardStreamProtocol, copts);
   if (!call) co_return call.error().with_context(who);
-  for (;;) {
-    auto f = slicer.next();
-    if (!f) {
-      call.value().cancel();
-      co_return f.error().with_context(who);
-    }
-    if (!f.value()) break;
-    auto w = co_await call.value().write(*f.value());
-    if (!w) co_return w.error().with_context(who);
-  }
-  ST_CO_TRY(co_await call.value().close_write());
+  auto& c = call.value();
 
+  // The request is written while the answer is read, so a server that refuses the stream
+  // early (its header: shape, budget) ends the call at once, not after the whole upload. The
+  // reader decides the outcome (the server's status, the answer, or the call's deadline): the
+  // writer, done, waits until the reader ends and cancels it (a write blocked on flow control
+  // is not woken by the stream's reset, only by cancellation). A request that cannot be
+  // encoded ends the call from the writer's side; a failed write ends the reader (the
+  // server's status, if it came, wins over the write's error).
+  std::optional<Error> slicer_error, write_error;
+  auto write_all = [&]() -> awaitable<void> {
+    for (;;) {
+      auto f = slicer.next();
+      if (!f) {
+        slicer_error = f.error();
+        co_return;
+      }
+      if (!f.value()) break;
+      if (auto w = co_await c.write(*f.value()); !w) {
+        write_error = w.error();
+        c.cancel();  // the reader ends now (a write refused locally leaves the stream open)
+        break;
+      }
+    }
+    if (!write_error) (void)co_await c.close_write();
+    (void)co_await sleep_for(net::detail::kMaxTimeout);  // until the reader ends
+  };
   StreamAssembler answer(
       opts.limits, [&](const StreamHeader& h) { return check_answer(h, tensors[0], backward); });
-  for (;;) {
-    auto f = co_await call.value().read();
-    if (!f) co_return f.error().with_context(who);
-    if (!f.value()) break;
-    auto r = answer.feed(*f.value());
-    if (!r) {
-      call.value().cancel();
-      logger("moe")->info("{} answered a bad stream: {}", who, r.error().message());
-      co_return r.error().with_context(who + " answered");
+  std::optional<Error> read_error;
+  bool bad_answer = false;
+  auto read_all = [&]() -> awaitable<void> {
+    for (;;) {
+      auto f = co_await c.read();
+      if (!f) {
+        read_error = f.error();
+        break;
+      }
+      auto r = f.value() ? answer.feed(*f.value()) : answer.finish();
+      if (!r) {
+        read_error = r.error();
+        bad_answer = true;
+        break;
+      }
+      if (!f.value()) co_return;
     }
+  };
+  {
+    using namespace asio::experimental::awaitable_operators;
+    co_await (write_all() || read_all());
   }
-  auto fin = answer.finish();
-  if (!fin) {
-    logger("moe")->info("{} answered a bad stream: {}", who, fin.error().message());
-    co_return fin.error().with_context(who + " answered");
+  if (!read_error && !answer.complete()) read_error = Error(errc::closed, "request not sent");
+  c.cancel();
+  if (slicer_error) co_return slicer_error->with_context(who);
+  if (bad_answer) {
+    logger("moe")->info("{} answered a bad stream: {}", who, read_error->message());
+    co_return read_error->with_context(who + " answered");
   }
+  if (write_error && !(read_error && net::is_remote_error(*read_error)))
+    co_return write_error->with_context(who);
+  if (read_error) co_return read_error->with_context(who);
   const auto step = answer.header().expert_step;
   auto out = answer.take();
   co_return ExpertAnswer{std::move(out.front()), step};

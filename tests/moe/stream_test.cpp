@@ -215,6 +215,22 @@ TEST(MoeStream, BadStreamsRefusedAndServerKeepsServing) {
   ASSERT_FALSE(r);
   EXPECT_EQ(net::generic_errc(r.error()), errc::too_large) << r.error().message();
 
+  // Through the client: a large mis-shaped request (10 MiB) is refused from its header, and
+  // the client stops sending when the refusal comes.
+  auto r2 = forward_to_node1(env, ramp({300000, kDim + 1}), ExpertCallOptions{});
+  ASSERT_FALSE(r2);
+  EXPECT_NE(r2.error().message().find("the expert takes"), std::string::npos)
+      << r2.error().message();
+
+  // A client whose chunks exceed its own frame limit fails at once, naming it.
+  ExpertCallOptions small_frames;
+  small_frames.stream_threshold = 64;
+  small_frames.stream_chunk_values = 1 << 16;  // 256 KiB frames
+  small_frames.max_frame_size = 64 * 1024;
+  auto r3 = forward_to_node1(env, ramp({40000, kDim}), small_frames);
+  ASSERT_FALSE(r3);
+  EXPECT_EQ(r3.error(), errc::too_large) << r3.error().message();
+
   // Still serving.
   ASSERT_TRUE(send_frames(env, good, 1 << 20));
   EXPECT_EQ(server->stats().streamed_calls.load(), 2u);
