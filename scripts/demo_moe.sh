@@ -5,10 +5,12 @@
 # trunk is averaged by the collaborative optimizer. Once the collaboration reaches KILL_AT
 # epochs, server 2 is SIGKILLed and server 3 starts on its checkpoint directory (its experts
 # come back restored), and server 4 starts as a replica of server 1 (it downloads the state of
-# server 1's experts through the state transfer). At the end: each trainer's test accuracy, its failed expert calls
-# survived, expert utilisation, and the parameter hashes of the trunks.
+# server 1's experts through the state transfer; from then on servers 1 and 4 average their
+# replicas' parameters every 2 s). At the end: each trainer's test accuracy, its failed expert
+# calls survived, expert utilisation, and the parameter hashes of the trunks.
 # Exits non-zero if a check fails: every trainer at least ACC test accuracy, identical trunks,
-# server 3 restored the experts, server 4 downloaded them, the stage under LIMIT seconds.
+# server 3 restored the experts, server 4 downloaded them and averaged them with server 1, the
+# stage under LIMIT seconds.
 # Usage: scripts/demo_moe.sh [BUILD]   (tunables: EPOCHS, TARGET, KILL_AT, ACC, LIMIT)
 set -euo pipefail
 build=${1:-build}
@@ -40,7 +42,7 @@ start_server() {
   grep -q '^serving' "$dir/s$i.log" || { echo "server $i did not start"; cat "$dir/s$i.log"; exit 1; }
   echo "   server $i (pid ${spid[$i]}): $(grep '^serving' "$dir/s$i.log")"
 }
-start_server 1 'ffn.[0:2].[0:4]' --share-state
+start_server 1 'ffn.[0:2].[0:4]' --share-state --average-period 2
 start_server 2 'ffn.[2:4].[0:4]' --checkpoint-dir "$dir/ckpt" --checkpoint-period 2
 
 declare -A tpid
@@ -69,7 +71,7 @@ start_server 3 'ffn.[2:4].[0:4]' --checkpoint-dir "$dir/ckpt" --checkpoint-perio
 restored=$(sed -n 's/^restored \([0-9]*\) experts.*/\1/p' "$dir/s3.log")
 echo "   server 3 restored ${restored:-0} experts from server 2's checkpoints"
 echo "== server 4 starts as a replica of server 1 and downloads its experts' state"
-start_server 4 'ffn.[0:2].[0:4]' --download-state
+start_server 4 'ffn.[0:2].[0:4]' --download-state --average-period 2
 downloaded=$(sed -n 's/^downloaded \([0-9]*\) experts.*/\1/p' "$dir/s4.log")
 echo "   server 4 downloaded ${downloaded:-0} experts' state from server 1"
 
@@ -109,6 +111,8 @@ else
 fi
 (( ${restored:-0} > 0 )) || { echo "   server 3 restored no expert"; ok=0; }
 (( ${downloaded:-0} > 0 )) || { echo "   server 4 downloaded no expert state"; ok=0; }
+averaged=$(sed -n 's/^stopped.*replica averages \([0-9]*\).*/\1/p' "$dir/s4.log")
+(( ${averaged:-0} > 0 )) || { echo "   server 4 never averaged its experts with server 1"; ok=0; }
 echo "   demo-moe: ${secs} s (limit ${limit} s); load average before ${load0}, after ${load1}"
 (( secs < limit )) || ok=0
 (( ok == 1 )) || { echo "== demo-moe: a check failed"; exit 1; }

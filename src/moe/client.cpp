@@ -7,6 +7,9 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 
+#include "moe/stream_call.hpp"
+#include "starling/core/log.hpp"
+#include "starling/moe/stream.hpp"
 #include "starling/pb/moe.pb.h"
 
 namespace starling::moe {
@@ -61,24 +64,53 @@ awaitable<result<ExpertSchema>> call_info(net::Host& host, ExpertAddress to,
   co_return from_proto(resp.value(), opts.limits);
 }
 
+namespace {
+
+// A streamed call when the tensors exceed the threshold; std::nullopt: send one message (small
+// tensors, or a server without the stream methods and tensors that fit one message).
+awaitable<std::optional<result<ExpertAnswer>>> maybe_streamed(
+    net::Host& host, const ExpertAddress& to, bool backward, const std::vector<TensorData>& ts,
+    const ExpertCallOptions& opts, std::optional<std::uint64_t> forward_step) {
+  std::uint64_t values = 0;
+  for (const auto& t : ts) values += t.values.size();
+  if (!should_stream(values, opts.codec, opts.stream_threshold)) co_return std::nullopt;
+  auto r = co_await detail::stream_call(host, to, backward, ts, opts, forward_step);
+  if (r || !net::is_remote_error(r.error()) ||
+      r.error().code() != net::make_error_code(net::rpc_errc::unimplemented))
+    co_return r;
+  if (should_stream(values, opts.codec, opts.max_message_size)) co_return r;
+  logger("moe")->debug("expert {}: no stream methods at {}; one message instead", to.uid,
+                       to.peer.short_string());
+  co_return std::nullopt;
+}
+
+}  // namespace
+
 awaitable<result<ExpertAnswer>> call_forward(net::Host& host, ExpertAddress to, TensorData input,
                                              ExpertCallOptions opts) {
+  std::vector<TensorData> ts;
+  ts.push_back(std::move(input));
+  if (auto r = co_await maybe_streamed(host, to, false, ts, opts, std::nullopt)) co_return *r;
   pb::ExpertRequest req;
   req.set_uid(to.uid);
   req.set_response_codec(opts.response_codec);
-  ST_CO_TRY(add_tensor(opts, input, req));
+  ST_CO_TRY(add_tensor(opts, ts[0], req));
   co_return co_await call(host, std::move(to), kForwardProtocol, std::move(req), std::move(opts));
 }
 
 awaitable<result<ExpertAnswer>> call_backward(net::Host& host, ExpertAddress to, TensorData input,
                                               TensorData grad_output, ExpertCallOptions opts,
                                               std::optional<std::uint64_t> forward_step) {
+  std::vector<TensorData> ts;
+  ts.push_back(std::move(input));
+  ts.push_back(std::move(grad_output));
+  if (auto r = co_await maybe_streamed(host, to, true, ts, opts, forward_step)) co_return *r;
   pb::ExpertRequest req;
   req.set_uid(to.uid);
   if (forward_step) req.set_forward_step(*forward_step);
   req.set_response_codec(opts.response_codec);
-  ST_CO_TRY(add_tensor(opts, input, req));
-  ST_CO_TRY(add_tensor(opts, grad_output, req));
+  ST_CO_TRY(add_tensor(opts, ts[0], req));
+  ST_CO_TRY(add_tensor(opts, ts[1], req));
   co_return co_await call(host, std::move(to), kBackwardProtocol, std::move(req), std::move(opts));
 }
 

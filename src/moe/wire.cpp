@@ -13,7 +13,15 @@ Error invalid(const std::string& what) {
   return Error(errc::invalid_argument, what);
 }
 
-// Checks dims and returns the element count; errc::invalid_argument / too_large.
+result<std::vector<std::int64_t>> read_shape(const google::protobuf::RepeatedField<std::int64_t>& f,
+                                             const WireLimits& limits) {
+  std::vector<std::int64_t> shape(f.begin(), f.end());
+  ST_TRY(check_shape(shape, limits));
+  return shape;
+}
+
+}  // namespace
+
 result<std::uint64_t> check_shape(std::span<const std::int64_t> shape, const WireLimits& limits) {
   if (shape.size() > limits.max_dims)
     return invalid("tensor of rank " + std::to_string(shape.size()) + " exceeds " +
@@ -31,15 +39,6 @@ result<std::uint64_t> check_shape(std::span<const std::int64_t> shape, const Wir
                                       std::to_string(limits.max_elements) + " values");
   return n;
 }
-
-result<std::vector<std::int64_t>> read_shape(const google::protobuf::RepeatedField<std::int64_t>& f,
-                                             const WireLimits& limits) {
-  std::vector<std::int64_t> shape(f.begin(), f.end());
-  ST_TRY(check_shape(shape, limits));
-  return shape;
-}
-
-}  // namespace
 
 std::uint64_t TensorData::numel() const {
   std::uint64_t n = 1;

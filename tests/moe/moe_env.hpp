@@ -127,10 +127,25 @@ struct Env {
       auto r = s->add_expert(u.to_string(), std::move(m), opt);
       if (!r) throw std::runtime_error(r.error().message());
     }
+    start(s);
+    return s;
+  }
+  // A server on DHT node i's host serving one expert, with config `c`; declared in the DHT
+  // if `declare`.
+  std::shared_ptr<ExpertServer> serve_module(std::size_t i, const std::string& uid, ExpertModule m,
+                                             const ExpertServerConfig& c, bool declare) {
+    std::shared_ptr<averaging::Directory> dir;
+    if (declare) dir = std::make_shared<averaging::DhtDirectory>(cluster->node_ptr(i));
+    auto s = ExpertServer::create(cluster->host_ptr(i), dir, c);
+    auto r = s->add_expert(uid, std::move(m), sgd_factory(kLr));
+    if (!r) throw std::runtime_error(r.error().message());
+    start(s);
+    return s;
+  }
+  void start(const std::shared_ptr<ExpertServer>& s) {
     auto st = block_on(
         io.executor(), [s] { return s->start(); }, 30s);
     if (!st) throw std::runtime_error(st.error().message());
-    return s;
   }
   void stop(const std::shared_ptr<ExpertServer>& s) {
     (void)block_on(

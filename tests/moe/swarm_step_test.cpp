@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "moe/moe_env.hpp"
+#include "support/temp_dir.hpp"
 
 namespace starling::moe {
 namespace {
@@ -34,6 +35,33 @@ TEST(MoeSwarmSteps, AccumulatesGradientsAndStepsAfterTargetSamples) {
   }
   EXPECT_EQ(server->stats().backward_rows.load(), 16u);
   env.stop(server);
+}
+
+TEST(MoeSwarmSteps, StopAppliesAccumulatedGradientsBeforeTheFinalCheckpoint) {
+  starling::test::TempDir dir("moe-final-step");
+  Env env;
+  env.config.step_samples = 1000;  // never reached: the gradients wait for stop()
+  env.config.checkpoint_dir = dir.path;
+  const std::string uid = "ffn.0.0";
+  auto server = env.serve(1, uid);
+  auto local = make_ffn_expert(kDim, kHidden, seed_of(uid));
+  RemoteExpert remote(env.cluster->host_ptr(2), env.address(1, uid));
+  torch::manual_seed(6);
+  for (int i = 0; i < 2; ++i)
+    expect_remote_matches_local(remote, local, torch::randn({4, kDim}), torch::randn({4, kDim}));
+  EXPECT_EQ(server->steps_of(uid), 0u);
+  env.stop(server);
+  EXPECT_EQ(server->stats().final_steps.load(), 1u);
+  EXPECT_EQ(server->steps_of(uid), 1u);
+  torch::optim::SGD opt(local.parameters->parameters(), torch::optim::SGDOptions(kLr));
+  opt.step();  // one step on the sum of both gradients
+  expect_params_close(*server->module_of(uid), *local.parameters, "after stop");
+
+  // The final checkpoint holds that step.
+  auto again = ExpertServer::create(env.cluster->host_ptr(0), nullptr, env.config);
+  ASSERT_TRUE(again->add_expert(uid, make_ffn_expert(kDim, kHidden, 1), sgd_factory(kLr)));
+  EXPECT_EQ(again->steps_of(uid), 1u);
+  expect_params_close(*again->module_of(uid), *local.parameters, "restored");
 }
 
 TEST(MoeSwarmSteps, TimeBoundStepsAccumulatedGradients) {

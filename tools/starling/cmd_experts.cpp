@@ -27,6 +27,7 @@ struct ExpertsOptions {
   std::uint64_t step_samples = 0;
   double max_step_delay_s = 0;
   std::int64_t max_staleness = -1;
+  double average_period_s = 0;
 };
 
 awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
@@ -60,6 +61,7 @@ awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
   cfg.step_samples = o->step_samples;
   cfg.max_step_delay = seconds(o->max_step_delay_s);
   if (o->max_staleness >= 0) cfg.max_staleness = static_cast<std::uint64_t>(o->max_staleness);
+  cfg.average_period = seconds(o->average_period_s);
   auto server =
       moe::ExpertServer::create(host, std::make_shared<averaging::DhtDirectory>(node), cfg);
   int rc = 0;
@@ -108,7 +110,7 @@ awaitable<int> serve_main(std::shared_ptr<ExpertsOptions> o) {
     std::cout << "stopped: forward rows " << st.forward_rows << ", backward rows "
               << st.backward_rows << ", optimizer steps " << st.optimizer_steps
               << ", injected failures " << st.injected_failures << ", checkpoints saved "
-              << st.checkpoints_saved << std::endl;
+              << st.checkpoints_saved << ", replica averages " << st.replica_averages << std::endl;
   }
   co_return rc;
 }
@@ -164,6 +166,11 @@ void add_experts_command(CLI::App& app, Runner& run) {
       ->add_option("--max-staleness", o->max_staleness,
                    "refuse a gradient whose forward is more than this many steps old (-1: no "
                    "bound)")
+      ->capture_default_str();
+  serve
+      ->add_option("--average-period", o->average_period_s,
+                   "every this many seconds, average each expert's parameters with its replicas "
+                   "(servers of the same uid; 0: never)")
       ->capture_default_str();
   serve->callback([&run, o] { run = [o] { return run_main([o] { return serve_main(o); }); }; });
 }

@@ -21,7 +21,15 @@ struct ExpertCallOptions {
   averaging::CodecSpec codec;  // codec of the tensors this side sends
   std::string response_codec;  // codec asked of the server ("": its default)
   WireLimits limits;
-  std::size_t max_message_size = 64u << 20;
+  std::size_t max_message_size = 64u << 20;  // one-message calls: request and response
+  // Streamed calls (stream.hpp): a request whose tensors exceed `stream_threshold` bytes
+  // (float32, or encoded if smaller) is sent as a stream of chunks of `stream_chunk_values`
+  // values on the -stream method and answered the same way, every frame at most
+  // `max_frame_size` bytes; UINT64_MAX: never stream. A server without the stream methods
+  // (an older version) gets the request as one message instead, if it fits max_message_size.
+  std::uint64_t stream_threshold = 4u << 20;
+  std::uint64_t stream_chunk_values = 512u << 10;  // 2 MiB as float32
+  std::size_t max_frame_size = 16u << 20;
 };
 
 // Who to call.
@@ -47,6 +55,15 @@ awaitable<result<ExpertAnswer>> call_forward(net::Host& host, ExpertAddress to, 
 // answer the gradient comes from (the server checks its staleness bound; absent: unchecked).
 awaitable<result<ExpertAnswer>> call_backward(net::Host& host, ExpertAddress to, TensorData input,
                                               TensorData grad_output, ExpertCallOptions opts,
+                                              std::optional<std::uint64_t> forward_step = {});
+
+// The streamed form of call_forward (`backward` false: tensors = [input]) and call_backward
+// (true: [input, grad_output]), whatever their size; the answer is checked to have the input's
+// rows (backward: the input's shape). A server without the stream methods: rpc_errc::
+// unimplemented (call_forward / call_backward then fall back to one message).
+awaitable<result<ExpertAnswer>> call_streamed(net::Host& host, ExpertAddress to, bool backward,
+                                              std::vector<TensorData> tensors,
+                                              ExpertCallOptions opts,
                                               std::optional<std::uint64_t> forward_step = {});
 
 // Runs `calls` in parallel on `ex` and blocks until every call ended, or `deadline`, or

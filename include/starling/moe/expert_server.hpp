@@ -21,6 +21,7 @@
 //   pool.max_batch          rows in one request beyond it: INVALID_ARGUMENT
 //   max_queued_tasks        queued requests beyond it: RESOURCE_EXHAUSTED (stats.refused)
 //   rpc.max_calls_per_peer  the RPC framework's per-peer bound
+//   max_frame_size / max_stream_bytes  streamed calls (below)
 // Wrong shapes, unknown uid, inf/nan, garbage protobuf: an error status naming the problem;
 // the server keeps serving the others (stats.bad_requests).
 //
@@ -95,7 +96,17 @@ struct ExpertServerConfig {
   Duration declare_period = 10s;
   Duration declare_ttl = 20s;  // about 2x declare_period
   Duration stop_timeout = 5s;
-  std::size_t max_message_size = 64u << 20;
+  std::size_t max_message_size = 64u << 20;  // one-message calls
+  // Streamed calls (stream.hpp; limits.max_stream_elements / max_chunk_elements bound one
+  // tensor and one chunk): every frame at most `max_frame_size` bytes; answers in chunks of
+  // `stream_chunk_values` values; the requests and answers of all streamed calls in flight
+  // together hold at most `max_stream_bytes` (a call past it: RESOURCE_EXHAUSTED). A stream's
+  // header is checked against the expert's schema (uid, tensor count, shapes, max_batch)
+  // before anything is allocated; a bad frame ends the call with INVALID_ARGUMENT (logged,
+  // stats.bad_requests).
+  std::size_t max_frame_size = 16u << 20;
+  std::uint64_t stream_chunk_values = 512u << 10;
+  std::uint64_t max_stream_bytes = 1ull << 30;
   std::filesystem::path checkpoint_dir;  // empty: no checkpoints
   Duration checkpoint_period = 60s;
   // Experiments: answer this fraction of forward/backward calls with errc::unavailable
@@ -111,12 +122,24 @@ struct ExpertServerConfig {
   bool share_state = false;
   bool download_state = false;
   Duration state_download_timeout = 15s;
+  // Replica averaging (needs a directory; 0: off): every `average_period`, at the same
+  // wall-clock instants on every server (multiples of the period), each expert served by
+  // more than one server (replicas found through its DHT declarations) averages its
+  // parameters with those replicas by the butterfly all-reduce (averaging/averager.hpp; key
+  // prefix "moe-avg.<uid>", round "params/<k>", expected group size = the declared
+  // replicas), each round bounded by `average_timeout`. The parameters are snapshotted and
+  // written back by the runtime thread; an expert that stepped between the two keeps its
+  // progress (it adds mean - snapshot). Optimizer state is not averaged. Every replica of a
+  // uid must run with the same period.
+  Duration average_period = Duration::zero();
+  Duration average_timeout = 15s;
   // Optimizer steps. 0: one step per backward batch (Learning@home). N > 0 (SWARM): the
   // gradients of backward batches accumulate and the expert steps once N rows have been
   // backpropagated since its last step (the step applies the sum of the accumulated
   // gradients, as if those rows had come in one batch), or once the first accumulated
-  // gradient is `max_step_delay` old (zero: no time bound). Accumulated gradients not yet
-  // applied are dropped by stop() (checkpoints hold parameters and optimizer state only).
+  // gradient is `max_step_delay` old (zero: no time bound). stop() applies the gradients
+  // accumulated but not yet applied in one last step of each expert (stats.final_steps)
+  // before the final checkpoint, within stop_timeout (past it they are dropped, logged).
   std::uint64_t step_samples = 0;
   Duration max_step_delay = Duration::zero();
   // Staleness bound: a backward whose forward answer is more than this many optimizer steps
@@ -136,6 +159,9 @@ struct ExpertServerStats {
   std::atomic<std::uint64_t> injected_failures{0};
   std::atomic<std::uint64_t> states_shared{0}, states_downloaded{0}, state_failures{0};
   std::atomic<std::uint64_t> stale_gradients{0};
+  std::atomic<std::uint64_t> streamed_calls{0};  // streamed requests received whole
+  std::atomic<std::uint64_t> final_steps{0};     // steps stop() took on accumulated gradients
+  std::atomic<std::uint64_t> replica_averages{0}, average_failures{0};  // rounds of an expert
 };
 
 class ExpertServer : public std::enable_shared_from_this<ExpertServer> {
@@ -153,7 +179,8 @@ class ExpertServer : public std::enable_shared_from_this<ExpertServer> {
   // failed first declaration is logged, not fatal) and starts the re-declaring task.
   awaitable<result<void>> start();
   // Unregisters the methods, fails queued requests, stops the declaring task and joins the
-  // runtime thread after its running batch and final checkpoints (bounded by stop_timeout:
+  // runtime thread after its running batch, the last steps on accumulated gradients and the
+  // final checkpoints (bounded by stop_timeout:
   // past it the thread is detached and finishes on its own).
   awaitable<void> stop();
 

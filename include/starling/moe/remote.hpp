@@ -73,6 +73,8 @@ struct MoeOptions {
   Duration backward_timeout = 10s;
   averaging::CodecSpec codec;  // codec of activations and gradients sent
   std::string response_codec;  // codec asked of the servers ("": their default)
+  // A call whose tensors exceed this many bytes is streamed (ExpertCallOptions).
+  std::uint64_t stream_threshold = 4u << 20;
   // Replicas: a server whose call for an expert failed is not chosen for that expert again
   // for this long while another replica of it is declared (about one declaration refresh).
   Duration avoid_failed = 10s;

@@ -37,6 +37,10 @@ struct WireLimits {
   std::uint64_t max_elements = 16u << 20;  // values in one tensor (64 MiB as float32)
   std::size_t max_tensors = 4;             // tensors in one request/response
   std::size_t max_uid = 256;               // uid length
+  // Streamed calls (stream.hpp): values in one streamed tensor (1 GiB as float32), and in one
+  // chunk (one frame; 16 MiB as float32).
+  std::uint64_t max_stream_elements = 256u << 20;
+  std::uint64_t max_chunk_elements = 4u << 20;
 };
 
 // A decoded tensor: row-major float32 values and their shape.
@@ -97,6 +101,10 @@ Bytes encode_declaration(const Declaration& d);
 // errc::invalid_argument for garbage (bad peer id, coordinate out of range); unparsable
 // addresses are dropped; at most 16 addresses are kept.
 result<Declaration> decode_declaration(BytesView bytes);
+
+// Checks a shape from a peer (rank <= limits.max_dims, no negative dimension, at most
+// limits.max_elements values) and returns its value count; errc::invalid_argument / too_large.
+result<std::uint64_t> check_shape(std::span<const std::int64_t> shape, const WireLimits& limits);
 
 // "shape [2, 3]" for messages.
 std::string describe_shape(std::span<const std::int64_t> shape);

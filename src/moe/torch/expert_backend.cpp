@@ -41,7 +41,8 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
   std::vector<TensorData> inputs(tasks.size()), grads(tasks.size());
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     Task& t = tasks[i];
-    auto d = decode_request(t.request, cfg.limits);
+    auto d = t.decoded ? result<DecodedRequest>(std::move(*t.decoded))
+                       : decode_request(t.request, cfg.limits);
     result<void> ok = success();
     if (!d) {
       ok = d.error().with_context("expert " + b.schema.uid);
@@ -95,17 +96,19 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
   torch::Tensor answer;
   std::uint64_t answered_step = b.steps;
   try {
-    torch::Tensor x = torch::cat(xs, 0);
+    // One request: its rows as they are (no copy; a streamed request can be large).
+    torch::Tensor x = xs.size() == 1 ? xs[0] : torch::cat(xs, 0);
     if (!backward) {
       torch::NoGradGuard ng;
       answer = b.module.forward(x).contiguous();
+      if (answer.is_alias_of(x)) answer = answer.clone();  // x's memory ends with this call
       ++stats.forward_batches;
       stats.forward_rows += static_cast<std::uint64_t>(rows);
     } else {
       torch::AutoGradMode grad_on(true);
       x.requires_grad_(true);
       torch::Tensor out = b.module.forward(x);
-      torch::Tensor g = torch::cat(gs, 0);
+      torch::Tensor g = gs.size() == 1 ? gs[0] : torch::cat(gs, 0);
       if (out.sizes() != g.sizes())
         throw std::runtime_error("expert output shape differs from its declared schema");
       out.backward(g);
@@ -136,16 +139,25 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
     const std::int64_t n = inputs[i].shape[0];
     std::vector<std::int64_t> shape = out_shape;
     shape[0] = n;
+    const std::span<const float> values(base + row * per_row, n * per_row);
+    row += n;
+    if (tasks[i].streamed) {  // streamed: the io thread encodes it frame by frame
+      auto rows_of = answer.narrow(0, row - n, n);  // a view: no copy
+      if (!torch::isfinite(rows_of).all().item<bool>()) {
+        complete(tasks[i],
+                 Error(errc::invalid_argument, "expert " + b.schema.uid + " output holds inf/nan"));
+        continue;
+      }
+      complete(tasks[i], TaskAnswer{StreamedAnswer{rows_of, shape, answered_step, tasks[i].codec}});
+      continue;
+    }
     pb::ExpertResponse resp;
     resp.set_expert_step(answered_step);
-    auto r = encode_tensor(tasks[i].codec, shape,
-                           std::span<const float>(base + row * per_row, n * per_row),
-                           *resp.add_tensors());
-    row += n;
+    auto r = encode_tensor(tasks[i].codec, shape, values, *resp.add_tensors());
     if (!r)
       complete(tasks[i], r.error().with_context("expert " + b.schema.uid + " output"));
     else
-      complete(tasks[i], std::move(resp));
+      complete(tasks[i], TaskAnswer{std::move(resp)});
   }
 }
 

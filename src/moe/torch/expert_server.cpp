@@ -11,9 +11,9 @@
 
 namespace starling::moe {
 
-void complete(Task& t, result<pb::ExpertResponse> r) {
+void complete(Task& t, result<TaskAnswer> r) {
   auto p = t.pending;
-  auto shared = std::make_shared<result<pb::ExpertResponse>>(std::move(r));
+  auto shared = std::make_shared<result<TaskAnswer>>(std::move(r));
   asio::post(t.ex, [p, shared] {
     p->out = std::move(*shared);
     p->done.set();
@@ -24,24 +24,23 @@ bool ExpertServer::Impl::injected_failure() {
   return std::uniform_real_distribution<double>(0, 1)(failure_rng) < cfg.inject_failure_rate;
 }
 
-awaitable<result<pb::ExpertResponse>> ExpertServer::Impl::submit(bool backward,
-                                                                 const net::RpcContext& ctx,
-                                                                 pb::ExpertRequest req) {
-  auto it = by_uid.find(req.uid());
+awaitable<result<TaskAnswer>> ExpertServer::Impl::submit(bool backward, const net::RpcContext& ctx,
+                                                         const std::string& uid, Task task) {
+  auto it = by_uid.find(uid);
   if (it == by_uid.end()) {
     ++stats->bad_requests;
-    co_return Error(errc::not_found, "unknown expert uid '" + req.uid().substr(0, 64) + "'");
+    co_return Error(errc::not_found, "unknown expert uid '" + uid.substr(0, 64) + "'");
   }
   Backend* b = it->second;
   if (cfg.inject_failure_rate > 0 && injected_failure()) {
     ++stats->injected_failures;
     co_return Error(errc::unavailable, "expert " + b->schema.uid + ": injected failure");
   }
-  if (req.tensors_size() < 1 || req.tensors(0).shape_size() < 1 || req.tensors(0).shape(0) < 1) {
+  if (task.rows < 1) {
     ++stats->bad_requests;
     co_return Error(errc::invalid_argument, "expert " + b->schema.uid + ": request without rows");
   }
-  const auto rows64 = req.tensors(0).shape(0);
+  const auto rows64 = task.rows;
   const std::size_t pool = backward ? b->backward_pool : b->forward_pool;
   auto ex = co_await asio::this_coro::executor;
   auto pending = std::make_shared<Pending>(ex);
@@ -64,12 +63,9 @@ awaitable<result<pb::ExpertResponse>> ExpertServer::Impl::submit(bool backward,
                           " rows exceed max_batch " + std::to_string(max_batch));
     }
     id = *got;
-    Task t;
-    t.request = std::move(req);
-    t.rows = static_cast<std::size_t>(rows64);
-    t.ex = ex;
-    t.pending = pending;
-    queued.emplace(id, std::move(t));
+    task.ex = ex;
+    task.pending = pending;
+    queued.emplace(id, std::move(task));
   }
   cv.notify_one();
   auto waited = co_await with_timeout(pending->done.wait(), ctx.remaining(), "expert task");
@@ -109,13 +105,24 @@ void ExpertServer::Impl::register_methods(std::weak_ptr<Impl> weak) {
                          pb::ExpertRequest req) -> awaitable<result<pb::ExpertResponse>> {
           auto self = weak.lock();
           if (!self) co_return Error(errc::unavailable, "expert server stopped");
-          auto r = co_await self->submit(backward, ctx, std::move(req));
+          Task t;
+          if (req.tensors_size() >= 1 && req.tensors(0).shape_size() >= 1 &&
+              req.tensors(0).shape(0) >= 1)
+            t.rows = static_cast<std::size_t>(
+                std::min<std::int64_t>(req.tensors(0).shape(0), std::int64_t{1} << 40));
+          const std::string uid = req.uid();
+          t.request = std::move(req);
+          auto r = co_await self->submit(backward, ctx, uid, std::move(t));
           if (!r && r.error() != errc::timeout && r.error() != errc::cancelled)
             logger("moe")->debug("request from {}: {}", ctx.remote().short_string(),
                                  r.error().message());
-          co_return r;
+          if (!r) co_return r.error();
+          auto* msg = std::get_if<pb::ExpertResponse>(&r.value());
+          if (!msg) co_return Error(errc::internal, "streamed answer to a one-message request");
+          co_return std::move(*msg);
         });
   }
+  register_stream_methods(weak);
 }
 
 awaitable<void> ExpertServer::Impl::download_states() {
@@ -270,12 +277,23 @@ awaitable<result<void>> ExpertServer::start() {
     if (im.cfg.download_state) co_await im.download_states();
     if (im.cfg.share_state) im.take_snapshots();
   }
+  if (im.directory && im.cfg.average_period > Duration::zero()) {
+    for (auto& b : im.backends) {
+      auto a = make_params_averager(im.host, im.directory, *b);
+      if (!a) co_return a.error().with_context("expert " + b->schema.uid + " replica averager");
+      b->params_avg = a.value();
+      b->params_avg->start();
+    }
+  }
   auto implp = impl_;
   im.runtime = std::thread([implp] { implp->runtime_loop(); });
   if (im.experts_dir) {
     auto first = co_await declare_now();
     if (!first) logger("moe")->warn("first declaration failed: {}", first.error().message());
     co_await im.share_snapshots();
+    if (im.cfg.average_period > Duration::zero()) {
+      im.scope->spawn(Impl::average_loop(impl_));
+    }
     auto self = shared_from_this();
     std::weak_ptr<ExpertServer> ws = self;
     const Duration period = im.cfg.declare_period;
@@ -313,6 +331,7 @@ awaitable<void> ExpertServer::stop() {
     std::lock_guard lk(im.mu);
     im.stopping = true;
     im.final_save = true;
+    im.stop_deadline = Clock::now() + im.cfg.stop_timeout;
     for (auto& [id, t] : im.queued) {
       im.sched.remove(id);
       dropped.push_back(std::move(t));
@@ -322,8 +341,10 @@ awaitable<void> ExpertServer::stop() {
   im.cv.notify_all();
   for (auto& t : dropped) complete(t, Error(errc::unavailable, "expert server is stopping"));
   if (im.scope) (void)co_await im.scope->close(im.cfg.stop_timeout);
-  for (auto& b : im.backends)
+  for (auto& b : im.backends) {
     if (b->state) co_await b->state->stop();
+    if (b->params_avg) co_await b->params_avg->stop();
+  }
   if (im.runtime.joinable()) {
     const auto until = Clock::now() + im.cfg.stop_timeout;
     while (!im.runtime_exited && Clock::now() < until) (void)co_await sleep_for(2ms);

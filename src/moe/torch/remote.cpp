@@ -70,7 +70,7 @@ struct DispatchBackward : torch::autograd::Node {
         continue;
       }
       auto rows = torch::tensor(c.rows, torch::kLong);
-      gx.index_add_(0, rows, to_tensor(r->value().tensor));
+      gx.index_add_(0, rows, to_tensor(std::move(r->value().tensor)));
     }
     {
       std::lock_guard lk(*st->stats_mu);
@@ -150,6 +150,7 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
   st->opts.timeout = std::max(Duration(1ms), deadline - Clock::now());
   st->opts.codec = options_.codec;
   st->opts.response_codec = options_.response_codec;
+  st->opts.stream_threshold = options_.stream_threshold;
   st->backward_timeout = options_.backward_timeout;
   st->batch = B;
   st->in_features = options_.in_features;
@@ -263,7 +264,7 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
       replicas_.observe(peer, c.rows.size(), elapsed[j], ended);
       auto rows = torch::tensor(c.rows, torch::kLong);
       auto slots = torch::tensor(c.slots, torch::kLong);
-      out3.index_put_({rows, slots}, to_tensor(r->value().tensor));
+      out3.index_put_({rows, slots}, to_tensor(std::move(r->value().tensor)));
     }
     round_calls = std::move(again);
     if (round == 0) retries = round_calls.size();

@@ -36,14 +36,16 @@ struct RemoteExpertBackward : torch::autograd::Node {
   std::shared_ptr<SingleState> st;
   std::string name() const override { return "RemoteExpertBackward"; }
   variable_list apply(variable_list&& grads) override {
-    auto g = to_data(grads[0]);
+    // Moved into the call (made once): the gradient is not copied again.
+    auto g = std::make_shared<TensorData>(to_data(grads[0]));
     auto a = run_one_call(
         st->host,
         [st = st, g]() {
-          return call_backward(*st->host, st->to, st->input, g, st->opts, st->forward_step);
+          return call_backward(*st->host, st->to, st->input, std::move(*g), st->opts,
+                               st->forward_step);
         },
         st->opts.timeout, st->to.uid, "backward");
-    return {to_tensor(a.tensor)};
+    return {to_tensor(std::move(a.tensor))};
   }
 };
 
@@ -83,7 +85,7 @@ torch::Tensor RemoteExpert::forward(const torch::Tensor& x) {
       host_, [st]() { return call_forward(*st->host, st->to, st->input, st->opts); }, opts_.timeout,
       address_.uid, "forward");
   st->forward_step = a.expert_step;
-  torch::Tensor out = to_tensor(a.tensor);
+  torch::Tensor out = to_tensor(std::move(a.tensor));
   if (torch::GradMode::is_enabled()) {
     auto node = std::shared_ptr<RemoteExpertBackward>(new RemoteExpertBackward(),
                                                       torch::autograd::deleteNode);

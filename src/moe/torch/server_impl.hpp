@@ -7,6 +7,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <variant>
 
 #include "starling/averaging/averager.hpp"
 #include "starling/moe/expert_directory.hpp"
@@ -39,6 +40,8 @@ struct Backend {
   std::uint64_t snapshot_epoch = 0;
   bool snapshot_new = false;
   bool shared_once = false;  // io thread
+  // Replica averaging (average_period): the averager of this expert's parameters.
+  std::shared_ptr<averaging::Averager> params_avg;
 };
 
 // Reloads the expert's checkpoint from `dir` if there is one (true if loaded).
@@ -54,16 +57,34 @@ result<std::shared_ptr<averaging::Averager>> make_state_averager(
     const std::shared_ptr<net::Host>& host, const std::shared_ptr<averaging::Directory>& dir,
     const std::string& uid);
 
+// What the runtime answers a streamed request with: the output rows (encoded frame by frame
+// on the io thread as they are sent, stream_server.cpp).
+struct StreamedAnswer {
+  torch::Tensor rows;  // contiguous float32 [shape]: a view of the batch's output
+  std::vector<std::int64_t> shape;
+  std::uint64_t expert_step = 0;
+  averaging::CodecSpec codec;
+};
+// A one-message request's answer, or a streamed request's.
+using TaskAnswer = std::variant<pb::ExpertResponse, StreamedAnswer>;
+
+// The averager of the expert's parameters among its replicas (not started).
+result<std::shared_ptr<averaging::Averager>> make_params_averager(
+    const std::shared_ptr<net::Host>& host, const std::shared_ptr<averaging::Directory>& dir,
+    Backend& b);
+
 // A request waiting for the runtime. Lives on the io thread: `done` and `out` are touched
 // only there (the runtime posts its answer).
 struct Pending {
   explicit Pending(asio::any_io_executor ex) : done(std::move(ex)) {}
   AsyncEvent done;
-  std::optional<result<pb::ExpertResponse>> out;
+  std::optional<result<TaskAnswer>> out;
 };
 
 struct Task {
-  pb::ExpertRequest request;
+  pb::ExpertRequest request;              // a one-message request (decoded by the runtime)
+  std::optional<DecodedRequest> decoded;  // a streamed request (decoded as it came)
+  bool streamed = false;                  // answered with a StreamedAnswer
   std::size_t rows = 0;
   averaging::CodecSpec codec;
   asio::any_io_executor ex;
@@ -71,7 +92,7 @@ struct Task {
 };
 
 // Posts the answer of `t` to its io thread.
-void complete(Task& t, result<pb::ExpertResponse> r);
+void complete(Task& t, result<TaskAnswer> r);
 
 // Applies the accumulated gradients: one optimizer step of the expert. Runtime thread.
 void step_expert(ExpertServerStats& stats, Backend& b);
@@ -101,7 +122,10 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
   std::map<BatchScheduler::TaskId, Task> queued;
   std::map<std::size_t, std::pair<Backend*, bool>> pool_owner;  // pool -> (expert, backward)
   bool stopping = false;
-  bool final_save = false;  // stop() (not the destructor) saves the checkpoints once more
+  // stop() (not the destructor): the runtime applies the accumulated gradients (SWARM steps)
+  // and saves the checkpoints once more, giving up the steps past stop_deadline.
+  bool final_save = false;
+  TimePoint stop_deadline{};
   std::atomic<bool> runtime_exited{false};
   std::thread runtime;
   bool started = false;
@@ -122,16 +146,35 @@ struct ExpertServer::Impl : std::enable_shared_from_this<ExpertServer::Impl> {
   // max_step_delay old; returns when the next one is due. Runtime thread.
   std::optional<TimePoint> step_overdue();
 
+  // One last optimizer step of every expert with accumulated gradients (none past `until`).
+  // Runtime thread.
+  void apply_accumulated(TimePoint until);
+
   // The runtime thread: run_batches() until stopping, then the final checkpoints if stop()
   // asked for them.
   void runtime_loop();
   void run_batches();
 
-  // Queues a request for the runtime thread and waits for its answer (the call's deadline).
-  awaitable<result<pb::ExpertResponse>> submit(bool backward, const net::RpcContext& ctx,
-                                               pb::ExpertRequest req);
-  // The info / forward / backward RPC methods.
+  // Queues a request (t.request or t.decoded, t.rows rows) for expert `uid`'s runtime and
+  // waits for its answer (the call's deadline).
+  awaitable<result<TaskAnswer>> submit(bool backward, const net::RpcContext& ctx,
+                                       const std::string& uid, Task t);
+  // The info / forward / backward RPC methods, and the streamed ones (register_stream_methods).
   void register_methods(std::weak_ptr<Impl> weak);
+  void register_stream_methods(std::weak_ptr<Impl> weak);
+  // Bytes held by streamed requests and answers in flight (io thread), against
+  // cfg.max_stream_bytes.
+  std::uint64_t stream_bytes = 0;
+
+  // Jobs for the runtime thread (under mu): run between batches, in order.
+  std::vector<std::function<void()>> runtime_jobs;
+  // Runs `fn` on the runtime thread and waits (at most `timeout`) until it ran; false if it
+  // did not (stopping, or the runtime busy past the timeout). Io thread.
+  awaitable<bool> on_runtime(std::function<void()> fn, Duration timeout);
+
+  // Replica averaging: every average_period, one round per expert with replicas.
+  static awaitable<void> average_loop(std::weak_ptr<Impl> weak);
+  awaitable<void> average_expert(Backend* b, std::string round);
 
   // Downloads the state of every expert without a restored checkpoint from its replicas
   // (before the runtime thread starts: the modules are this thread's).

@@ -51,14 +51,35 @@ std::optional<TimePoint> ExpertServer::Impl::step_overdue() {
   return next;
 }
 
+void ExpertServer::Impl::apply_accumulated(TimePoint until) {
+  for (auto& b : backends) {
+    if (b->accumulated_rows == 0) continue;
+    if (Clock::now() >= until) {
+      logger("moe")->warn("expert {}: gradients of {} rows dropped at stop (stop_timeout)",
+                          b->schema.uid, b->accumulated_rows);
+      continue;
+    }
+    const auto rows = b->accumulated_rows;
+    step_expert(*stats, *b);
+    ++stats->final_steps;
+    logger("moe")->info("expert {}: accumulated gradients of {} rows applied at stop (step {})",
+                        b->schema.uid, rows, b->steps);
+  }
+}
+
 void ExpertServer::Impl::runtime_loop() {
   run_batches();
-  bool save = false;
+  bool final = false;
+  TimePoint until{};
   {
     std::lock_guard lk(mu);
-    save = final_save;
+    final = final_save;
+    until = stop_deadline;
   }
-  if (save) save_checkpoints();  // stop()'s, here rather than on its io thread
+  if (final) {  // stop()'s, here rather than on its io thread
+    apply_accumulated(until);
+    save_checkpoints();
+  }
   runtime_exited = true;
 }
 
@@ -71,6 +92,14 @@ void ExpertServer::Impl::run_batches() {
   auto next_snapshot = Clock::now() + cfg.declare_period;
   std::optional<TimePoint> next_step;
   while (!stopping) {
+    if (!runtime_jobs.empty()) {
+      auto jobs = std::move(runtime_jobs);
+      runtime_jobs.clear();
+      lk.unlock();
+      for (auto& job : jobs) job();
+      lk.lock();
+      continue;
+    }
     if (delayed_steps && next_step && Clock::now() >= *next_step) {
       lk.unlock();
       next_step = step_overdue();

@@ -15,8 +15,12 @@ inline TensorData to_data(const torch::Tensor& t) {
   return d;
 }
 
-inline torch::Tensor to_tensor(TensorData& d) {
-  return torch::from_blob(d.values.data(), d.shape, torch::kFloat32).clone();
+// A tensor over `d`'s values, which it takes (no copy: large answers are not duplicated).
+inline torch::Tensor to_tensor(TensorData&& d) {
+  auto owner = new std::vector<float>(std::move(d.values));
+  return torch::from_blob(
+      owner->data(), d.shape, [owner](void*) { delete owner; },
+      torch::TensorOptions().dtype(torch::kFloat32));
 }
 
 inline std::string shape_of(const torch::Tensor& t) {
