@@ -191,7 +191,7 @@ awaitable<void> RoundRunner::wait_pool_tasks() {
 
 bool RoundRunner::drained() const {
   for (std::uint32_t j = 0; j < n_; ++j)
-    if (!p_[j].fenced && p_[j].send && !p_[j].queue.empty()) return false;
+    if (!p_[j].fenced && p_[j].send && (!p_[j].queue.empty() || p_[j].writing)) return false;
   return true;
 }
 
@@ -334,6 +334,8 @@ awaitable<void> RoundRunner::reduce_part(ReduceJob job) {
 }
 
 void RoundRunner::stream_lost(std::uint32_t j, const Error& e, bool blame) {
+  p_[j].lost = true;
+  acct_event_.set();
   if (blame)
     logger("averaging")->warn("all-reduce: member {} sent malformed data: {}", j, e.message());
   if (core_.status() == RoundCore::Status::running && !core_.failed().test(j))
@@ -351,6 +353,7 @@ std::uint32_t RoundRunner::expected_streams(std::uint32_t j) const {
 // streams are independent): the core learns that j closed only when every stream has ended.
 void RoundRunner::stream_ended(std::uint32_t j) {
   auto& P = p_[j];
+  acct_event_.set();
   if (++P.ended < expected_streams(j)) return;
   if (core_.status() == RoundCore::Status::running && !core_.failed().test(j))
     core_.on_peer_closed(j, Clock::now());

@@ -75,7 +75,9 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
       auto s = P.send;
       if (f.acct) {
         const Bytes frame = net::length_prefixed(wire::encode_acct(*f.acct));
+        P.writing = true;
         auto w = co_await s->write(frame);
+        P.writing = false;
         if (!w) {
           if (!ending_) stream_lost(j, w.error(), false);
           co_return;
@@ -134,8 +136,9 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
       }
       const Bytes header = net::length_prefixed(wire::encode_round(f.msg, payload.size(), receipt));
       P.busy = data_frame;
+      P.writing = true;
       auto w = co_await paced_write(*s, header, payload);
-      P.busy = false;
+      P.busy = P.writing = false;
       if (!w) {
         if (!ending_) stream_lost(j, w.error(), false);
         co_return;
