@@ -135,7 +135,7 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
     MatchmakingConfig mcfg = cfg_.matchmaking;
     if (opts.min_group_size) mcfg.min_group_size = std::max<std::size_t>(1, *opts.min_group_size);
     if (opts.expected_group_size) mcfg.expected_size = *opts.expected_group_size;
-    if (impl_->bans) mcfg.excluded = [this](const PeerKey& k) { return banned(k); };
+    if (impl_->bans) mcfg.excluded = [this](const PeerKey& k) { return banned(k) || suspected(k); };
     const double join_weight = st->data_ready ? st->weight : opts.weight;
     MatchmakingCore core(mcfg, self_info(join_weight), schema_hash_, key_.with_round(opts.round),
                          wnow, wnow + std::chrono::duration_cast<WallClock::duration>(mm),

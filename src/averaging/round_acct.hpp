@@ -171,12 +171,12 @@ class RoundAcct {
   std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>, acct::ProjectionReport>
       reports_;  // (sub, part, member)
   std::size_t evidence_ = 0;
-  std::map<Key, Segment> ranges_;                 // settled parts (check())
-  std::map<Key, acct::Evidence> accused_;         // wrong_average evidence against other owners
-  std::set<Key> refuted_;                         // slots an owner answered (false_report)
-  std::vector<acct::Evidence> accusations_in_;    // against this member's parts
-  std::set<Bytes> answered_reports_;              // reports this owner proved false
-  std::vector<bool> checked_, answered_by_;       // markers received, by member
+  std::map<Key, Segment> ranges_;               // settled parts (check())
+  std::map<Key, acct::Evidence> accused_;       // wrong_average evidence against other owners
+  std::set<Key> refuted_;                       // slots an owner answered (false_report)
+  std::vector<acct::Evidence> accusations_in_;  // against this member's parts
+  std::set<Bytes> answered_reports_;            // reports this owner proved false
+  std::vector<bool> checked_, answered_by_;     // markers received, by member
   struct Assembly {
     std::uint8_t count = 0, next = 0;
     Bytes buf;

@@ -41,7 +41,7 @@ struct ProviderSource {
 
 }  // namespace
 
-constexpr Duration kAcctGrace = 500ms;
+constexpr Duration kAcctGrace = 5s;
 
 averaging::MatchmakingConfig NetCollaborationConfig::default_matchmaking() {
   averaging::MatchmakingConfig m;
@@ -92,8 +92,10 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
     check.max_weight_ratio = c->cfg_.aggregation.max_weight_ratio;
     check.fixed_tau = c->cfg_.aggregation.tau;
     check.tau_scale = c->cfg_.aggregation.tau_scale;
-    // A wrong_average verdict waits kAcctGrace for the owner's false_report answer, which
-    // would come within the round; meanwhile the cheater keeps its place in the next rounds.
+    // A wrong_average verdict waits kAcctGrace for the owner's false_report answer (members
+    // of the round raise one only when the owner did not answer within the round; peers that
+    // read it from the directory must also read the answer); meanwhile the suspect is left
+    // out of matchmaking.
     c->impl_->bans = std::make_shared<averaging::acct::BanList>(check, kAcctGrace);
     // Connections of banned peers are closed as soon as they open (after the handshake has
     // proved the peer's identity).

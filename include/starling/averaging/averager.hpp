@@ -295,6 +295,8 @@ class Averager : public std::enable_shared_from_this<Averager> {
   // Accountability's ban list (null when it is off). Executor thread.
   std::shared_ptr<acct::BanList> bans() const;
   bool banned(const PeerKey& peer) const;
+  // A wrong_average verdict against the peer awaits its answer: left out of matchmaking meanwhile.
+  bool suspected(const PeerKey& peer) const;
   // Reads the run's accusations from the directory into the ban list (each step does first).
   awaitable<void> poll_accusations();
 
