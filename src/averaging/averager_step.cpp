@@ -186,6 +186,7 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   rcfg.open_timeout = cfg_.open_timeout;
   rcfg.protocol = impl_->allreduce_protocol;
   rcfg.on_phase = cfg_.on_phase;
+  rcfg.stall = cfg_.test_stall;
   rcfg.codecs = &impl_->codecs;
   rcfg.upload_rate = cfg_.upload_pace * static_cast<double>(cfg_.bandwidth);
   rcfg.upload_burst = cfg_.upload_burst;

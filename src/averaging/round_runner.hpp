@@ -54,6 +54,7 @@ struct RoundRunnerConfig {
   // Accountability (round_acct.hpp; null: off). Needs uncompressed parts and Ed25519 peer
   // ids; every member of the group must run it.
   std::shared_ptr<const RoundAcctConfig> acct;
+  bool stall = false;  // test-only: after the hellos, send nothing (AveragerConfig::test_stall)
 };
 
 // A token bucket shared by a round's writers: `rate` bytes/s, at most `burst` bytes at once.

@@ -94,6 +94,10 @@ struct AveragerConfig {
   // Test hook: called on the I/O thread when this peer's step enters a phase
   // ("matchmaking:<state>", "reduce-scatter", "report", "all-gather", "fin", "done").
   std::function<void(const std::string& phase)> on_phase;
+  // FOR TESTING only (`starling train --attack stall`): after joining a group this peer opens
+  // its streams and sends its hellos, then nothing (no parts, results or keepalives); the
+  // others drop it once it is silent for the round's stall_timeout.
+  bool test_stall = false;
 };
 
 struct StepOptions {
