@@ -7,12 +7,14 @@
 # centered-clip + --verify. Prints per run the honest peers' test accuracy (min, max), its
 # ratio to the clean run with the same aggregation, the number of distinct honest parameter
 # hashes, whether every honest peer banned every attacker, honest peers banned by honest
-# peers, the rounds until the last attacker was banned (rounds the honest peer that banned
-# last had completed by then), and the median all-reduce time of honest peer 1; one
+# peers, the rounds an honest peer completed before it banned the last attacker (the most
+# over honest peers; 0: banned during the first round), and the median all-reduce time of
+# honest peer 1 (completed rounds); one
 # `RESULT {json}` line per run. The clean pair also gives the round-time overhead of
 # centered-clip + --verify without attackers.
 # Usage: bench/run-byzantine.sh [BUILD]
-#   env: EPOCHS (40), PEERS (7), ATTACKERS (2), ATTACKS (all, space-separated)
+#   env: EPOCHS (40), PEERS (7), ATTACKERS (2), ATTACKS (all, space-separated), LOGDIR (if
+#   set, the peers' logs are copied there)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build=${1:-$root/build}
@@ -61,14 +63,15 @@ run() {
     hashes+=("$(field "$dir/$name-h$i.json" param_hash)")
     for b in "${bid[@]}"; do
       grep -q "banned peer $b" "$log" || { banned_all=0; continue; }
-      n=$(awk -v b="banned peer $b" 'index($0, b){print n+0; exit} /round grads\//{n++}' "$log")
+      n=$(awk -v b="banned peer $b" 'index($0, b){print n+0; exit}
+        /round grads\/[0-9]+: [0-9]+ peers/{n++}' "$log")
       ((n > rounds)) && rounds=$n
     done
     for h in "${hid[@]}"; do grep -q "banned peer $h" "$log" && honest_bans=$((honest_bans + 1)); done
   done
   ((bad > 0)) || banned_all=-
   local med
-  med=$(sed -n 's/.*round grads\/.*all-reduce \([0-9.]*\) s.*/\1/p' "$dir/$name-h1.log" | sort -g |
+  med=$(sed -n 's/.*round grads\/[0-9]*: .*all-reduce \([0-9.]*\) s.*/\1/p' "$dir/$name-h1.log" | sort -g |
     awk '{a[NR]=$1} END{print NR ? a[int((NR+1)/2)] : 0}')
   printf '%s\n' "${accs[@]}" | sort -g | sed -n '1p;$p' | tr '\n' ' '
   echo "$(printf '%s\n' "${hashes[@]}" | sort -u | wc -l) $banned_all $honest_bans $rounds $med"
@@ -107,6 +110,7 @@ for a in $attacks; do
   read -r lo hi hs ball hb rd med < <(run "$a-clip" "$attackers" "$a" "${clip[@]}")
   row "$a" centered-clip+verify "$a" "$lo" "$hi" "$hs" "$ball" "$hb" "$rd" "$med"
 done
-echo "  clean all-reduce median: mean $clean_mean_med s, centered-clip+verify $clean_clip_med s (ratio $(awk -v a="$clean_clip_med" -v b="$clean_mean_med" 'BEGIN{printf "%.2f", b > 0 ? a / b : 0}'))"
+echo "  clean all-reduce median: mean $clean_mean_med s, centered-clip+verify $clean_clip_med s (ratio $(awk -v a="$clean_clip_med" -v b="$clean_mean_med" 'BEGIN{printf "%.2f", (b > 0 ? a / b : 0)}'))"
 echo "  load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 cat "$dir/results"
+if [[ -n ${LOGDIR:-} ]]; then mkdir -p "$LOGDIR" && cp "$dir"/*.log "$dir"/*.json "$LOGDIR"/; fi
