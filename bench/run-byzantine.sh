@@ -10,8 +10,8 @@
 # peers, the rounds an honest peer completed before it banned the last attacker (the most
 # over honest peers; 0: banned during the first round), and the median all-reduce time of
 # honest peer 1 (completed rounds); one
-# `RESULT {json}` line per run. The clean pair also gives the round-time overhead of
-# centered-clip + --verify without attackers.
+# `RESULT {json}` line per run. The clean runs (mean, centered-clip, centered-clip + --verify)
+# also give the round-time overhead of centered-clip and of --verify without attackers.
 # Usage: bench/run-byzantine.sh [BUILD]
 #   env: EPOCHS (40), PEERS (7), ATTACKERS (2), ATTACKS (all, space-separated), LOGDIR (if
 #   set, the peers' logs are copied there)
@@ -95,6 +95,9 @@ read -r lo hi hs ball hb rd med < <(run clean-mean 0 none)
 clean_acc[mean]=$lo
 row "none (clean)" mean none "$lo" "$hi" "$hs" "$ball" "$hb" "$rd" "$med"
 clean_mean_med=$med
+read -r lo hi hs ball hb rd med < <(run clean-cc 0 none --aggregation centered-clip)
+row "none (clean)" centered-clip none "$lo" "$hi" "$hs" "$ball" "$hb" "$rd" "$med"
+clean_cc_med=$med
 read -r lo hi hs ball hb rd med < <(run clean-clip 0 none "${clip[@]}")
 clean_acc[centered-clip+verify]=$lo
 row "none (clean)" centered-clip+verify none "$lo" "$hi" "$hs" "$ball" "$hb" "$rd" "$med"
@@ -110,7 +113,8 @@ for a in $attacks; do
   read -r lo hi hs ball hb rd med < <(run "$a-clip" "$attackers" "$a" "${clip[@]}")
   row "$a" centered-clip+verify "$a" "$lo" "$hi" "$hs" "$ball" "$hb" "$rd" "$med"
 done
-echo "  clean all-reduce median: mean $clean_mean_med s, centered-clip+verify $clean_clip_med s (ratio $(awk -v a="$clean_clip_med" -v b="$clean_mean_med" 'BEGIN{printf "%.2f", (b > 0 ? a / b : 0)}'))"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", (b > 0 ? a / b : 0)}'; }
+echo "  clean all-reduce median: mean $clean_mean_med s, centered-clip $clean_cc_med s, centered-clip+verify $clean_clip_med s (verify: x$(ratio "$clean_clip_med" "$clean_cc_med"), both: x$(ratio "$clean_clip_med" "$clean_mean_med"))"
 echo "  load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 cat "$dir/results"
 if [[ -n ${LOGDIR:-} ]]; then mkdir -p "$LOGDIR" && cp "$dir"/*.log "$dir"/*.json "$LOGDIR"/; fi

@@ -173,10 +173,17 @@ awaitable<result<Accusation>> fetch(Directory& dir, const std::string& run_id,
   co_return attach(d, got[0], got[1]);
 }
 
+bool admitted(PeerGate* gate, const PubKey& accuser) {
+  if (!gate) return true;
+  const auto id = net::PeerId::from_public_key(
+      crypto::PublicKey(crypto::KeyType::ed25519, Bytes(accuser.begin(), accuser.end())));
+  return gate->admits(id);
+}
+
 }  // namespace
 
 awaitable<result<CollectStats>> collect_accusations(Directory& dir, const std::string& run_id,
-                                                    BanList& bans, TimePoint now) {
+                                                    BanList& bans, TimePoint now, PeerGate* gate) {
   Bytes key = accusation_key(run_id);
   auto values = co_await dir.get(std::move(key));
   if (!values) co_return values.error();
@@ -188,6 +195,10 @@ awaitable<result<CollectStats>> collect_accusations(Directory& dir, const std::s
     if (!v.empty() && v[0] == kTagDetached) {
       auto d = decode_detached(v);
       if (d && bans.seen(d.value().stripped)) continue;
+      if (d && !admitted(gate, d.value().stripped.accuser)) {
+        ++st.refused;
+        continue;
+      }
       if (d) {
         a = co_await fetch(dir, run_id, d.value(), cache);
         if (!a && a.error() != errc::invalid_argument) {
@@ -206,6 +217,10 @@ awaitable<result<CollectStats>> collect_accusations(Directory& dir, const std::s
       continue;
     }
     if (bans.seen(a.value())) continue;
+    if (!admitted(gate, a.value().accuser)) {
+      ++st.refused;
+      continue;
+    }
     if (bans.add_accusation(a.value(), now))
       ++st.verified;
     else

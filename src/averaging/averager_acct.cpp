@@ -173,8 +173,10 @@ awaitable<void> Averager::poll_accusations() {
   } done{this};
   auto bans = impl_->bans;
   const std::string run = cfg_.accountability.run;
-  auto r = co_await with_timeout(acct::collect_accusations(*directory_, run, *bans, Clock::now()),
-                                 cfg_.open_timeout, "accusations");
+  auto gate = cfg_.gate;  // a private run: members' accusations only
+  auto r = co_await with_timeout(
+      acct::collect_accusations(*directory_, run, *bans, Clock::now(), gate.get()),
+      cfg_.open_timeout, "accusations");
   bans->tick(Clock::now());
   release_verdicts(*impl_, directory_, cfg_.accountability);
   if (!r) {

@@ -243,7 +243,8 @@ void RoundRunner::send_evidence(std::uint32_t j, const acct::Evidence& e) {
 // After the check: accusations to the accused owners, then the checked marker; once every
 // member has checked, this member answers the accusations of its parts it can refute, then
 // sends the answered marker; once every owner it accused has answered (or gone, or the
-// deadline passed), the unanswered accusations become evidence.
+// deadline passed), the unanswered accusations become evidence. Each wait is bounded by
+// stall_timeout.
 awaitable<void> RoundRunner::acct_answers() {
   auto self = shared_from_this();
   auto log = logger("averaging");
@@ -276,7 +277,9 @@ awaitable<void> RoundRunner::acct_answers() {
   auto answered = std::make_shared<const Bytes>(RoundAcct::answered_marker());
   for (std::uint32_t j = 0; j < n_; ++j)
     if (reachable(j)) send_acct(j, answered);
-  co_await acct_wait(until, AcctWait::answered, {});
+  // Its own deadline: a member that withholds its checked marker delays every answer until
+  // the first one.
+  co_await acct_wait(Clock::now() + cfg_.round.stall_timeout, AcctWait::answered, {});
   if (auto left = acct_->accused_owners(); !left.empty())
     log->warn("accountability: member {}: {} accused owner(s) did not answer", self_, left.size());
   acct_->conclude();

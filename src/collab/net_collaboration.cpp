@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "starling/averaging/ban_gate.hpp"
 #include "starling/averaging/host_address_sink.hpp"
 #include "starling/core/log.hpp"
 #include "starling/dht/signing.hpp"
@@ -74,19 +75,6 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
   c->impl_->directory = std::make_shared<averaging::DhtDirectory>(node);
   c->impl_->progress_key = dht::RecordKey(
       averaging::blake2b_256(as_bytes("starling/collab/progress/" + c->cfg_.run_id)));
-  // The state averager averages nothing: it only serves and downloads blobs.
-  averaging::AveragerConfig sc;
-  sc.key = {c->cfg_.run_id + ".state", 16, 0};
-  sc.addrs = c->cfg_.addrs;
-  sc.client_mode = c->cfg_.client_mode;
-  sc.open_timeout = c->cfg_.open_timeout;
-  sc.reduce_threads = 1;
-  sc.gate = members;
-  auto sink = averaging::host_address_sink(host);
-  ST_TRY(auto state,
-         averaging::Averager::create(host, c->impl_->directory, averaging::Schema{}, {}, sc, sink));
-  c->impl_->state = state;
-  if (members) members->start();
   if (c->cfg_.verify) {
     averaging::acct::CheckConfig check;
     check.max_weight_ratio = c->cfg_.aggregation.max_weight_ratio;
@@ -97,6 +85,22 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
     // read it from the directory must also read the answer); meanwhile the suspect is left
     // out of matchmaking.
     c->impl_->bans = std::make_shared<averaging::acct::BanList>(check, kAcctGrace);
+  }
+  // The state averager averages nothing: it only serves and downloads blobs.
+  averaging::AveragerConfig sc;
+  sc.key = {c->cfg_.run_id + ".state", 16, 0};
+  sc.addrs = c->cfg_.addrs;
+  sc.client_mode = c->cfg_.client_mode;
+  sc.open_timeout = c->cfg_.open_timeout;
+  sc.reduce_threads = 1;
+  // Banned peers get no state and serve none (members only, in a private run).
+  sc.gate = averaging::ban_gate(c->impl_->bans, members);
+  auto sink = averaging::host_address_sink(host);
+  ST_TRY(auto state,
+         averaging::Averager::create(host, c->impl_->directory, averaging::Schema{}, {}, sc, sink));
+  c->impl_->state = state;
+  if (members) members->start();
+  if (c->cfg_.verify) {
     // Connections of banned peers are closed as soon as they open (after the handshake has
     // proved the peer's identity).
     std::weak_ptr<NetCollaboration> weak = c;

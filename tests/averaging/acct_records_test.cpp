@@ -4,6 +4,7 @@
 // travels in chunks, and a record read twice is judged once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
@@ -11,6 +12,7 @@
 #include <stdexcept>
 
 #include "starling/averaging/acct_records.hpp"
+#include "starling/averaging/ban_gate.hpp"
 
 using namespace starling;
 using namespace starling::averaging;
@@ -161,4 +163,65 @@ TEST(AcctRecords, OversizedEvidenceIsPublishedDetached) {
   auto bad = d;
   bad.chunks1.pop_back();
   EXPECT_FALSE(decode_detached(encode(bad)));
+}
+
+namespace {
+
+// Admits the peers of the keys it holds.
+struct KeyGate final : PeerGate {
+  std::vector<PubKey> keys;
+  bool admits(const net::PeerId& peer) override {
+    auto k = key_of_peer(peer);
+    return k && std::find(keys.begin(), keys.end(), *k) != keys.end();
+  }
+  awaitable<bool> admit(const net::PeerId& peer) override { co_return admits(peer); }
+};
+
+}  // namespace
+
+// A private run: a true accusation by a non-member is skipped (and read again later: once the
+// accuser is admitted, it is judged).
+TEST(AcctRecords, PrivateRunSkipsNonMembersAccusations) {
+  asio::io_context io;
+  MemoryDirectory dir;
+  Peers p(3);
+  const auto c1 = p.commit(1, {1, 2, 3});
+  const auto acc = make_accusation(part_mismatch(p.info, c1, p.part(1, {3, 2, 1})), p.keys[0]);
+  ASSERT_TRUE(
+      run(io, publish_accusation(dir, "run", acc, WallClock::now() + std::chrono::minutes(1))));
+  KeyGate gate;
+  gate.keys = {p.info.members[1], p.info.members[2]};  // the accuser is not a member
+  BanList bans(CheckConfig{}, 10s);
+  auto st = run(io, collect_accusations(dir, "run", bans, TimePoint{}, &gate));
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st.value().refused, 1u);
+  EXPECT_TRUE(bans.bans().empty());
+  gate.keys.push_back(p.info.members[0]);
+  st = run(io, collect_accusations(dir, "run", bans, TimePoint{}, &gate));
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st.value().verified, 1u);
+  EXPECT_TRUE(bans.banned(p.info.members[1]));
+}
+
+// The state averager's gate: banned peers are refused, others go to the inner gate (or are
+// admitted in an open run).
+TEST(AcctRecords, BanGateRefusesBannedPeers) {
+  asio::io_context io;
+  Peers p(3);
+  auto bans = std::make_shared<BanList>(CheckConfig{}, 10s);
+  const auto c1 = p.commit(1, {1, 2, 3});
+  ASSERT_TRUE(bans->add_evidence(part_mismatch(p.info, c1, p.part(1, {3, 2, 1})), TimePoint{}));
+  auto inner = std::make_shared<KeyGate>();
+  inner->keys = {p.info.members[1], p.info.members[2]};
+  auto id = [&](int i) { return net::PeerId::from_public_key(p.keys[i].public_key()); };
+  auto gated = ban_gate(bans, inner);
+  EXPECT_FALSE(gated->admits(id(1)));  // banned
+  EXPECT_TRUE(gated->admits(id(2)));
+  EXPECT_FALSE(gated->admits(id(0)));  // not a member
+  EXPECT_FALSE(run(io, gated->admit(id(1))));
+  EXPECT_TRUE(run(io, gated->admit(id(2))));
+  auto open = ban_gate(bans, nullptr);
+  EXPECT_FALSE(open->admits(id(1)));
+  EXPECT_TRUE(open->admits(id(0)));
+  EXPECT_EQ(ban_gate(nullptr, inner), inner);
 }

@@ -16,6 +16,7 @@
 
 #include "starling/averaging/ban_list.hpp"
 #include "starling/averaging/directory.hpp"
+#include "starling/averaging/peer_gate.hpp"
 
 namespace starling::averaging::acct {
 
@@ -52,9 +53,12 @@ struct CollectStats {
   std::size_t rejected = 0;    // bad signature or false evidence (the accuser is then banned)
   std::size_t verified = 0;    // evidence verified (new this call)
   std::size_t incomplete = 0;  // detached, some chunk not readable (yet)
+  std::size_t refused = 0;     // the accuser is not admitted (a private run's non-member)
 };
-// Reads the run's accusations and feeds each new one to `bans`.
+// Reads the run's accusations and feeds each new one to `bans`. With a gate (a private run),
+// accusations by accusers it does not admit now are skipped (read again next time).
 awaitable<result<CollectStats>> collect_accusations(Directory& dir, const std::string& run_id,
-                                                    BanList& bans, TimePoint now);
+                                                    BanList& bans, TimePoint now,
+                                                    PeerGate* gate = nullptr);
 
 }  // namespace starling::averaging::acct
