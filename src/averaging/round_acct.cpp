@@ -285,7 +285,6 @@ std::size_t RoundAcct::check(const std::vector<SettledPart>& parts) {
     reveals.push_back(*r);
   }
   std::size_t checked = 0;
-  for (const auto& p : parts) ranges_[{p.subround, p.part}] = p.range;
   for (const auto& p : parts) {
     const DataReceipt* res = result_of(p.subround, p.part);
     if (!res) continue;

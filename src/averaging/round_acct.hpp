@@ -107,6 +107,8 @@ class RoundAcct {
                          double norm, std::span<const float> values);
 
   // --- after the all-gather ---
+  // The settled parts (their ranges, to answer accusations even without a check here).
+  void settle(const std::vector<SettledPart>& parts);
   bool have_reveals() const;
   std::vector<std::uint32_t> missing_reveals() const;
   acct::Hash32 seed() const;  // valid once have_reveals()
@@ -148,6 +150,7 @@ class RoundAcct {
   result<void> on_evidence_from(std::uint32_t from, const acct::Evidence& e);
   std::optional<acct::Evidence> candidate(std::uint32_t sub, std::uint32_t part,
                                           const acct::ProjectionReport& rp,
+                                          const std::vector<acct::Reveal>& reveals,
                                           std::span<const float> output) const;
 
   std::shared_ptr<const RoundAcctConfig> cfg_;
@@ -171,7 +174,7 @@ class RoundAcct {
   std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>, acct::ProjectionReport>
       reports_;  // (sub, part, member)
   std::size_t evidence_ = 0;
-  std::map<Key, Segment> ranges_;               // settled parts (check())
+  std::map<Key, Segment> ranges_;               // settled parts (settle())
   std::map<Key, acct::Evidence> accused_;       // wrong_average evidence against other owners
   std::set<Key> refuted_;                       // slots an owner answered (false_report)
   std::vector<acct::Evidence> accusations_in_;  // against this member's parts

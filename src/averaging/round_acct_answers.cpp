@@ -88,8 +88,15 @@ result<void> RoundAcct::on_evidence_from(std::uint32_t from, const Evidence& e) 
   return success();
 }
 
+void RoundAcct::settle(const std::vector<SettledPart>& parts) {
+  for (const auto& p : parts) ranges_[{p.subround, p.part}] = p.range;
+}
+
+// `reveals`: this member's own when it ran the check, else the accusation's (verified with
+// it): an owner that missed a reveal still answers.
 std::optional<Evidence> RoundAcct::candidate(std::uint32_t sub, std::uint32_t part,
                                              const ProjectionReport& rp,
+                                             const std::vector<Reveal>& reveals,
                                              std::span<const float> output) const {
   auto res = results_.find({sub, part});
   auto kept = kept_.find({sub, part});
@@ -106,8 +113,7 @@ std::optional<Evidence> RoundAcct::candidate(std::uint32_t sub, std::uint32_t pa
   e.kind = EvidenceKind::false_report;
   e.info = info_;
   e.receipts = {pr->second, res->second};
-  for (const auto& r : reveals_)
-    if (r) e.reveals.push_back(*r);
+  e.reveals = reveals;
   e.reports = {rp};
   e.data = kept->second[static_cast<std::size_t>(at - counted.begin())];
   const auto values = output.subspan(range->second.begin, range->second.size());
@@ -118,19 +124,23 @@ std::optional<Evidence> RoundAcct::candidate(std::uint32_t sub, std::uint32_t pa
 std::vector<Evidence> RoundAcct::answer_candidates(std::span<const float> output) const {
   std::vector<Evidence> out;
   std::set<Bytes> seen = answered_reports_;
-  auto add = [&](std::uint32_t sub, std::uint32_t part, const ProjectionReport& rp) {
+  auto add = [&](std::uint32_t sub, std::uint32_t part, const ProjectionReport& rp,
+                 const std::vector<Reveal>& reveals) {
     if (!seen.insert(encode(rp)).second) return;
-    if (auto e = candidate(sub, part, rp, output)) out.push_back(std::move(*e));
+    if (auto e = candidate(sub, part, rp, reveals, output)) out.push_back(std::move(*e));
   };
+  std::vector<Reveal> mine;
+  for (const auto& r : reveals_)
+    if (r) mine.push_back(*r);
   for (const auto& p : own_failed_) {
     const DataReceipt* res = result_of(p.subround, p.part);
     if (!res) continue;
     for (auto m : res->counted)
       if (auto it = reports_.find({p.subround, p.part, m}); it != reports_.end())
-        add(p.subround, p.part, it->second);
+        add(p.subround, p.part, it->second, mine);
   }
   for (const auto& e : accusations_in_)
-    for (const auto& rp : e.reports) add(rp.subround, rp.part, rp);
+    for (const auto& rp : e.reports) add(rp.subround, rp.part, rp, e.reveals);
   return out;
 }
 

@@ -302,6 +302,7 @@ awaitable<void> RoundRunner::acct_phase() {
     if (c.owner == self_) (void)acct_->result_receipt(c.subround, c.part, c.counted);
     if (c.counted.test(self_)) mine.push_back(settled.back());
   }
+  acct_->settle(settled);
   auto rev = std::make_shared<const Bytes>(acct_->reveal());
   for (std::uint32_t j = 0; j < n_; ++j) {
     if (!reachable(j)) continue;
@@ -313,6 +314,7 @@ awaitable<void> RoundRunner::acct_phase() {
   if (!acct_->have_reveals()) {
     log->warn("accountability: member {}: round not checked, no reveal from {} member(s)", self_,
               acct_->missing_reveals().size());
+    co_await acct_answers();  // others may still accuse this owner: it answers with their reveals
     co_return;
   }
   ProjectTask task{gate_, acct_->seed(), &mine, local_, output_};
@@ -320,6 +322,7 @@ awaitable<void> RoundRunner::acct_phase() {
   auto pj = co_await pool_.run(task);
   if (!pj) {
     log->warn("accountability: cannot project: {}", pj.error().message());
+    co_await acct_answers();
     co_return;
   }
   const double w = core_.weight_of(self_);
