@@ -7,9 +7,9 @@
 # centered-clip + --verify. Prints per run the honest peers' test accuracy (min, max), its
 # ratio to the clean run with the same aggregation, the number of distinct honest parameter
 # hashes, whether every honest peer banned every attacker, honest peers banned by honest
-# peers, the rounds an honest peer completed before it banned the last attacker (the most
-# over honest peers; 0: banned during the first round), and the median all-reduce time of
-# honest peer 1 (completed rounds); one
+# peers, the most rounds an attacker completed (a banned one completes none after its ban;
+# attackers start after the honest peers and join later rounds), and the median all-reduce
+# time of honest peer 1 (completed rounds); one
 # `RESULT {json}` line per run. The clean runs (mean, centered-clip, centered-clip + --verify)
 # also give the round-time overhead of centered-clip and of --verify without attackers.
 # Usage: bench/run-byzantine.sh [BUILD]
@@ -61,15 +61,14 @@ run() {
     [[ -s $dir/$name-h$i.json ]] || { echo "0 0 9 0 0 0 0"; return; }
     accs+=("$(field "$dir/$name-h$i.json" test_accuracy)")
     hashes+=("$(field "$dir/$name-h$i.json" param_hash)")
-    for b in "${bid[@]}"; do
-      grep -q "banned peer $b" "$log" || { banned_all=0; continue; }
-      n=$(awk -v b="banned peer $b" 'index($0, b){print n+0; exit}
-        /round grads\/[0-9]+: [0-9]+ peers/{n++}' "$log")
-      ((n > rounds)) && rounds=$n
-    done
+    for b in "${bid[@]}"; do grep -q "banned peer $b" "$log" || banned_all=0; done
     for h in "${hid[@]}"; do grep -q "banned peer $h" "$log" && honest_bans=$((honest_bans + 1)); done
   done
   ((bad > 0)) || banned_all=-
+  for i in $(seq "$bad"); do  # rounds an attacker completed (none once it is banned)
+    n=$(grep -c "round grads/[0-9]*: [0-9]* peers" "$dir/$name-a$i.log" || true)
+    ((n > rounds)) && rounds=$n
+  done
   local med
   med=$(sed -n 's/.*round grads\/[0-9]*: .*all-reduce \([0-9.]*\) s.*/\1/p' "$dir/$name-h1.log" | sort -g |
     awk '{a[NR]=$1} END{print NR ? a[int((NR+1)/2)] : 0}')
@@ -90,7 +89,7 @@ row() {  # row LABEL AGG ATTACK_KIND RESULT_FIELDS...
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "hostile peers: $peers peers, $attackers attacking, $epochs epochs, load before: $load0"
 printf '  %-16s %-20s %8s %8s %8s %7s %8s %7s %7s %9s\n' attack aggregation "acc min" "acc max" \
-  "vs clean" hashes banned "h.bans" rounds "ar med s"
+  "vs clean" hashes banned "h.bans" "a.rounds" "ar med s"
 read -r lo hi hs ball hb rd med < <(run clean-mean 0 none)
 clean_acc[mean]=$lo
 row "none (clean)" mean none "$lo" "$hi" "$hs" "$ball" "$hb" "$rd" "$med"
