@@ -32,7 +32,7 @@ namespace starling::averaging::detail {
 
 // Test-only cheating (AccountabilityConfig::attack): an owner that shifts the results it
 // returns, a member that sends the next member's parts other values than it committed, or one
-// that lies in its reports on the parts other members own.
+// that lies in its reports on the parts other members own (and hides the lie from the owner).
 enum class RoundAttack : std::uint8_t { none, wrong_average, different_parts, false_report };
 
 struct RoundAcctConfig {

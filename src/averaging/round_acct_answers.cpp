@@ -79,6 +79,10 @@ result<void> RoundAcct::on_evidence_from(std::uint32_t from, const Evidence& e) 
   auto v = verify_evidence(e, cfg_->check);
   if (!v) return bad("evidence does not verify: " + v.error().message());
   if (accusation) {
+    // Its reports (signed, of this round) stand in for any this owner has not received, so
+    // that its own check can run; a member that sent it another report is answered from the
+    // accusation's copy (answer_candidates()).
+    for (const auto& rp : e.reports) reports_.try_emplace({rp.subround, rp.part, rp.member}, rp);
     accusations_in_.push_back(e);
     return success();
   }

@@ -330,8 +330,11 @@ awaitable<void> RoundRunner::acct_phase() {
     auto b = acct_->report(mine[i], w, pj.value()[i]);
     if (b.empty()) continue;
     auto shared = std::make_shared<const Bytes>(std::move(b));
+    // Test-only false-report: the lie goes to everyone but the owner it frames, which learns
+    // it only from the accusations.
+    const bool hide = cfg_.acct->attack == RoundAttack::false_report && mine[i].owner != self_;
     for (std::uint32_t j = 0; j < n_; ++j)
-      if (reachable(j)) send_acct(j, shared);
+      if (reachable(j) && !(hide && j == mine[i].owner)) send_acct(j, shared);
   }
   co_await acct_wait(until, AcctWait::reports, settled);
   if (auto miss = acct_->missing_reports(settled); !miss.empty())
