@@ -233,6 +233,11 @@ awaitable<void> RoundRunner::serve_inbound(std::uint32_t from, net::ByteStreamPt
     co_return;
   }
   p_[from].inbound_seen = true;
+  // Its hello arrived: it has connected, so the connecting grace ends and the stall timeout
+  // runs from now (a connected member that sends nothing more, no keepalive either, is dropped
+  // after stall_timeout, not after open_timeout + stall_timeout).
+  p_[from].heard = true;
+  core_.on_activity(from, Clock::now());
   logger("averaging")
       ->debug(
           "all-reduce: member {} heard from {} after {} ms", self_, from,

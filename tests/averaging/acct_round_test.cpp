@@ -161,3 +161,33 @@ INSTANTIATE_TEST_SUITE_P(Attacks, AcctRoundAttack,
                                return "false_report";
                            }
                          });
+
+// A member that joins and then sends nothing (AveragerConfig::test_stall: its hellos, no
+// parts, results or keepalives): the others drop it once it is silent for stall_timeout and
+// finish the round without it, their results identical and its values counted nowhere.
+TEST(AcctRound, StallerIsDroppedAndTheRoundFinishes) {
+  auto cfg = test::base_config();
+  cfg.key = {"stall", 16, 0};
+  cfg.round.stall_timeout = 2s;
+  std::vector<test::NodeOptions> o(kPeers);
+  o[kCheater].configure = [](AveragerConfig& c) { c.test_stall = true; };
+  test::Cluster c(kPeers, test::test_schema(3000), cfg, o, 11);
+  auto res = step_round(c, "stall/1", kPeers);
+  expect_identical_honest(c, res);
+  const auto staller = c.node(kCheater).host->local_peer();
+  for (std::size_t i = 0; i < kCheater; ++i) {
+    ASSERT_TRUE(res[i]) << res[i].error().message();
+    EXPECT_EQ(res[i].value().group.members.size(), kPeers) << "the staller joined the group";
+    // Dropped after the stall timeout (2 s), long before the step's 60 s deadline.
+    EXPECT_LT(res[i].value().allreduce_time, 20s) << "node " << i;
+    EXPECT_GT(res[i].value().subrounds, 1u) << "its part was re-reduced without it";
+    for (const auto& m : res[i].value().contributions) {
+      auto id = net::PeerId::from_bytes(m.peer.bytes());
+      ASSERT_TRUE(id);
+      if (id.value() == staller)
+        EXPECT_EQ(m.counted_elements, 0u) << "node " << i;
+      else
+        EXPECT_GT(m.counted_elements, 0u) << "node " << i;
+    }
+  }
+}
