@@ -191,3 +191,24 @@ TEST(AcctRound, StallerIsDroppedAndTheRoundFinishes) {
     }
   }
 }
+
+// Lying reports with parts whose values exceed one piece of evidence (2 x 72k floats, over
+// kPieceBytes): the owners' answers travel in several pieces, reassembled by every member,
+// and the liar, not an owner, is banned (published detached to the directory as well).
+TEST(AcctRound, FalseReportAnsweredInPieces) {
+  const auto schema = test::test_schema(120000);
+  std::size_t floats = 0;
+  for (const auto& t : schema.tensors) {
+    std::size_t n = 1;
+    for (auto d : t.shape) n *= static_cast<std::size_t>(d);
+    floats += n;
+  }
+  ASSERT_GT(2 * (floats / kPeers) * sizeof(float), detail::kPieceBytes);
+  test::Cluster c(kPeers, schema, acct_config(3s), with_attack(Attack::false_report), 13);
+  const auto cheater = key_of_node(c, kCheater);
+  auto r1 = step_round(c, "pieces/1", kPeers);
+  expect_identical_honest(c, r1);
+  poll_until_banned(c, cheater);
+  EXPECT_EQ(honest_bans_of(c, cheater), kCheater);
+  EXPECT_EQ(honest_banned(c), 0u);
+}
