@@ -1,8 +1,10 @@
 // Accusations as DHT records (acct_records.hpp).
 #include "starling/averaging/acct_records.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <random>
 
 #include "averaging/acct_codec.hpp"
 #include "starling/averaging/schema.hpp"
@@ -189,6 +191,10 @@ awaitable<result<CollectStats>> collect_accusations(Directory& dir, const std::s
   if (!values) co_return values.error();
   CollectStats st;
   std::map<Hash32, Bytes> cache;
+  std::size_t fetched = 0;
+  // In random order, so that records that never complete cannot keep others from the
+  // bounded number of fetches (kMaxDetachedPerRead).
+  std::shuffle(values.value().begin(), values.value().end(), std::mt19937(std::random_device{}()));
   for (const Bytes& v : values.value()) {
     ++st.records;
     result<Accusation> a = make_error(errc::invalid_argument, "empty record");
@@ -199,7 +205,12 @@ awaitable<result<CollectStats>> collect_accusations(Directory& dir, const std::s
         ++st.refused;
         continue;
       }
+      if (d && fetched >= kMaxDetachedPerRead) {
+        ++st.incomplete;  // bounded work per read: the next read takes the rest
+        continue;
+      }
       if (d) {
+        ++fetched;
         a = co_await fetch(dir, run_id, d.value(), cache);
         if (!a && a.error() != errc::invalid_argument) {
           ++st.incomplete;  // not readable yet: the next read tries again
