@@ -1,10 +1,11 @@
 // libFuzzer target: the accountability statements and evidence (accountability.hpp) and
-// accusation records (ban_list.hpp). Decoders must reject bad input with an error, never
-// crash; what they accept must re-encode to the same bytes; verifying decoded evidence and
-// judging a decoded accusation must not crash.
+// accusation records (ban_list.hpp, acct_records.hpp: whole and detached). Decoders must reject bad
+// input with an error, never crash; what they accept must re-encode to the same bytes; verifying
+// decoded evidence and judging a decoded accusation must not crash.
 #include <cstdint>
 
 #include "starling/averaging/accountability.hpp"
+#include "starling/averaging/acct_records.hpp"
 #include "starling/averaging/ban_list.hpp"
 #include "starling/core/log.hpp"
 
@@ -32,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)quiet;
   if (size < 1) return 0;
   BytesView in(data + 1, size - 1);
-  switch (data[0] % 6) {
+  switch (data[0] % 7) {
     case 0:
       roundtrip(in, decode_commitment);
       break;
@@ -60,6 +61,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         (void)bans.add_accusation(a.value(), TimePoint{});
         bans.tick(TimePoint{} + std::chrono::seconds(20));
         if (!decode_accusation(encode(a.value()))) __builtin_trap();
+      }
+      break;
+    }
+    case 6: {
+      auto d = decode_detached(in);
+      if (d) {
+        if (!decode_detached(encode(d.value()))) __builtin_trap();
+        std::vector<Bytes> none;
+        (void)attach(d.value(), none, none);
       }
       break;
     }

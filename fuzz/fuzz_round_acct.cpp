@@ -2,7 +2,8 @@
 // RESULT frames (src/averaging/round_acct.hpp). Input: a sequence of [from, length, bytes]
 // records; each goes to RoundAcct::on_statement() from that member, and bytes that decode as
 // a receipt also to on_part() / on_result(). Bad input must be an error, never a crash; the
-// checks after the all-gather must not crash on whatever was accepted.
+// checks after the all-gather, the accusations and the owner's answers must not crash on
+// whatever was accepted (including evidence reassembled from pieces).
 #include <cstdint>
 
 #include "averaging/round_acct.hpp"
@@ -58,6 +59,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::vector<detail::SettledPart> parts{p};
   (void)a.missing_reports(parts);
   (void)a.relays(1);
+  a.settle(parts);
   if (a.have_reveals()) (void)a.check(parts);
+  // Accusations and answers (pieces of evidence and markers were fed to on_statement above).
+  (void)a.accusations();
+  (void)a.accused_owners();
+  for (auto& e : a.answer_candidates(values)) (void)detail::RoundAcct::pieces(e);
+  a.conclude();
   return 0;
 }

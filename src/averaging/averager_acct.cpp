@@ -53,12 +53,26 @@ std::shared_ptr<acct::BanList> Averager::bans() const {
   return impl_->bans;
 }
 
+namespace {
+
+std::optional<acct::PubKey> key_of_peer_key(const PeerKey& peer) {
+  auto id = net::PeerId::from_bytes(peer.bytes());
+  if (!id) return std::nullopt;
+  return acct::key_of_peer(id.value());
+}
+
+}  // namespace
+
 bool Averager::banned(const PeerKey& peer) const {
   if (!impl_->bans) return false;
-  auto id = net::PeerId::from_bytes(peer.bytes());
-  if (!id) return false;
-  auto k = acct::key_of_peer(id.value());
+  auto k = key_of_peer_key(peer);
   return k && impl_->bans->banned(*k);
+}
+
+bool Averager::suspected(const PeerKey& peer) const {
+  if (!impl_->bans) return false;
+  auto k = key_of_peer_key(peer);
+  return k && impl_->bans->suspected(*k);
 }
 
 std::shared_ptr<const detail::RoundAcctConfig> Averager::round_acct(
@@ -143,7 +157,9 @@ void Averager::on_evidence(const acct::Evidence& e) {
             v.value().pending ? " (pending its answer)" : ": banned");
   if (v.value().pending)
     impl_->unpublished.push_back(e);
-  else
+  else if (e.kind != acct::EvidenceKind::false_report ||
+           e.receipts.at(1).key == acct::key_of(*impl_->acct_key))
+    // An owner's answer is published by the owner only (its receivers hold the same values).
     publish_evidence(*impl_, directory_, cfg_.accountability, e);
 }
 
@@ -157,8 +173,10 @@ awaitable<void> Averager::poll_accusations() {
   } done{this};
   auto bans = impl_->bans;
   const std::string run = cfg_.accountability.run;
-  auto r = co_await with_timeout(acct::collect_accusations(*directory_, run, *bans, Clock::now()),
-                                 cfg_.open_timeout, "accusations");
+  auto gate = cfg_.gate;  // a private run: members' accusations only
+  auto r = co_await with_timeout(
+      acct::collect_accusations(*directory_, run, *bans, Clock::now(), gate.get()),
+      cfg_.open_timeout, "accusations");
   bans->tick(Clock::now());
   release_verdicts(*impl_, directory_, cfg_.accountability);
   if (!r) {

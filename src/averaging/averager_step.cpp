@@ -135,7 +135,7 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
     MatchmakingConfig mcfg = cfg_.matchmaking;
     if (opts.min_group_size) mcfg.min_group_size = std::max<std::size_t>(1, *opts.min_group_size);
     if (opts.expected_group_size) mcfg.expected_size = *opts.expected_group_size;
-    if (impl_->bans) mcfg.excluded = [this](const PeerKey& k) { return banned(k); };
+    if (impl_->bans) mcfg.excluded = [this](const PeerKey& k) { return banned(k) || suspected(k); };
     const double join_weight = st->data_ready ? st->weight : opts.weight;
     MatchmakingCore core(mcfg, self_info(join_weight), schema_hash_, key_.with_round(opts.round),
                          wnow, wnow + std::chrono::duration_cast<WallClock::duration>(mm),
@@ -186,6 +186,7 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   rcfg.open_timeout = cfg_.open_timeout;
   rcfg.protocol = impl_->allreduce_protocol;
   rcfg.on_phase = cfg_.on_phase;
+  rcfg.stall = cfg_.test_stall;
   rcfg.codecs = &impl_->codecs;
   rcfg.upload_rate = cfg_.upload_pace * static_cast<double>(cfg_.bandwidth);
   rcfg.upload_burst = cfg_.upload_burst;

@@ -38,7 +38,10 @@ RoundAcct::RoundAcct(std::shared_ptr<const RoundAcctConfig> cfg, RoundInfo info,
       self_(self),
       me_(key_of(cfg_->key)),
       ledger_(info_),
-      reveals_(info_.members.size()) {
+      reveals_(info_.members.size()),
+      checked_(info_.members.size()),
+      answered_by_(info_.members.size()),
+      assembly_(info_.members.size()) {
   randombytes_buf(nonce_.data(), nonce_.size());
   Reveal r{round_, self_, me_, nonce_, {}};
   sign(r, cfg_->key);
@@ -170,14 +173,13 @@ result<void> RoundAcct::on_statement(std::uint32_t from, BytesView b) {
       reports_[{r.subround, r.part, from}] = r;
       return success();
     }
-    case 0xCE: {  // an owner's answer to a lying report (false_report evidence)
-      ST_TRY(auto e, decode_evidence(b));
-      if (e.kind != EvidenceKind::false_report || !(e.info == info_) || e.receipts.size() != 2 ||
-          e.receipts[1].signer != from)
-        return bad("evidence other than its owner's answer");
-      if (cfg_->on_evidence) cfg_->on_evidence(e);  // the ban list verifies it
+    case 0xC6:  // checked: the sender's accusations (if any) came before
+    case 0xC7:  // answered: the sender's answers (if any) came before
+      if (b.size() != 1) return bad("marker with a body");
+      (b[0] == 0xC6 ? checked_ : answered_by_)[from] = true;
       return success();
-    }
+    case 0xCF:  // a piece of evidence: an accusation of this owner, or an owner's answer
+      return on_piece(from, b);
     default:
       return bad("unknown statement");
   }
@@ -303,7 +305,7 @@ std::size_t RoundAcct::check(const std::vector<SettledPart>& parts) {
     logger("averaging")
         ->warn(
             "accountability: part {} of sub-round {} (owner {}) fails the aggregation check "
-            "({} vs bound {}, tau {})",
+            "({} vs bound {}, tau {}): accused, waiting for its answer",
             p.part, p.subround, res->signer, fp.statistic, fp.bound,
             fp.tau_ok ? "ok" : "implausible");
     Evidence e;
@@ -312,38 +314,9 @@ std::size_t RoundAcct::check(const std::vector<SettledPart>& parts) {
     e.receipts = {*res};
     e.reveals = reveals;
     e.reports = std::move(reports);
-    found(std::move(e));
+    accused_[{p.subround, p.part}] = std::move(e);
   }
   return checked;
-}
-
-std::vector<Evidence> RoundAcct::answer_candidates(std::span<const float> output) const {
-  std::vector<Evidence> out;
-  std::vector<Reveal> reveals;
-  for (const auto& r : reveals_)
-    if (r) reveals.push_back(*r);
-  for (const auto& p : own_failed_) {
-    const DataReceipt* res = result_of(p.subround, p.part);
-    auto kept = kept_.find({p.subround, p.part});
-    if (!res || kept == kept_.end() || kept->second.size() != res->counted.size()) continue;
-    const auto values = output.subspan(p.range.begin, p.range.size());
-    for (std::size_t i = 0; i < res->counted.size(); ++i) {
-      const std::uint32_t m = res->counted[i];
-      auto pr = part_receipts_.find({p.subround, p.part, m});
-      auto rp = reports_.find({p.subround, p.part, m});
-      if (m == self_ || pr == part_receipts_.end() || rp == reports_.end()) continue;
-      Evidence e;
-      e.kind = EvidenceKind::false_report;
-      e.info = info_;
-      e.receipts = {pr->second, *res};
-      e.reveals = reveals;
-      e.reports = {rp->second};
-      e.data = kept->second[i];
-      e.data2.assign(values.begin(), values.end());
-      out.push_back(std::move(e));
-    }
-  }
-  return out;
 }
 
 void RoundAcct::found(Evidence e) {

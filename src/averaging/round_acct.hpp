@@ -8,7 +8,12 @@
 // receipt with every PART and a result receipt with every RESULT; after the all-gather a
 // Reveal, the commitments and result receipts it holds from the others (relayed, so that a
 // member who committed, or an owner who answered, differently to different members is
-// caught), then one ProjectionReport per settled part it is counted in.
+// caught), then one ProjectionReport per settled part it is counted in. After the aggregation
+// check, a failed part's wrong_average evidence is an accusation, not yet a verdict: it goes to
+// the accused owner, every member then marks that it has checked, each owner answers every
+// accusation of its parts it can refute (false_report evidence against the lying member, sent
+// to the group in pieces) and marks that it has answered, and a member concludes only once
+// every owner it accused has answered or gone: unanswered accusations become evidence.
 //
 // Threading rule: the host's executor.
 #pragma once
@@ -17,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "starling/averaging/accountability.hpp"
@@ -26,7 +32,7 @@ namespace starling::averaging::detail {
 
 // Test-only cheating (AccountabilityConfig::attack): an owner that shifts the results it
 // returns, a member that sends the next member's parts other values than it committed, or one
-// that lies in its reports on the parts other members own.
+// that lies in its reports on the parts other members own (and hides the lie from the owner).
 enum class RoundAttack : std::uint8_t { none, wrong_average, different_parts, false_report };
 
 struct RoundAcctConfig {
@@ -45,6 +51,12 @@ struct ResultStat {
   bool clip = false;
   double tau = 0;
 };
+
+// Evidence travels between members in ACCT pieces (tag 0xCF, index, count, bytes): its encoding
+// cut in at most kMaxPieces pieces of at most kPieceBytes each (a part's worth of values may
+// exceed one frame).
+constexpr std::size_t kPieceBytes = 512u << 10;
+constexpr std::size_t kMaxPieces = 8;
 
 // A part whose result is final (RoundCore::coverage()) and this member's projection of it.
 struct SettledPart {
@@ -95,6 +107,8 @@ class RoundAcct {
                          double norm, std::span<const float> values);
 
   // --- after the all-gather ---
+  // The settled parts (their ranges, to answer accusations even without a check here).
+  void settle(const std::vector<SettledPart>& parts);
   bool have_reveals() const;
   std::vector<std::uint32_t> missing_reveals() const;
   acct::Hash32 seed() const;  // valid once have_reveals()
@@ -106,11 +120,25 @@ class RoundAcct {
   // Returns the parts checked; this member's own parts that fail are in own_failed().
   std::size_t check(const std::vector<SettledPart>& parts);
   const std::vector<SettledPart>& own_failed() const { return own_failed_; }
-  // An honest owner whose part fails: false_report candidates against every counted member
-  // (its kept values, the result `output` holds), to verify on the pool; those that verify
-  // expose a liar (answer()).
+
+  // --- accusations and answers, after the check ---
+  // The wrong_average evidence of check() against other owners, by owner, to send to them.
+  std::vector<std::pair<std::uint32_t, acct::Evidence>> accusations() const;
+  // Owners accused by this member that have not answered yet.
+  std::vector<std::uint32_t> accused_owners() const;
+  static Bytes checked_marker() { return {0xC6}; }   // sent after the accusations
+  static Bytes answered_marker() { return {0xC7}; }  // sent after the answers
+  bool checked_by(std::uint32_t j) const { return j < checked_.size() && checked_[j]; }
+  bool answered_by(std::uint32_t j) const { return j < answered_by_.size() && answered_by_[j]; }
+  static std::vector<Bytes> pieces(const acct::Evidence& e);
+  // An owner's false_report candidates (its kept values, the result `output` holds) against
+  // every report about its parts that made a check fail: every counted member's report of its
+  // own failed parts, and the reports in the accusations it received. Verified on the pool;
+  // those that verify expose a liar (answer(): it goes to the group and the ban list).
   std::vector<acct::Evidence> answer_candidates(std::span<const float> output) const;
-  void answer(acct::Evidence e) { found(std::move(e)); }
+  void answer(acct::Evidence e);
+  // Accusations whose owner did not answer become evidence (on_evidence).
+  void conclude();
 
  private:
   using Key = std::pair<std::uint32_t, std::uint32_t>;  // (sub-round, part) or (sub, member)
@@ -118,6 +146,12 @@ class RoundAcct {
   acct::DataReceipt receipt(acct::DataKind kind, std::uint32_t sub, std::uint32_t part) const;
   const acct::DataReceipt* result_of(std::uint32_t sub, std::uint32_t part) const;
   bool valid_report(const acct::ProjectionReport& r) const;
+  result<void> on_piece(std::uint32_t from, BytesView b);
+  result<void> on_evidence_from(std::uint32_t from, const acct::Evidence& e);
+  std::optional<acct::Evidence> candidate(std::uint32_t sub, std::uint32_t part,
+                                          const acct::ProjectionReport& rp,
+                                          const std::vector<acct::Reveal>& reveals,
+                                          std::span<const float> output) const;
 
   std::shared_ptr<const RoundAcctConfig> cfg_;
   acct::RoundInfo info_;
@@ -140,6 +174,17 @@ class RoundAcct {
   std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>, acct::ProjectionReport>
       reports_;  // (sub, part, member)
   std::size_t evidence_ = 0;
+  std::map<Key, Segment> ranges_;               // settled parts (settle())
+  std::map<Key, acct::Evidence> accused_;       // wrong_average evidence against other owners
+  std::set<Key> refuted_;                       // slots an owner answered (false_report)
+  std::vector<acct::Evidence> accusations_in_;  // against this member's parts
+  std::set<Bytes> answered_reports_;            // reports this owner proved false
+  std::vector<bool> checked_, answered_by_;     // markers received, by member
+  struct Assembly {
+    std::uint8_t count = 0, next = 0;
+    Bytes buf;
+  };
+  std::vector<Assembly> assembly_;  // pieces of evidence in flight, by sender
 };
 
 }  // namespace starling::averaging::detail

@@ -191,7 +191,7 @@ awaitable<void> RoundRunner::wait_pool_tasks() {
 
 bool RoundRunner::drained() const {
   for (std::uint32_t j = 0; j < n_; ++j)
-    if (!p_[j].fenced && p_[j].send && !p_[j].queue.empty()) return false;
+    if (!p_[j].fenced && p_[j].send && (!p_[j].queue.empty() || p_[j].writing)) return false;
   return true;
 }
 
@@ -233,6 +233,11 @@ awaitable<void> RoundRunner::serve_inbound(std::uint32_t from, net::ByteStreamPt
     co_return;
   }
   p_[from].inbound_seen = true;
+  // Its hello arrived: it has connected, so the connecting grace ends and the stall timeout
+  // runs from now (a connected member that sends nothing more, no keepalive either, is dropped
+  // after stall_timeout, not after open_timeout + stall_timeout).
+  p_[from].heard = true;
+  core_.on_activity(from, Clock::now());
   logger("averaging")
       ->debug(
           "all-reduce: member {} heard from {} after {} ms", self_, from,
@@ -334,6 +339,8 @@ awaitable<void> RoundRunner::reduce_part(ReduceJob job) {
 }
 
 void RoundRunner::stream_lost(std::uint32_t j, const Error& e, bool blame) {
+  p_[j].lost = true;
+  acct_event_.set();
   if (blame)
     logger("averaging")->warn("all-reduce: member {} sent malformed data: {}", j, e.message());
   if (core_.status() == RoundCore::Status::running && !core_.failed().test(j))
@@ -351,6 +358,7 @@ std::uint32_t RoundRunner::expected_streams(std::uint32_t j) const {
 // streams are independent): the core learns that j closed only when every stream has ended.
 void RoundRunner::stream_ended(std::uint32_t j) {
   auto& P = p_[j];
+  acct_event_.set();
   if (++P.ended < expected_streams(j)) return;
   if (core_.status() == RoundCore::Status::running && !core_.failed().test(j))
     core_.on_peer_closed(j, Clock::now());

@@ -54,6 +54,7 @@ struct RoundRunnerConfig {
   // Accountability (round_acct.hpp; null: off). Needs uncompressed parts and Ed25519 peer
   // ids; every member of the group must run it.
   std::shared_ptr<const RoundAcctConfig> acct;
+  bool stall = false;  // test-only: after the hellos, send nothing (AveragerConfig::test_stall)
 };
 
 // A token bucket shared by a round's writers: `rate` bytes/s, at most `burst` bytes at once.
@@ -169,6 +170,8 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
     bool inbound_seen = false;
     std::uint32_t ended = 0;  // streams that ended cleanly (EOF at a frame boundary)
     bool heard = false;       // a frame arrived from this peer
+    bool lost = false;        // a stream of this peer failed
+    bool writing = false;     // a frame is being written (drained() waits for it)
     bool busy = false;        // a part or result is being written
     // Balanced progress (balance_ahead()): elements of parts and results this sub-round.
     std::uint64_t flow_total = 0, flow_sent = 0, parts_total = 0;
@@ -221,8 +224,16 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   awaitable<void> commit_sub(std::uint32_t sub, double weight);
   awaitable<result<void>> acct_check(std::uint32_t j, const RoundMessage& msg,
                                      const Bytes& receipt);
-  awaitable<void> acct_wait(TimePoint until, bool reports, const std::vector<SettledPart>& settled);
+  // What acct_wait() waits for: every reveal, every report of the settled parts, every
+  // member's checked marker, the answered marker of every owner this member accused.
+  enum class AcctWait { reveals, reports, checked, answered };
+  bool acct_ready(AcctWait w, const std::vector<SettledPart>& settled) const;
+  awaitable<void> acct_wait(TimePoint until, AcctWait w, const std::vector<SettledPart>& settled);
   awaitable<void> acct_phase();
+  awaitable<void> acct_answers();
+  void send_evidence(std::uint32_t j, const acct::Evidence& e);
+  // j will send nothing more in this round (its streams ended or failed, or it was fenced).
+  bool gone(std::uint32_t j) const;
 
   net::StreamHost& host_;
   GroupInfo group_;

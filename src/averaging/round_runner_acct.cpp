@@ -204,14 +204,85 @@ awaitable<result<void>> RoundRunner::acct_check(std::uint32_t j, const RoundMess
   co_return acct_->on_result(j, m, r.value().receipt, r.value().norm, m.data);
 }
 
-awaitable<void> RoundRunner::acct_wait(TimePoint until, bool reports,
+bool RoundRunner::gone(std::uint32_t j) const {
+  const auto& P = p_[j];
+  return P.fenced || P.lost || P.ended >= expected_streams(j);
+}
+
+bool RoundRunner::acct_ready(AcctWait w, const std::vector<SettledPart>& settled) const {
+  switch (w) {
+    case AcctWait::reveals:
+      return acct_->have_reveals();
+    case AcctWait::reports:
+      return acct_->missing_reports(settled).empty();
+    case AcctWait::checked:
+      for (std::uint32_t j = 0; j < n_; ++j)
+        if (reachable(j) && !gone(j) && !acct_->checked_by(j)) return false;
+      return true;
+    case AcctWait::answered:
+      for (auto j : acct_->accused_owners())
+        if (reachable(j) && !gone(j) && !acct_->answered_by(j)) return false;
+      return true;
+  }
+  return true;
+}
+
+awaitable<void> RoundRunner::acct_wait(TimePoint until, AcctWait w,
                                        const std::vector<SettledPart>& settled) {
   for (;;) {
-    const bool ready = reports ? acct_->missing_reports(settled).empty() : acct_->have_reveals();
-    if (ready || Clock::now() >= until) co_return;
+    if (acct_ready(w, settled) || Clock::now() >= until) co_return;
     acct_event_.reset();
     (void)co_await with_timeout(acct_event_.wait(), until - Clock::now(), "accountability");
   }
+}
+
+void RoundRunner::send_evidence(std::uint32_t j, const acct::Evidence& e) {
+  for (auto& p : RoundAcct::pieces(e)) send_acct(j, std::make_shared<const Bytes>(std::move(p)));
+}
+
+// After the check: accusations to the accused owners, then the checked marker; once every
+// member has checked, this member answers the accusations of its parts it can refute, then
+// sends the answered marker; once every owner it accused has answered (or gone, or the
+// deadline passed), the unanswered accusations become evidence. Each wait is bounded by
+// stall_timeout.
+awaitable<void> RoundRunner::acct_answers() {
+  auto self = shared_from_this();
+  auto log = logger("averaging");
+  const TimePoint until = Clock::now() + cfg_.round.stall_timeout;
+  for (auto& [owner, e] : acct_->accusations())
+    if (reachable(owner)) send_evidence(owner, e);
+  auto checked = std::make_shared<const Bytes>(RoundAcct::checked_marker());
+  for (std::uint32_t j = 0; j < n_; ++j)
+    if (reachable(j)) send_acct(j, checked);
+  co_await acct_wait(until, AcctWait::checked, {});
+  if (!acct_ready(AcctWait::checked, {}))
+    log->warn("accountability: member {}: not every member said it checked", self_);
+  auto candidates = acct_->answer_candidates(output_);
+  if (!candidates.empty()) {
+    AnswerTask answer{std::move(candidates), cfg_.acct->check};
+    PoolUse answering(this);
+    auto found = co_await pool_.run(std::move(answer));
+    if (found) {
+      for (auto& e : found.value()) {
+        const auto pieces = RoundAcct::pieces(e);
+        for (std::uint32_t j = 0; j < n_; ++j)
+          if (reachable(j))
+            for (const auto& p : pieces) send_acct(j, std::make_shared<const Bytes>(p));
+        acct_->answer(std::move(e));
+      }
+    }
+    if (!found || found.value().empty())
+      log->warn("accountability: member {}: its part is accused, no report about it lies", self_);
+  }
+  auto answered = std::make_shared<const Bytes>(RoundAcct::answered_marker());
+  for (std::uint32_t j = 0; j < n_; ++j)
+    if (reachable(j)) send_acct(j, answered);
+  // Its own deadline: a member that withholds its checked marker delays every answer until
+  // the first one.
+  co_await acct_wait(Clock::now() + cfg_.round.stall_timeout, AcctWait::answered, {});
+  if (auto left = acct_->accused_owners(); !left.empty())
+    log->warn("accountability: member {}: {} accused owner(s) did not answer", self_, left.size());
+  acct_->conclude();
 }
 
 awaitable<void> RoundRunner::acct_phase() {
@@ -231,6 +302,7 @@ awaitable<void> RoundRunner::acct_phase() {
     if (c.owner == self_) (void)acct_->result_receipt(c.subround, c.part, c.counted);
     if (c.counted.test(self_)) mine.push_back(settled.back());
   }
+  acct_->settle(settled);
   auto rev = std::make_shared<const Bytes>(acct_->reveal());
   for (std::uint32_t j = 0; j < n_; ++j) {
     if (!reachable(j)) continue;
@@ -238,10 +310,11 @@ awaitable<void> RoundRunner::acct_phase() {
     for (auto& b : acct_->relays(j)) send_acct(j, std::make_shared<const Bytes>(std::move(b)));
   }
   const TimePoint until = Clock::now() + cfg_.round.stall_timeout;
-  co_await acct_wait(until, false, settled);
+  co_await acct_wait(until, AcctWait::reveals, settled);
   if (!acct_->have_reveals()) {
     log->warn("accountability: member {}: round not checked, no reveal from {} member(s)", self_,
               acct_->missing_reveals().size());
+    co_await acct_answers();  // others may still accuse this owner: it answers with their reveals
     co_return;
   }
   ProjectTask task{gate_, acct_->seed(), &mine, local_, output_};
@@ -249,6 +322,7 @@ awaitable<void> RoundRunner::acct_phase() {
   auto pj = co_await pool_.run(task);
   if (!pj) {
     log->warn("accountability: cannot project: {}", pj.error().message());
+    co_await acct_answers();
     co_return;
   }
   const double w = core_.weight_of(self_);
@@ -256,30 +330,17 @@ awaitable<void> RoundRunner::acct_phase() {
     auto b = acct_->report(mine[i], w, pj.value()[i]);
     if (b.empty()) continue;
     auto shared = std::make_shared<const Bytes>(std::move(b));
+    // Test-only false-report: the lie goes to everyone but the owner it frames, which learns
+    // it only from the accusations.
+    const bool hide = cfg_.acct->attack == RoundAttack::false_report && mine[i].owner != self_;
     for (std::uint32_t j = 0; j < n_; ++j)
-      if (reachable(j)) send_acct(j, shared);
+      if (reachable(j) && !(hide && j == mine[i].owner)) send_acct(j, shared);
   }
-  co_await acct_wait(until, true, settled);
+  co_await acct_wait(until, AcctWait::reports, settled);
   if (auto miss = acct_->missing_reports(settled); !miss.empty())
     log->warn("accountability: member {}: reports missing from {} member(s)", self_, miss.size());
   const std::size_t checked = acct_->check(settled);
-  if (!acct_->own_failed().empty()) {  // answer lying reports about this owner's parts
-    AnswerTask answer{acct_->answer_candidates(output_), cfg_.acct->check};
-    PoolUse answering(this);
-    auto found = co_await pool_.run(std::move(answer));
-    // To the group directly too: members hold a pending verdict against this owner, and the
-    // evidence (two parts of values) may exceed a directory record.
-    if (found)
-      for (auto& e : found.value()) {
-        auto wire = std::make_shared<const Bytes>(acct::encode(e));
-        if (wire->size() + 64 <= wire::kMaxFrame)
-          for (std::uint32_t j = 0; j < n_; ++j)
-            if (reachable(j)) send_acct(j, wire);
-        acct_->answer(std::move(e));
-      }
-    if (!found || found.value().empty())
-      log->warn("accountability: member {}: its own part fails the check, no report lies", self_);
-  }
+  co_await acct_answers();
   log->debug(
       "accountability: member {} checked {} of {} parts after {} ms", self_, checked,
       settled.size(),

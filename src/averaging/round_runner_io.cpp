@@ -55,6 +55,7 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
   TimePoint held_since{};  // when this writer began holding back its next frame
   for (;;) {
     if (P.fenced) co_return;
+    if (cfg_.stall) P.queue.clear();  // test-only stalling: nothing after the hello
     if (P.send && !P.queue.empty()) {
       const auto& next = P.queue.front().msg;
       const bool data_frame = !P.queue.front().acct && (std::holds_alternative<PartMsg>(next) ||
@@ -75,7 +76,9 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
       auto s = P.send;
       if (f.acct) {
         const Bytes frame = net::length_prefixed(wire::encode_acct(*f.acct));
+        P.writing = true;
         auto w = co_await s->write(frame);
+        P.writing = false;
         if (!w) {
           if (!ending_) stream_lost(j, w.error(), false);
           co_return;
@@ -134,8 +137,9 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
       }
       const Bytes header = net::length_prefixed(wire::encode_round(f.msg, payload.size(), receipt));
       P.busy = data_frame;
+      P.writing = true;
       auto w = co_await paced_write(*s, header, payload);
-      P.busy = false;
+      P.busy = P.writing = false;
       if (!w) {
         if (!ending_) stream_lost(j, w.error(), false);
         co_return;
@@ -157,7 +161,7 @@ awaitable<void> RoundRunner::writer(std::uint32_t j) {
     P.wake->reset();
     auto r = co_await with_timeout(P.wake->wait(), cfg_.keepalive_interval, "keepalive");
     if (!r && r.error() == errc::cancelled) co_return;
-    if (!r && P.send && P.queue.empty() && !ending_ && !P.fenced) {
+    if (!r && P.send && P.queue.empty() && !ending_ && !P.fenced && !cfg_.stall) {
       auto ka = net::length_prefixed(wire::encode_keepalive());
       auto s = P.send;
       auto w = co_await s->write(ka);

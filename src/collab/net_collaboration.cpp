@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "starling/averaging/ban_gate.hpp"
 #include "starling/averaging/host_address_sink.hpp"
 #include "starling/core/log.hpp"
 #include "starling/dht/signing.hpp"
@@ -41,7 +42,7 @@ struct ProviderSource {
 
 }  // namespace
 
-constexpr Duration kAcctGrace = 500ms;
+constexpr Duration kAcctGrace = 5s;
 
 averaging::MatchmakingConfig NetCollaborationConfig::default_matchmaking() {
   averaging::MatchmakingConfig m;
@@ -74,6 +75,17 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
   c->impl_->directory = std::make_shared<averaging::DhtDirectory>(node);
   c->impl_->progress_key = dht::RecordKey(
       averaging::blake2b_256(as_bytes("starling/collab/progress/" + c->cfg_.run_id)));
+  if (c->cfg_.verify) {
+    averaging::acct::CheckConfig check;
+    check.max_weight_ratio = c->cfg_.aggregation.max_weight_ratio;
+    check.fixed_tau = c->cfg_.aggregation.tau;
+    check.tau_scale = c->cfg_.aggregation.tau_scale;
+    // A wrong_average verdict waits kAcctGrace for the owner's false_report answer (members
+    // of the round raise one only when the owner did not answer within the round; peers that
+    // read it from the directory must also read the answer); meanwhile the suspect is left
+    // out of matchmaking.
+    c->impl_->bans = std::make_shared<averaging::acct::BanList>(check, kAcctGrace);
+  }
   // The state averager averages nothing: it only serves and downloads blobs.
   averaging::AveragerConfig sc;
   sc.key = {c->cfg_.run_id + ".state", 16, 0};
@@ -81,20 +93,14 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
   sc.client_mode = c->cfg_.client_mode;
   sc.open_timeout = c->cfg_.open_timeout;
   sc.reduce_threads = 1;
-  sc.gate = members;
+  // Banned peers get no state and serve none (members only, in a private run).
+  sc.gate = averaging::ban_gate(c->impl_->bans, members);
   auto sink = averaging::host_address_sink(host);
   ST_TRY(auto state,
          averaging::Averager::create(host, c->impl_->directory, averaging::Schema{}, {}, sc, sink));
   c->impl_->state = state;
   if (members) members->start();
   if (c->cfg_.verify) {
-    averaging::acct::CheckConfig check;
-    check.max_weight_ratio = c->cfg_.aggregation.max_weight_ratio;
-    check.fixed_tau = c->cfg_.aggregation.tau;
-    check.tau_scale = c->cfg_.aggregation.tau_scale;
-    // A wrong_average verdict waits kAcctGrace for the owner's false_report answer, which
-    // would come within the round; meanwhile the cheater keeps its place in the next rounds.
-    c->impl_->bans = std::make_shared<averaging::acct::BanList>(check, kAcctGrace);
     // Connections of banned peers are closed as soon as they open (after the handshake has
     // proved the peer's identity).
     std::weak_ptr<NetCollaboration> weak = c;

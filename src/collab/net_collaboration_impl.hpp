@@ -16,6 +16,12 @@ namespace starling::collab {
 
 using training::Layout;
 
+// Testing robustness (NetCollaborationConfig::attack, net_collaboration_attack.cpp): the
+// gradient a gradient attacker sends instead of `in` (into impl.attack_buf) and the weight it
+// claims; false for attacks that do not corrupt the gradient.
+bool corrupt_gradient(NetCollaborationConfig::Attack attack, std::span<const float> in,
+                      const std::string& round, NetCollaboration::Impl& impl, double& weight);
+
 struct NetCollaboration::Impl {
   explicit Impl(asio::any_io_executor ex) : scope(ex) {}
   std::shared_ptr<averaging::DhtDirectory> directory;
@@ -25,6 +31,7 @@ struct NetCollaboration::Impl {
   // averagers; null when off.
   std::shared_ptr<averaging::acct::BanList> bans;
   std::vector<float> attack_buf;  // NetCollaborationConfig::attack: the corrupted gradient sent
+  std::vector<float> alie_mean, alie_sq;  // alie: running moments of this peer's gradients
   // The gradient averager's layout (names, sizes) and codec. It has no tensors of its own:
   // every round reads and writes the caller's buffers (training::RoundData).
   Layout layout;

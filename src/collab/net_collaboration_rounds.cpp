@@ -73,6 +73,7 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, training::Comp
   if (cfg_.attack == Attack::different_parts)
     ac.accountability.attack = AcctAttack::different_parts;
   if (cfg_.attack == Attack::false_report) ac.accountability.attack = AcctAttack::false_report;
+  ac.test_stall = cfg_.attack == Attack::stall;
   ac.on_phase = [me = host_->local_peer().short_string()](const std::string& ph) {
     log()->debug("{}: {}", me, ph);
   };
@@ -230,23 +231,8 @@ awaitable<result<training::RoundResult>> NetCollaboration::average(training::Rou
   impl_->running = step;
   impl_->running_key = options.key;
   impl_->abandoned_key.clear();
-  if (cfg_.attack == NetCollaborationConfig::Attack::sign_flip ||
-      cfg_.attack == NetCollaborationConfig::Attack::random) {
-    // Testing robustness (NetCollaborationConfig::attack), claiming 10x the samples.
-    impl_->attack_buf.assign(data.input.begin(), data.input.end());
-    if (cfg_.attack == NetCollaborationConfig::Attack::sign_flip) {
-      for (auto& x : impl_->attack_buf) x *= -10.0f;
-    } else {
-      double sq = 0;
-      for (float x : impl_->attack_buf) sq += double(x) * x;
-      const double rms = std::sqrt(sq / double(std::max<std::size_t>(1, impl_->attack_buf.size())));
-      std::mt19937 rng(static_cast<std::uint32_t>(std::hash<std::string>{}(options.key)));
-      std::normal_distribution<float> noise(0.0f, static_cast<float>(100 * rms));
-      for (auto& x : impl_->attack_buf) x = noise(rng);
-    }
+  if (corrupt_gradient(cfg_.attack, data.input, options.key, *impl_, options.weight))
     data.input = impl_->attack_buf;
-    options.weight *= 10;
-  }
   // The averager reads the caller's input and writes the result into its output directly.
   // (A named StepData: GCC 12 destroys a braced temporary in a co_await expression twice.)
   averaging::StepData sd{data.input, data.output, data.owner};

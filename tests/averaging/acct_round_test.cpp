@@ -161,3 +161,54 @@ INSTANTIATE_TEST_SUITE_P(Attacks, AcctRoundAttack,
                                return "false_report";
                            }
                          });
+
+// A member that joins and then sends nothing (AveragerConfig::test_stall: its hellos, no
+// parts, results or keepalives): the others drop it once it is silent for stall_timeout and
+// finish the round without it, their results identical and its values counted nowhere.
+TEST(AcctRound, StallerIsDroppedAndTheRoundFinishes) {
+  auto cfg = test::base_config();
+  cfg.key = {"stall", 16, 0};
+  cfg.round.stall_timeout = 2s;
+  std::vector<test::NodeOptions> o(kPeers);
+  o[kCheater].configure = [](AveragerConfig& c) { c.test_stall = true; };
+  test::Cluster c(kPeers, test::test_schema(3000), cfg, o, 11);
+  auto res = step_round(c, "stall/1", kPeers);
+  expect_identical_honest(c, res);
+  const auto staller = c.node(kCheater).host->local_peer();
+  for (std::size_t i = 0; i < kCheater; ++i) {
+    ASSERT_TRUE(res[i]) << res[i].error().message();
+    EXPECT_EQ(res[i].value().group.members.size(), kPeers) << "the staller joined the group";
+    // Dropped after the stall timeout (2 s), long before the step's 60 s deadline.
+    EXPECT_LT(res[i].value().allreduce_time, 20s) << "node " << i;
+    EXPECT_GT(res[i].value().subrounds, 1u) << "its part was re-reduced without it";
+    for (const auto& m : res[i].value().contributions) {
+      auto id = net::PeerId::from_bytes(m.peer.bytes());
+      ASSERT_TRUE(id);
+      if (id.value() == staller)
+        EXPECT_EQ(m.counted_elements, 0u) << "node " << i;
+      else
+        EXPECT_GT(m.counted_elements, 0u) << "node " << i;
+    }
+  }
+}
+
+// Lying reports with parts whose values exceed one piece of evidence (2 x 72k floats, over
+// kPieceBytes): the owners' answers travel in several pieces, reassembled by every member,
+// and the liar, not an owner, is banned (published detached to the directory as well).
+TEST(AcctRound, FalseReportAnsweredInPieces) {
+  const auto schema = test::test_schema(120000);
+  std::size_t floats = 0;
+  for (const auto& t : schema.tensors) {
+    std::size_t n = 1;
+    for (auto d : t.shape) n *= static_cast<std::size_t>(d);
+    floats += n;
+  }
+  ASSERT_GT(2 * (floats / kPeers) * sizeof(float), detail::kPieceBytes);
+  test::Cluster c(kPeers, schema, acct_config(3s), with_attack(Attack::false_report), 13);
+  const auto cheater = key_of_node(c, kCheater);
+  auto r1 = step_round(c, "pieces/1", kPeers);
+  expect_identical_honest(c, r1);
+  poll_until_banned(c, cheater);
+  EXPECT_EQ(honest_bans_of(c, cheater), kCheater);
+  EXPECT_EQ(honest_banned(c), 0u);
+}

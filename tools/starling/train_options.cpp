@@ -89,9 +89,11 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option(
          "--attack", o.attack,
          "FOR TESTING ROBUSTNESS: send reversed (sign-flip, x -10) or random (noise 100x the "
-         "gradient's RMS) gradients claiming 10x the samples; with --verify: return shifted "
-         "averages as an owner (wrong-average), send one owner other values than committed "
-         "(different-parts) or lie in projection reports (false-report)")
+         "gradient's RMS) gradients claiming 10x the samples, the gradient minus one standard "
+         "deviation per coordinate (alie), train on flipped labels (label-flip, task fashion), "
+         "join groups and send nothing (stall); with --verify: return shifted averages as an "
+         "owner (wrong-average), send one owner other values than committed (different-parts) "
+         "or lie in projection reports (false-report)")
       ->capture_default_str();
   cmd.add_option("--run-key", o.run_key,
                  "a private run: its run key (starling run-key new); only peers with a "

@@ -23,7 +23,11 @@ class FashionTrainTask final : public TrainTask {
  public:
   FashionTrainTask(const TrainOptions& o, optim::FashionModel kind, training::ImageDataset train,
                    training::ImageDataset test)
-      : TrainTask(o), kind_(kind), train_(std::move(train)), test_(test) {}
+      : TrainTask(o), kind_(kind), train_(std::move(train)), test_(test) {
+    // FOR TESTING robustness (--attack label-flip): this peer trains on wrong labels.
+    if (o.attack == "label-flip")
+      for (auto& l : train_.labels) l = static_cast<std::uint8_t>(9 - l);
+  }
   void start(std::uint64_t data_seed) override {
     task_ = std::make_unique<optim::FashionTask>(train_, kind_, o_.model_seed, data_seed);
   }

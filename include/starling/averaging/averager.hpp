@@ -94,6 +94,10 @@ struct AveragerConfig {
   // Test hook: called on the I/O thread when this peer's step enters a phase
   // ("matchmaking:<state>", "reduce-scatter", "report", "all-gather", "fin", "done").
   std::function<void(const std::string& phase)> on_phase;
+  // FOR TESTING only (`starling train --attack stall`): after joining a group this peer opens
+  // its streams and sends its hellos, then nothing (no parts, results or keepalives); the
+  // others drop it once it is silent for the round's stall_timeout.
+  bool test_stall = false;
 };
 
 struct StepOptions {
@@ -295,6 +299,8 @@ class Averager : public std::enable_shared_from_this<Averager> {
   // Accountability's ban list (null when it is off). Executor thread.
   std::shared_ptr<acct::BanList> bans() const;
   bool banned(const PeerKey& peer) const;
+  // A wrong_average verdict against the peer awaits its answer: left out of matchmaking meanwhile.
+  bool suspected(const PeerKey& peer) const;
   // Reads the run's accusations from the directory into the ban list (each step does first).
   awaitable<void> poll_accusations();
 

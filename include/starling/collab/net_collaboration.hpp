@@ -64,13 +64,19 @@ struct NetCollaborationConfig {
   // owner that shifts its results, a member that sends one owner other values than it
   // committed (averaging::AccountabilityConfig::Attack).
   // false_report: lies in its projection reports to get honest owners banned.
+  // alie ("a little is enough", Baruch et al. 2019): sends its gradient minus one standard
+  // deviation in every coordinate (estimated from its own recent gradients), at its true
+  // weight: a shift small enough to pass as an honest peer's noise, in one direction every
+  // round. stall: joins groups, then sends nothing (AveragerConfig::test_stall).
   enum class Attack : std::uint8_t {
     none,
     sign_flip,
     random,
     wrong_average,
     different_parts,
-    false_report
+    false_report,
+    alie,
+    stall
   };
   Attack attack = Attack::none;
   // A private run (docs/security.md, "Private runs"): only peers holding a certificate signed
