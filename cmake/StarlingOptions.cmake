@@ -1,8 +1,12 @@
 # starling_defs: the definitions Starling's public headers need (asio standalone, fmt for
 # spdlog); exported, so find_package(Starling) users get them.
 add_library(starling_defs INTERFACE)
+# ASIO_HAS_STD_ALIGNED_ALLOC: asio detects aligned_alloc from a libstdc++ macro that exists only
+# if a standard header came before asio's, so translation units that include asio first chose
+# operator new/delete and the others aligned_alloc/free for the same recycled coroutine frames
+# (ASan: alloc-dealloc-mismatch across TUs). Fixed here for every TU, ours and users'.
 target_compile_definitions(starling_defs INTERFACE ASIO_NO_DEPRECATED ASIO_STANDALONE
-  SPDLOG_FMT_EXTERNAL)
+  ASIO_HAS_STD_ALIGNED_ALLOC=1 SPDLOG_FMT_EXTERNAL)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
   # asio only detects coroutine support for GCC; clang 16 + libstdc++ 12 needs these.
   target_compile_definitions(starling_defs INTERFACE ASIO_HAS_CO_AWAIT ASIO_HAS_STD_COROUTINE)

@@ -1,7 +1,8 @@
 // RoundAcct (round_acct.hpp): accusations after the aggregation check and the owners' answers.
 // A member's failed check accuses the part's owner; the owner answers with false_report
 // evidence when a report about its part lies; only an accusation left unanswered becomes
-// evidence, so a lying member cannot get an honest owner banned.
+// evidence, so a lying member cannot get an honest owner banned inside the round (a lie
+// published in the directory is not answered yet: docs/security.md, "Known gap").
 #include <algorithm>
 
 #include "round_acct.hpp"

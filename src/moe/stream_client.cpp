@@ -1,4 +1,6 @@
 // Streamed expert calls: the client side (client.hpp, stream.hpp).
+#include <algorithm>
+
 #include <asio/experimental/awaitable_operators.hpp>
 
 #include "moe/stream_call.hpp"
@@ -13,13 +15,18 @@ namespace {
 
 using Frame = pb::MoeStreamFrame;
 
-// The answer must be one tensor with the request's rows (backward: the input's shape).
-result<void> check_answer(const StreamHeader& h, const TensorData& input, bool backward) {
+// The answer must be one tensor with the request's rows (backward: the input's shape; forward:
+// [rows, answer_row...] when the caller knows the expert's output schema).
+result<void> check_answer(const StreamHeader& h, const TensorData& input, bool backward,
+                          const std::vector<std::int64_t>& answer_row) {
   if (h.shapes.size() != 1)
     return Error(errc::protocol_violation,
                  "answered " + std::to_string(h.shapes.size()) + " tensors, want 1");
   const auto& s = h.shapes[0];
-  if (backward ? s != input.shape : (s.empty() || s[0] != input.shape[0]))
+  const bool row_ok = answer_row.empty() || (s.size() == answer_row.size() + 1 &&
+                                             std::equal(answer_row.begin(), answer_row.end(),
+                                                        s.begin() + 1));
+  if (backward ? s != input.shape : (s.empty() || s[0] != input.shape[0] || !row_ok))
     return Error(errc::protocol_violation, "answered a tensor " + describe_shape(s) +
                                                " for an input " + describe_shape(input.shape));
   return success();
@@ -85,7 +92,7 @@ awaitable<result<ExpertAnswer>> stream_call(net::Host& host, const ExpertAddress
     (void)co_await sleep_for(net::detail::kMaxTimeout);  // until the reader ends
   };
   StreamAssembler answer(
-      opts.limits, [&](const StreamHeader& h) { return check_answer(h, tensors[0], backward); });
+      opts.limits, [&](const StreamHeader& h) { return check_answer(h, tensors[0], backward, opts.answer_row); });
   std::optional<Error> read_error;
   bool bad_answer = false;
   auto read_all = [&]() -> awaitable<void> {

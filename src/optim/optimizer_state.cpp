@@ -114,10 +114,13 @@ void Optimizer::Impl::download(StepReport& rep, std::uint64_t want_digest) {
       log()->info("loaded state of epoch {} from peers ({} bytes)", r.value().epoch,
                   r.value().bytes.size());
       finish_epoch(r.value().epoch);
-      with_tracker([](training::ProgressTracker& t) {
-        t.state_downloaded();
-        return 0;
-      });
+      // Behind a running collaboration: its peers are in the view. (A download decided by the
+      // digest vote may come from a partial view at startup: it settles nothing.)
+      if (want_digest == 0)
+        with_tracker([](training::ProgressTracker& t) {
+          t.state_downloaded();
+          return 0;
+        });
       rep.epoch = epoch;
       return;
     }

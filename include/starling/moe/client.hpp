@@ -30,6 +30,10 @@ struct ExpertCallOptions {
   std::uint64_t stream_threshold = 4u << 20;
   std::uint64_t stream_chunk_values = 512u << 10;  // 2 MiB as float32
   std::size_t max_frame_size = 16u << 20;
+  // When set, a forward answer must be [rows, answer_row...] (the expert's output schema): a
+  // streamed answer's header is checked against it before anything is allocated, so a server
+  // cannot make the client allocate more than the output it asked for.
+  std::vector<std::int64_t> answer_row;
 };
 
 // Who to call.

@@ -107,6 +107,10 @@ struct ExpertServerConfig {
   std::size_t max_frame_size = 16u << 20;
   std::uint64_t stream_chunk_values = 512u << 10;
   std::uint64_t max_stream_bytes = 1ull << 30;
+  // A streamed call (upload, compute, answer) running longer is ended and its share of
+  // max_stream_bytes freed, so a peer that opens streams and goes quiet holds the budget for
+  // at most this long (not the RPC server's 10 min cap).
+  Duration max_stream_duration = 60s;
   std::filesystem::path checkpoint_dir;  // empty: no checkpoints
   Duration checkpoint_period = 60s;
   // Experiments: answer this fraction of forward/backward calls with errc::unavailable

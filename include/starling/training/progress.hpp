@@ -186,7 +186,7 @@ class ProgressTracker {
   // Networked start at `now`: with confirm_alone, no step alone before now + startup_grace,
   // and no round before a fetch begun then has completed.
   void start(TimePoint now);
-  // This peer loaded the state of peers ahead of it (or of the majority at its epoch): it
+  // This peer loaded the state of peers ahead of it (not a digest vote's download): it
   // joined a running collaboration, whose peers it has seen, so its first round need not wait
   // for the startup grace (peers that join in the same instant still see partial views).
   void state_downloaded() { settle_from_.reset(); }

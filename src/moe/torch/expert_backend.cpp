@@ -113,6 +113,8 @@ void run_batch(const ExpertServerConfig& cfg, ExpertServerStats& stats, Backend&
         throw std::runtime_error("expert output shape differs from its declared schema");
       out.backward(g);
       answer = x.grad().contiguous();
+      // Through view-only paths autograd may hand g (the request's memory) over as x's grad.
+      if (answer.is_alias_of(g) || answer.is_alias_of(x)) answer = answer.clone();
       answered_step = b.steps;
       if (b.accumulated_rows == 0) b.accumulating_since = Clock::now();
       b.accumulated_rows += static_cast<std::uint64_t>(rows);

@@ -151,6 +151,7 @@ torch::Tensor RemoteMixtureOfExpertsImpl::forward(const torch::Tensor& x) {
   st->opts.codec = options_.codec;
   st->opts.response_codec = options_.response_codec;
   st->opts.stream_threshold = options_.stream_threshold;
+  st->opts.answer_row = {options_.out_features};
   st->backward_timeout = options_.backward_timeout;
   st->batch = B;
   st->in_features = options_.in_features;

@@ -80,6 +80,7 @@ torch::Tensor RemoteExpert::forward(const torch::Tensor& x) {
   st->host = host_;
   st->to = address_;
   st->opts = opts_;
+  st->opts.answer_row = schema.value().output_shape;
   st->input = to_data(x);
   auto a = run_one_call(
       host_, [st]() { return call_forward(*st->host, st->to, st->input, st->opts); }, opts_.timeout,

@@ -142,6 +142,7 @@ awaitable<result<void>> serve_stream(std::shared_ptr<ExpertServer::Impl> self, b
 void ExpertServer::Impl::register_stream_methods(std::weak_ptr<Impl> weak) {
   net::MethodOptions mo;
   mo.max_message_size = cfg.max_frame_size;
+  mo.max_duration = cfg.max_stream_duration;
   for (bool backward : {false, true}) {
     rpc->add_bidi<Frame, Frame>(
         backward ? kBackwardStreamProtocol : kForwardStreamProtocol,
