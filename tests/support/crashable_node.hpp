@@ -106,18 +106,22 @@ class CrashableNode {
     if (!io_ || gone_) return;
     gone_ = true;
     (void)bytes_sent();
-    auto c = collab_;
-    auto dht = dht_;
-    auto host = host_;
-    (void)block_on(
-        io_->executor(),
-        [c, dht, host]() -> awaitable<result<void>> {
-          co_await c->stop();
-          co_await dht->stop();
-          co_await host->stop();
-          co_return success();
-        },
-        20s);
+    {
+      // Copies for the io thread, gone before the io_context is: objects destroyed after it
+      // touch freed timer services (ASan: heap-use-after-free in ~AsyncEvent).
+      auto c = collab_;
+      auto dht = dht_;
+      auto host = host_;
+      (void)block_on(
+          io_->executor(),
+          [c, dht, host]() -> awaitable<result<void>> {
+            co_await c->stop();
+            co_await dht->stop();
+            co_await host->stop();
+            co_return success();
+          },
+          20s);
+    }
     collab_.reset();
     dht_.reset();
     host_.reset();
