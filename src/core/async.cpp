@@ -3,6 +3,7 @@
 #include <map>
 
 #include <asio/error.hpp>
+#include <asio/io_context.hpp>
 
 #include "starling/core/log.hpp"
 
@@ -69,6 +70,12 @@ TaskScope::TaskScope(asio::any_io_executor ex) : state_(std::make_shared<State>(
 
 TaskScope::~TaskScope() {
   state_->closed = true;
+  // A stopped io_context runs no handler again: its pending tasks end when it is destroyed.
+  // Emitting there would reach into timer services that may already be torn down (an object
+  // destroyed by the context's own destruction, e.g. from a coroutine frame it held).
+  if (const auto* io = state_->ex.target<asio::io_context::executor_type>();
+      io && io->context().stopped())
+    return;
   state_->cancel_all();
 }
 
