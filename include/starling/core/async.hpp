@@ -79,7 +79,7 @@ class AsyncEvent {
 class TaskScope {
  public:
   explicit TaskScope(asio::any_io_executor ex);
-  ~TaskScope();  // cancels remaining tasks (does not wait: use close() for that)
+  ~TaskScope();  // cancels remaining tasks, no wait (close() waits); none on a stopped context
   TaskScope(const TaskScope&) = delete;
   TaskScope& operator=(const TaskScope&) = delete;
 
