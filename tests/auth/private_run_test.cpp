@@ -144,8 +144,15 @@ void serve(const Collab& c, FixedState f) {
   ASSERT_TRUE(r);
 }
 
+// serve() announces in the background: until a donor's announcement is in the DHT a download
+// finds nobody (errc::not_found), so a member retries that within the deadline.
 result<training::Collaboration::State> download(const Collab& c) {
-  return on(c, [c]() { return c->download_state(Clock::now() + 15s, 0); });
+  const auto deadline = Clock::now() + 15s;
+  for (;;) {
+    auto r = on(c, [c, deadline]() { return c->download_state(deadline, 0); });
+    if (r || r.error().code() != errc::not_found || Clock::now() >= deadline) return r;
+    std::this_thread::sleep_for(50ms);
+  }
 }
 
 // How many of `peers` `gate` admits; then stops it.
