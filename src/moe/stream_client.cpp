@@ -23,9 +23,9 @@ result<void> check_answer(const StreamHeader& h, const TensorData& input, bool b
     return Error(errc::protocol_violation,
                  "answered " + std::to_string(h.shapes.size()) + " tensors, want 1");
   const auto& s = h.shapes[0];
-  const bool row_ok = answer_row.empty() || (s.size() == answer_row.size() + 1 &&
-                                             std::equal(answer_row.begin(), answer_row.end(),
-                                                        s.begin() + 1));
+  const bool row_ok =
+      answer_row.empty() || (s.size() == answer_row.size() + 1 &&
+                             std::equal(answer_row.begin(), answer_row.end(), s.begin() + 1));
   if (backward ? s != input.shape : (s.empty() || s[0] != input.shape[0] || !row_ok))
     return Error(errc::protocol_violation, "answered a tensor " + describe_shape(s) +
                                                " for an input " + describe_shape(input.shape));
@@ -91,8 +91,9 @@ awaitable<result<ExpertAnswer>> stream_call(net::Host& host, const ExpertAddress
     if (!write_error) (void)co_await c.close_write();
     (void)co_await sleep_for(net::detail::kMaxTimeout);  // until the reader ends
   };
-  StreamAssembler answer(
-      opts.limits, [&](const StreamHeader& h) { return check_answer(h, tensors[0], backward, opts.answer_row); });
+  StreamAssembler answer(opts.limits, [&](const StreamHeader& h) {
+    return check_answer(h, tensors[0], backward, opts.answer_row);
+  });
   std::optional<Error> read_error;
   bool bad_answer = false;
   auto read_all = [&]() -> awaitable<void> {
