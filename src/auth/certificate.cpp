@@ -16,14 +16,6 @@ constexpr std::uint8_t kVersion = 1;
 constexpr char kCertDomain[] = "starling/run-membership/v1";
 constexpr char kListDomain[] = "starling/run-revocations/v1";
 
-void put64(Bytes& out, std::uint64_t v) {
-  for (int i = 7; i >= 0; --i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
-std::uint64_t get64(const std::uint8_t* p) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
-  return v;
-}
 template <std::size_t N>
 void put(Bytes& out, const std::array<std::uint8_t, N>& a) {
   out.insert(out.end(), a.begin(), a.end());
@@ -51,8 +43,8 @@ Bytes cert_body(const Certificate& c) {
   out.push_back(kVersion);
   put(out, c.run_key);
   put(out, c.member);
-  put64(out, c.issued_at);
-  put64(out, c.expires_at);
+  append_be64(out, c.issued_at);
+  append_be64(out, c.expires_at);
   return out;
 }
 
@@ -60,12 +52,12 @@ Bytes list_body(const RevocationList& l) {
   Bytes out(kListMagic, kListMagic + 4);
   out.push_back(kVersion);
   put(out, l.run_key);
-  put64(out, l.sequence);
-  put64(out, l.issued_at);
+  append_be64(out, l.sequence);
+  append_be64(out, l.issued_at);
   append_be32(out, static_cast<std::uint32_t>(l.entries.size()));
   for (const auto& e : l.entries) {
     put(out, e.member);
-    put64(out, e.revoked_at);
+    append_be64(out, e.revoked_at);
   }
   return out;
 }
@@ -147,8 +139,8 @@ result<Certificate> decode_certificate(BytesView in) {
   Certificate c;
   get(c.run_key, p);
   get(c.member, p + 32);
-  c.issued_at = get64(p + 64);
-  c.expires_at = get64(p + 72);
+  c.issued_at = load_be64(p + 64);
+  c.expires_at = load_be64(p + 72);
   get(c.signature, p + 80);
   return c;
 }
@@ -161,8 +153,8 @@ result<RevocationList> decode_revocations(BytesView in) {
   const std::uint8_t* p = in.data() + 5;
   RevocationList l;
   get(l.run_key, p);
-  l.sequence = get64(p + 32);
-  l.issued_at = get64(p + 40);
+  l.sequence = load_be64(p + 32);
+  l.issued_at = load_be64(p + 40);
   const std::uint32_t n = load_be32(p + 48);
   if (n > kMaxRevocations)
     return bad("revocation list of " + std::to_string(n) + " entries (max " +
@@ -174,7 +166,7 @@ result<RevocationList> decode_revocations(BytesView in) {
   l.entries.resize(n);
   for (std::uint32_t i = 0; i < n; ++i, p += kRevocationEntryBytes) {
     get(l.entries[i].member, p);
-    l.entries[i].revoked_at = get64(p + 32);
+    l.entries[i].revoked_at = load_be64(p + 32);
     if (i > 0 && !(l.entries[i - 1].member < l.entries[i].member))
       return bad("revocation list entries not sorted or repeated");
   }

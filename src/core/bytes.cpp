@@ -71,11 +71,17 @@ void append_be16(Bytes& out, std::uint16_t v) {
 void append_be32(Bytes& out, std::uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<std::uint8_t>(v >> s));
 }
+void append_be64(Bytes& out, std::uint64_t v) {
+  for (int s = 56; s >= 0; s -= 8) out.push_back(static_cast<std::uint8_t>(v >> s));
+}
 std::uint16_t load_be16(const std::uint8_t* p) {
   return static_cast<std::uint16_t>(p[0] << 8 | p[1]);
 }
 std::uint32_t load_be32(const std::uint8_t* p) {
   return std::uint32_t(p[0]) << 24 | std::uint32_t(p[1]) << 16 | std::uint32_t(p[2]) << 8 | p[3];
+}
+std::uint64_t load_be64(const std::uint8_t* p) {
+  return std::uint64_t{load_be32(p)} << 32 | load_be32(p + 4);
 }
 
 }  // namespace starling

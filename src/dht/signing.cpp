@@ -11,9 +11,6 @@ namespace {
 constexpr std::string_view kMarkerOpen = "[owner:";
 constexpr std::string_view kDomainTag = "/starling/dht/record/1";
 
-void append_be64(Bytes& out, std::uint64_t v) {
-  for (int i = 7; i >= 0; --i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
 void append_lp(Bytes& out, BytesView b) {
   append_uvarint(out, b.size());
   out.insert(out.end(), b.begin(), b.end());

@@ -35,14 +35,6 @@ struct Fd {
   }
 };
 
-void append_be64(Bytes& out, std::uint64_t v) {
-  append_be32(out, static_cast<std::uint32_t>(v >> 32));
-  append_be32(out, static_cast<std::uint32_t>(v));
-}
-std::uint64_t load_be64(const std::uint8_t* p) {
-  return (std::uint64_t{load_be32(p)} << 32) | load_be32(p + 4);
-}
-
 std::uint32_t crc32_of(BytesView b) {
   uLong crc = crc32(0L, Z_NULL, 0);
   std::size_t off = 0;

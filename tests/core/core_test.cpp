@@ -28,6 +28,23 @@ TEST(Varint, RoundTripAndRejections) {
   EXPECT_FALSE(decode_uvarint(toolong));
 }
 
+TEST(BigEndian, KnownBytesAndRoundTrip) {
+  Bytes b;
+  append_be16(b, 0x0102);
+  append_be32(b, 0x03040506u);
+  append_be64(b, 0x0708090a0b0c0d0eull);
+  EXPECT_EQ(to_hex(b), "0102030405060708090a0b0c0d0e");
+  EXPECT_EQ(load_be16(b.data()), 0x0102);
+  EXPECT_EQ(load_be32(b.data() + 2), 0x03040506u);
+  EXPECT_EQ(load_be64(b.data() + 6), 0x0708090a0b0c0d0eull);
+  for (std::uint64_t v : {0ull, 1ull, 0xffull << 56, ~0ull}) {
+    Bytes e;
+    append_be64(e, v);
+    ASSERT_EQ(e.size(), 8u);
+    EXPECT_EQ(load_be64(e.data()), v);
+  }
+}
+
 TEST(Hex, RoundTrip) {
   Bytes b{0x00, 0xab, 0xff};
   EXPECT_EQ(to_hex(b), "00abff");

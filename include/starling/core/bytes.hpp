@@ -49,7 +49,9 @@ result<std::optional<UvarintDecode>> decode_uvarint(BytesView in);
 // Appends big-endian integers.
 void append_be16(Bytes& out, std::uint16_t v);
 void append_be32(Bytes& out, std::uint32_t v);
+void append_be64(Bytes& out, std::uint64_t v);
 std::uint16_t load_be16(const std::uint8_t* p);
 std::uint32_t load_be32(const std::uint8_t* p);
+std::uint64_t load_be64(const std::uint8_t* p);
 
 }  // namespace starling
