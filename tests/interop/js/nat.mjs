@@ -1,7 +1,7 @@
 // js-libp2p peers for the NAT interop cases (tests/netlab/netlab_interop_nat.sh) and the js
 // anchor of `make bench-nat` (bench/run-nat-js.sh), beside peer.mjs:
 //
-//   node --import ./polyfill.mjs nat.mjs relay --listen /ip4/IP/tcp/PORT
+//   node --import ./polyfill.mjs nat.mjs relay --listen /ip4/IP/tcp/PORT [--autonat-dial-new]
 //       a public js relay server (circuit relay v2 hop) that also serves AutoNAT v1, identify
 //       and ping; it announces its listen address (a js relay puts only announced addresses in
 //       reservations)
@@ -12,6 +12,10 @@
 //       --ping-every MS      ping the dialed peer this often (default 300)
 //       --dcutr              run @libp2p/dcutr
 //       --autonat            run @libp2p/autonat (client and server)
+//       --autonat-dial-new   make the AutoNAT server dial back on a new connection (js 3.3.11's
+//                            server asks for any connection to the requester, gets the one the
+//                            request came over, judges by its address, then closes it: the
+//                            answer is never sent and the requester loses that connection)
 //       --local-port N       dial every TCP connection from local port N (Node has no
 //                            SO_REUSEPORT, so this peer then has no TCP listener: that is how
 //                            js can dial a hole punch from the port its NAT mapping belongs to)
@@ -19,6 +23,7 @@
 //                            what to do with the relay-observed TCP address js ignores: adopt =
 //                            add and confirm it (announced; offered in DCUtR CONNECT),
 //                            candidate = add it unconfirmed (AutoNAT then checks it)
+//       --candidate MA       add MA as an unconfirmed observed address (AutoNAT checks it)
 //       --exit-after S       stop after S seconds (default 300)
 //
 // stdout: one JSON object per line, each with "event" and "t" (ms since start): ready, addrs,
@@ -54,8 +59,10 @@ function parseArgs (argv) {
     else if (a === '--ping-every') o.pingEvery = Number(val())
     else if (a === '--dcutr') o.dcutr = true
     else if (a === '--autonat') o.autonat = true
+    else if (a === '--autonat-dial-new') o.autonatDialNew = true
     else if (a === '--local-port') o.localPort = Number(val())
     else if (a === '--observed') o.observed = val()
+    else if (a === '--candidate') o.candidate = val()
     else if (a === '--exit-after') o.exitAfter = Number(val())
     else usage(`unknown option ${a}`)
   }
@@ -129,6 +136,21 @@ async function pingOnce (node, peer) {
   return { rtt: Math.round(rtt * 100) / 100, ...connFields(conn) }
 }
 
+// --autonat-dial-new: the AutoNAT service's dial-backs get force: true (a new connection).
+function autonatDialNew (node) {
+  const svc = node.services.autonat
+  const cm = svc.components.connectionManager
+  const forced = {
+    openConnection: (target, options = {}) => cm.openConnection(target, { ...options, force: true }),
+    getConnections: (...a) => cm.getConnections(...a),
+    getMaxConnections: () => cm.getMaxConnections(),
+    isDialable: (...a) => cm.isDialable(...a)
+  }
+  svc.components = new Proxy(svc.components, {
+    get: (target, prop) => prop === 'connectionManager' ? forced : target[prop]
+  })
+}
+
 const [mode, ...rest] = process.argv.slice(2)
 const common = {
   connectionEncrypters: [noise()],
@@ -141,6 +163,7 @@ if (mode === 'relay') {
   if (o.listen.length !== 1) usage('relay needs one --listen /ip4/IP/tcp/PORT')
   const node = await createLibp2p({
     ...common,
+    start: false,
     addresses: { listen: o.listen, announce: o.listen },
     transports: [tcp()],
     services: {
@@ -150,7 +173,9 @@ if (mode === 'relay') {
       relay: circuitRelayServer({ reservations: { maxReservations: 64 } })
     }
   })
+  if (o.autonatDialNew) autonatDialNew(node)
   logConnections(node)
+  await node.start()
   emit('ready', { id: node.peerId.toString(), addrs: node.getMultiaddrs().map(String) })
   stopAfter(node, o.exitAfter)
 } else if (mode === 'peer') {
@@ -160,6 +185,7 @@ if (mode === 'relay') {
   if (o.autonat) services.autonat = autoNAT()
   const node = await createLibp2p({
     ...common,
+    start: false,  // listeners first: the relay connection opens during start()
     addresses: { listen: [...o.listen, ...o.relay.map((r) => `${r}/p2p-circuit`)] },
     transports: [
       tcp(o.localPort != null ? { dialOpts: { localPort: o.localPort } } : {}),
@@ -168,16 +194,21 @@ if (mode === 'relay') {
     services
   })
   logConnections(node)
+  const am = node.components.addressManager
+  if (o.candidate != null) am.addObservedAddr(multiaddr(o.candidate))
+  let adopted
+  const observedSeen = new Promise((resolve) => { adopted = resolve })
   if (o.observed != null) {
     // js ignores observed TCP addresses (identify.js, js-libp2p issue 2620); take the one a
     // peer reports over a direct connection, as a correct libp2p node would.
-    const am = node.components?.addressManager ?? node.services.identify.components?.addressManager
     node.addEventListener('peer:identify', (e) => {
       const ob = e.detail.observedAddr
       if (ob == null || isCircuit(e.detail.connection.remoteAddr) || !ob.toString().includes('/tcp/')) return
       const clean = multiaddr(ob.toString().replace(/\/p2p\/[^/]+$/, ''))
       am.addObservedAddr(clean)
       if (o.observed === 'adopt') am.confirmObservedAddr(clean, { type: 'observed' })
+      emit('observed', { addr: clean.toString(), how: o.observed })
+      adopted()
     })
   }
   if (o.autonat) {
@@ -200,6 +231,7 @@ if (mode === 'relay') {
       }
     }
   }
+  if (o.autonat && o.autonatDialNew) autonatDialNew(node)
   let lastAddrs = ''
   node.addEventListener('self:peer:update', () => {
     const addrs = node.getMultiaddrs().map(String)
@@ -209,12 +241,20 @@ if (mode === 'relay') {
     const circuit = addrs.filter((a) => a.includes('/p2p-circuit'))
     if (circuit.length > 0) emit('reserved', { circuit })
   })
+  await node.start()
   emit('ready', { id: node.peerId.toString(), addrs: node.getMultiaddrs().map(String) })
   stopAfter(node, o.exitAfter)
   if (o.dial != null) {
     const target = multiaddr(o.dial)
     let conn
     try {
+      // With --observed and a /p2p-circuit target: reach the relay first and take the address
+      // it observed, so that DCUtR's CONNECT carries it (bounded wait).
+      const [relayPart] = o.dial.split('/p2p-circuit')
+      if (o.observed != null && relayPart !== o.dial) {
+        await node.dial(multiaddr(relayPart), { signal: AbortSignal.timeout(15000) })
+        await Promise.race([observedSeen, new Promise((resolve) => setTimeout(resolve, 10000))])
+      }
       conn = await node.dial(target, { signal: AbortSignal.timeout(15000) })
       emit('dialed', connFields(conn))
     } catch (err) {
