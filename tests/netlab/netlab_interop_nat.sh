@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # NAT traversal interop with js-libp2p 3.3.11 (tests/interop/js/nat.mjs) in one netlab run:
-# 6 public hosts and 8 behind their own `drop` NATs (port-preserving, endpoint-independent,
+# 6 public hosts and 10 behind their own `drop` NATs (port-preserving, endpoint-independent,
 # silent drop: where TCP hole punching can work), all on the 11.77 block js treats as public
 # (interop_lib.sh). Cases (the interop section):
 #  (a) a js relay (h1) carries a connection between two Starling peers behind different NATs
@@ -11,7 +11,9 @@
 #      spec's B, it accepted the relayed connection) drives DCUtR and the punched connection
 #      carries js's pings, Starling as its server (multistream listener, Noise responder);
 #  (c2) DCUtR, Starling dials: Starling A (h10) dials js B (h9) through the Starling relay; js B
-#      drives DCUtR (tests/interop/README.md says what js 3.3.11 does as B);
+#      drives DCUtR: js 3.3.11 fails there (it acts as Noise initiator; README);
+#  (c3) the same with js B (h15) run with --dcutr-roles-fix (B's dial honours initiator:false):
+#      the punched connection carries Starling A's (h16) pings;
 #  (d) AutoNAT both ways: Starling nodes ask js AutoNAT servers (h1, h3): public on h4,
 #      private behind a NAT (h13); js nodes ask the Starling server (h2): js's public listen
 #      address (h3) verified, the address a js node behind a NAT (h14) listens on refused.
@@ -52,7 +54,7 @@ wait_json() {
   return 1
 }
 
-up --hosts 14 --nat 8 --nat-type drop
+up --hosts 16 --nat 10 --nat-type drop
 public_block
 
 # Relays and servers. JR: js relay + AutoNAT server; SR: Starling relay + AutoNAT server.
@@ -81,6 +83,7 @@ node ba h7 -l /ip4/0.0.0.0/tcp/4007 --relay-via "$relay_a"
 node bc h11 -l /ip4/0.0.0.0/tcp/4011 "${punch[@]}" --relay-via "$sr"
 # (b, c2) js B (h9) reserves with SR, adopts its relay-observed address, runs DCUtR.
 js_on h9 jsb peer --relay "$sr" --dcutr --local-port 4009 --observed adopt
+js_on h15 jsf peer --relay "$sr" --dcutr --local-port 4015 --observed adopt --dcutr-roles-fix
 # (d) Starling asks js servers: public (h4), behind a NAT (h13), and js's stock server (h6).
 node dpub h4 -l "/ip4/$(pub_addr h4)/tcp/4004" --connect "$jr" --connect "$js3"
 node dnat h13 -l /ip4/0.0.0.0/tcp/4013 --connect "$jr" --connect "$js3"
@@ -156,9 +159,9 @@ if [[ -n $jsb_circuit ]]; then
   # `initiator: false`, so both send Noise message 1 (32 bytes) and the handshake fails
   # (tests/interop/README.md). Checked: Starling's part; the direct connection if js does its
   # part, else that the failure is exactly that js defect and the relay keeps carrying the pings.
-  ab="/ip4/$(pub_addr h9)/tcp/4009"
+  ab="/ip4/$(pub_addr h9)/tcp/4009" ab_hp="$(pub_addr h9):4009"
   check "(c2) Starling A dialed js B's punched address $ab as the Noise initiator (the TCP punch got through)" \
-    wait_for_line "$T_TMP/ac.log" "(^connection $jsb_id direct outbound $ab)|(noise handshake \(outbound\) over tcp [0-9.]+:4010->${ab#/ip4/}" 30
+    wait_for_line "$T_TMP/ac.log" "(^connection $jsb_id direct outbound $ab)|(noise handshake \(outbound\) over tcp [0-9.]+:4010->$ab_hp)" 30
   check "(c2) js B sent CONNECT and SYNC, then dialed Starling A's address $(pub_addr h10):4010" \
     wait_for_line "$T_TMP/jsb.err" "libp2p:dcutr B dialing .*/ip4/$(pub_addr h10)/tcp/4010" 5
   if wait_for_line "$T_TMP/ac.log" "^connection $jsb_id direct outbound $ab" 10 2>/dev/null; then
@@ -168,7 +171,7 @@ if [[ -n $jsb_circuit ]]; then
   else
     note "(c2) no direct connection: js B acted as Noise initiator on the punched connection (js defect)"
     check "(c2) ... Starling A, the initiator, got js's Noise message 1 where message 2 belongs" \
-      grep -qE "noise handshake \(outbound\) .*->${ab#/ip4/}.*message 2 truncated \(32 bytes" "$T_TMP/ac.log"
+      grep -qE "noise handshake \(outbound\) .*->$ab_hp .*message 2 truncated \(32 bytes" "$T_TMP/ac.log"
     check "(c2) ... js B: EncryptionFailedError on each attempt" \
       grep -q "DCUtR on attempt 3 of 3 - EncryptionFailedError" "$T_TMP/jsb.err"
     n=$(grep -c "^ping $jsb_id [0-9]*: rtt" "$T_TMP/ac.log" || true)
@@ -177,6 +180,22 @@ if [[ -n $jsb_circuit ]]; then
   fi
   grep -hE "DCUtR|dcutr" "$T_TMP/jsb.err" | tail -3 | sed 's/^/# jsB(h9) /'
   grep -hE "dcutr|noise" "$T_TMP/ac.log" | tail -2 | sed 's/^/# A(h10) /'
+fi
+
+# ---- (c3) as (c2), js B with its roles fixed.
+if wait_json jsf reserved "" 30; then
+  jsf_id=$(js_field jsf ready .id)
+  node af h16 -l /ip4/0.0.0.0/tcp/4016 "${punch[@]}" --connect "$sr" \
+    --connect "$(js_field jsf reserved '.circuit[0]')" --ping-every 0.3
+  check "(c3) Starling A (h16) reached js B (h15, roles fixed) through the Starling relay" \
+    wait_for_line "$T_TMP/af.log" "^connection $jsf_id relayed outbound" 20
+  check "(c3) DCUtR: Starling A has a direct connection to js B's router $(pub_addr h15):4015" \
+    wait_for_line "$T_TMP/af.log" "^connection $jsf_id direct outbound /ip4/$(pub_addr h15)/tcp/4015" 30
+  check "(c3) Starling A's pings now use the direct connection" \
+    wait_for_line "$T_TMP/af.log" "^ping $jsf_id [0-9]+: rtt .* via direct" 10
+  check "(c3) js B: DCUtR succeeded" wait_for_line "$T_TMP/jsf.err" "libp2p:dcutr DCUtR to .* succeeded" 5
+else
+  fail "(c3) js B (h15) holds a reservation with the Starling relay"
 fi
 
 # ---- (d) AutoNAT

@@ -11,6 +11,10 @@
 //       --dial MA            dial this multiaddr (e.g. a /p2p-circuit address), then ping it
 //       --ping-every MS      ping the dialed peer this often (default 300)
 //       --dcutr              run @libp2p/dcutr
+//       --dcutr-roles-fix    as DCUtR's B, be the punched connection's server (js 3.3.11's dial
+//                            queue drops DCUtR's `initiator: false`, so js B acts as multistream
+//                            dialer and Noise initiator like A, and its yamux is a client
+//                            because the socket dialed: the connection fails)
 //       --autonat            run @libp2p/autonat (client and server)
 //       --autonat-dial-new   make the AutoNAT server dial back on a new connection (js 3.3.11's
 //                            server asks for any connection to the requester, gets the one the
@@ -58,6 +62,7 @@ function parseArgs (argv) {
     else if (a === '--dial') o.dial = val()
     else if (a === '--ping-every') o.pingEvery = Number(val())
     else if (a === '--dcutr') o.dcutr = true
+    else if (a === '--dcutr-roles-fix') o.dcutrRolesFix = true
     else if (a === '--autonat') o.autonat = true
     else if (a === '--autonat-dial-new') o.autonatDialNew = true
     else if (a === '--local-port') o.localPort = Number(val())
@@ -151,6 +156,45 @@ function autonatDialNew (node) {
   })
 }
 
+// --dcutr-roles-fix: DCUtR's B asks for its punch dials with `initiator: false`, which js's dial
+// queue drops on the way to the transport. The addresses B punches are noted, and the transport
+// manager's dial puts the flag back for them, so the upgrader runs as multistream listener and
+// Noise responder; yamux takes client/server from the socket's direction, which is set to
+// inbound for those dials. B is then the server of the punched connection, as the spec asks.
+function dcutrRolesFix (node) {
+  const svc = node.services.dcutr
+  const cm = svc.connectionManager
+  const tm = node.components.transportManager
+  const asResponder = new Set()
+  const key = (ma) => ma.toString().replace(/\/p2p\/[^/]+$/, '')
+  const openConnection = async (target, options = {}) => {
+    if (options.initiator !== false) return cm.openConnection(target, options)
+    const addrs = (Array.isArray(target) ? target : [target]).map(key)
+    addrs.forEach((a) => asResponder.add(a))
+    try {
+      return await cm.openConnection(target, options)
+    } finally {
+      addrs.forEach((a) => asResponder.delete(a))
+    }
+  }
+  svc.connectionManager = new Proxy(cm, {
+    get: (t, prop) => {
+      if (prop === 'openConnection') return openConnection
+      const v = t[prop]
+      return typeof v === 'function' ? v.bind(t) : v
+    }
+  })
+  const dial = tm.dial.bind(tm)
+  tm.dial = (ma, options = {}) => dial(ma, asResponder.has(key(ma)) ? { ...options, initiator: false } : options)
+  // yamux picks client/server from the raw socket's direction: make the socket say inbound.
+  const upgrader = node.components.upgrader
+  const upgradeOutbound = upgrader.upgradeOutbound.bind(upgrader)
+  upgrader.upgradeOutbound = (maConn, opts) => {
+    if (opts?.initiator === false) maConn.direction = 'inbound'
+    return upgradeOutbound(maConn, opts)
+  }
+}
+
 const [mode, ...rest] = process.argv.slice(2)
 const common = {
   connectionEncrypters: [noise()],
@@ -232,6 +276,7 @@ if (mode === 'relay') {
     }
   }
   if (o.autonat && o.autonatDialNew) autonatDialNew(node)
+  if (o.dcutr && o.dcutrRolesFix) dcutrRolesFix(node)
   let lastAddrs = ''
   node.addEventListener('self:peer:update', () => {
     const addrs = node.getMultiaddrs().map(String)
@@ -255,6 +300,7 @@ if (mode === 'relay') {
         await node.dial(multiaddr(relayPart), { signal: AbortSignal.timeout(15000) })
         await Promise.race([observedSeen, new Promise((resolve) => setTimeout(resolve, 10000))])
       }
+      emit('dialing', { addr: o.dial })
       conn = await node.dial(target, { signal: AbortSignal.timeout(15000) })
       emit('dialed', connFields(conn))
     } catch (err) {
