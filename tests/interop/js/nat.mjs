@@ -23,10 +23,10 @@
 //       --local-port N       dial every TCP connection from local port N (Node has no
 //                            SO_REUSEPORT, so this peer then has no TCP listener: that is how
 //                            js can dial a hole punch from the port its NAT mapping belongs to)
-//       --observed adopt|candidate
-//                            what to do with the relay-observed TCP address js ignores: adopt =
-//                            add and confirm it (announced; offered in DCUtR CONNECT),
-//                            candidate = add it unconfirmed (AutoNAT then checks it)
+//       --observed adopt     offer the TCP address a peer observed over a direct connection
+//                            (js ignores it) in DCUtR CONNECT messages, without announcing it
+//                            in identify (a js B would first try a doomed direct dial to it:
+//                            5 s lost, and the punch then fails with EADDRNOTAVAIL)
 //       --candidate MA       add MA as an unconfirmed observed address (AutoNAT checks it)
 //       --exit-after S       stop after S seconds (default 300)
 //
@@ -71,7 +71,7 @@ function parseArgs (argv) {
     else if (a === '--exit-after') o.exitAfter = Number(val())
     else usage(`unknown option ${a}`)
   }
-  if (o.observed != null && !['adopt', 'candidate'].includes(o.observed)) usage('--observed adopt|candidate')
+  if (o.observed != null && o.observed !== 'adopt') usage('--observed adopt')
   if (!(o.pingEvery > 0) || !(o.exitAfter > 0)) usage('--ping-every and --exit-after must be > 0')
   return o
 }
@@ -244,16 +244,25 @@ if (mode === 'relay') {
   const observedSeen = new Promise((resolve) => { adopted = resolve })
   if (o.observed != null) {
     // js ignores observed TCP addresses (identify.js, js-libp2p issue 2620); take the one a
-    // peer reports over a direct connection, as a correct libp2p node would.
+    // peer reports over a direct connection and offer it where DCUtR reads our addresses.
+    const offered = []
     node.addEventListener('peer:identify', (e) => {
       const ob = e.detail.observedAddr
       if (ob == null || isCircuit(e.detail.connection.remoteAddr) || !ob.toString().includes('/tcp/')) return
-      const clean = multiaddr(ob.toString().replace(/\/p2p\/[^/]+$/, ''))
-      am.addObservedAddr(clean)
-      if (o.observed === 'adopt') am.confirmObservedAddr(clean, { type: 'observed' })
-      emit('observed', { addr: clean.toString(), how: o.observed })
+      const clean = multiaddr(ob.toString().replace(/\/p2p\/[^/]+$/, '') + `/p2p/${node.peerId}`)
+      if (offered.some((m) => m.equals(clean))) return
+      offered.push(clean)
+      emit('observed', { addr: clean.toString() })
       adopted()
     })
+    if (o.dcutr) {
+      const svc = node.services.dcutr
+      svc.addressManager = new Proxy(am, {
+        get: (t, prop) => prop === 'getAddresses'
+          ? () => [...t.getAddresses(), ...offered]
+          : (typeof t[prop] === 'function' ? t[prop].bind(t) : t[prop])
+      })
+    }
   }
   if (o.autonat) {
     // Report every AutoNAT answer: the success/failure counts js keeps for the address asked.
