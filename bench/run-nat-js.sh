@@ -23,12 +23,6 @@ need_cmd node jq
 js_setup
 TRIES=${BENCH_TRIES:-20}
 
-node() {  # NAME HOST ARGS...
-  local name=$1 host=$2
-  shift 2
-  bg_on "$host" "$T_TMP/$name.log" env HOME="$T_TMP" "$STARLING" --log info node \
-    -i "$T_TMP/$name.key" "$@"
-}
 t_of() { { grep -E "$2" "$1" || true; } | head -1 | sed -nE 's/.* t=([0-9.]+)$/\1/p'; }
 jt_of() { { grep -E "$2" "$T_TMP/$1.json" || true; } | head -1 | jq -r '.t // empty'; }
 median() { sort -g | awk '{v[NR]=$1} END{if(NR==0){print "-"}else{print v[int((NR+1)/2)]}}'; }
@@ -41,13 +35,13 @@ record() { if [[ -n $3 ]]; then echo "$3" >>"$T_TMP/$1.$2"; fi; }
 up --hosts 3 --nat 2 --nat-type drop
 public_block
 r_ip=$(pub_addr h1)
-node sr h1 -l "/ip4/$r_ip/tcp/4001" --relay
+starling_node sr h1 -l "/ip4/$r_ip/tcp/4001" --relay
 js_on h1 jr relay --listen "/ip4/$r_ip/tcp/4101"
 wait_for_line "$T_TMP/sr.log" "^listening on /ip4/$r_ip/" 15 >/dev/null
 wait_for_line "$T_TMP/jr.json" '"event":"ready"' 30 >/dev/null
 sr=$(sed -nE "s|^listening on (/ip4/$r_ip/tcp/4001/p2p/.*)$|\1|p" "$T_TMP/sr.log")
 jr=$(js_field jr ready '.addrs[0]')
-node sb h2 -l /ip4/0.0.0.0/tcp/4002 --hole-punching --relay-via "$sr"
+starling_node sb h2 -l /ip4/0.0.0.0/tcp/4002 --hole-punching --relay-via "$sr"
 js_on h2 jb peer --relay "$jr" --dcutr --local-port 4102 --observed adopt
 js_on h2 fb peer --relay "$jr" --dcutr --local-port 4103 --observed adopt --dcutr-roles-fix
 wait_for_line "$T_TMP/sb.log" '^relayed at ' 30 >/dev/null
@@ -75,7 +69,7 @@ gave_up() {
 
 starling_try() {  # I
   local i=$1 a="st-a$1" log apid t_r t_rel t_dir
-  node "$a" h3 -l "/ip4/0.0.0.0/tcp/$((4100 + i))" --hole-punching --connect "$sr" \
+  starling_node "$a" h3 -l "/ip4/0.0.0.0/tcp/$((4100 + i))" --hole-punching --connect "$sr" \
     --connect "$sb_circuit" --ping-every 0.2
   apid=${T_PIDS[-1]} log="$T_TMP/$a.log"
   wait_for_line "$log" "(^ping $sb_id [0-9]+: rtt .* via direct)|(dcutr with .*\(A\): .*staying relayed)" 45 \

@@ -35,13 +35,6 @@ js_setup
 
 punch=(--hole-punching)
 [[ -n ${STARLING_INTEROP_NO_PUNCH:-} ]] && punch=()
-node() {  # NAME HOST ARGS...: a `starling node` with its own identity, logging at info
-  local name=$1 host=$2
-  shift 2
-  bg_on "$host" "$T_TMP/$name.log" env HOME="$T_TMP" "$STARLING" --log info node \
-    -i "$T_TMP/$name.key" "$@"
-}
-peer_id() { sed -nE 's/^peer id (.*)$/\1/p' "$T_TMP/$1.log" | head -1; }
 # wait_json NAME EVENT [REGEX [SECONDS]]: waits for an EVENT line (matching REGEX) from js NAME
 wait_json() {
   local f=$T_TMP/$1.json re="\"event\":\"$2\"${3:+.*$3}" i
@@ -59,7 +52,7 @@ public_block
 
 # Relays and servers. JR: js relay + AutoNAT server; SR: Starling relay + AutoNAT server.
 js_on h1 jr relay --listen "/ip4/$(pub_addr h1)/tcp/4001" --autonat-dial-new
-node sr h2 -l "/ip4/$(pub_addr h2)/tcp/4002" --relay
+starling_node sr h2 -l "/ip4/$(pub_addr h2)/tcp/4002" --relay
 check "js relay JR (h1) is up" wait_json jr ready "" 30
 check "Starling relay SR (h2) is up" wait_for_line "$T_TMP/sr.log" "^listening on /ip4/$(pub_addr h2)/" 15
 jr=$(js_field jr ready '.addrs[0]')
@@ -78,16 +71,16 @@ js5="/ip4/$(pub_addr h5)/tcp/4005/p2p/$(js_field js5 ready .id)"
 # (a) B (h7) reserves with the js relay; A (h8) pings B through it.
 relay_a=$jr
 if [[ -n ${STARLING_INTEROP_NO_RELAY:-} ]]; then relay_a=$js3; fi
-node ba h7 -l /ip4/0.0.0.0/tcp/4007 --relay-via "$relay_a"
+starling_node ba h7 -l /ip4/0.0.0.0/tcp/4007 --relay-via "$relay_a"
 # (c1) Starling B (h11) reserves with SR for js A.
-node bc h11 -l /ip4/0.0.0.0/tcp/4011 "${punch[@]}" --relay-via "$sr"
+starling_node bc h11 -l /ip4/0.0.0.0/tcp/4011 "${punch[@]}" --relay-via "$sr"
 # (b, c2) js B (h9) reserves with SR, adopts its relay-observed address, runs DCUtR.
 js_on h9 jsb peer --relay "$sr" --dcutr --local-port 4009 --observed adopt
 js_on h15 jsf peer --relay "$sr" --dcutr --local-port 4015 --observed adopt --dcutr-roles-fix
 # (d) Starling asks js servers: public (h4), behind a NAT (h13), and js's stock server (h6).
-node dpub h4 -l "/ip4/$(pub_addr h4)/tcp/4004" --connect "$jr" --connect "$js3"
-node dnat h13 -l /ip4/0.0.0.0/tcp/4013 --connect "$jr" --connect "$js3"
-node dstock h6 -l "/ip4/$(pub_addr h6)/tcp/4006" --connect "$js5"
+starling_node dpub h4 -l "/ip4/$(pub_addr h4)/tcp/4004" --connect "$jr" --connect "$js3"
+starling_node dnat h13 -l /ip4/0.0.0.0/tcp/4013 --connect "$jr" --connect "$js3"
+starling_node dstock h6 -l "/ip4/$(pub_addr h6)/tcp/4006" --connect "$js5"
 # (d) js behind a NAT (h14) asks SR to check the address it listens on behind its router.
 js_on h14 jsd peer --listen /ip4/0.0.0.0/tcp/4014 --autonat --autonat-dial-new --dial "$sr" \
   --candidate "/ip4/$(pub_addr h14)/tcp/4014"
@@ -97,14 +90,14 @@ check "(a) Starling B (h7) holds a reservation with the js relay" \
   wait_for_line "$T_TMP/ba.log" "^relayed at $relay_a/p2p-circuit/p2p/" 40
 ba_circuit=$(sed -nE 's|^relayed at (.*)$|\1|p' "$T_TMP/ba.log" | head -1)
 if [[ -n $ba_circuit ]]; then
-  node aa h8 -l /ip4/0.0.0.0/tcp/4008 --connect "$ba_circuit" --ping-every 0.3
-  ba_id=$(peer_id ba)
+  starling_node aa h8 -l /ip4/0.0.0.0/tcp/4008 --connect "$ba_circuit" --ping-every 0.3
+  ba_id=$(node_peer_id ba)
   check "(a) Starling A (h8) reached B through the js relay" \
     wait_for_line "$T_TMP/aa.log" "^connection $ba_id relayed outbound /ip4/$(pub_addr h1)/" 15
   check "(a) A's pings to B cross the js relay" \
     wait_for_line "$T_TMP/aa.log" "^ping $ba_id 3: rtt .* via relayed" 15
   check "(a) B accepted the relayed connection from A" \
-    wait_for_line "$T_TMP/ba.log" "^connection $(peer_id aa) relayed inbound" 10
+    wait_for_line "$T_TMP/ba.log" "^connection $(node_peer_id aa) relayed inbound" 10
 fi
 
 # ---- (b)
@@ -123,7 +116,7 @@ if [[ -n $jsb_circuit ]]; then
 fi
 
 # ---- (c1) js A dials Starling B through SR; Starling B punches.
-bc_id=$(peer_id bc)
+bc_id=$(node_peer_id bc)
 if wait_for_line "$T_TMP/bc.log" "^relayed at $sr/p2p-circuit/p2p/" 40; then
   bc_circuit=$(sed -nE 's|^relayed at (.*)$|\1|p' "$T_TMP/bc.log" | head -1)
   js_on h12 jsa peer --dial "$bc_circuit" --dcutr --local-port 4012 --observed adopt
@@ -147,7 +140,7 @@ grep -hE "dcutr" "$T_TMP/bc.log" | sed 's/^/# B(h11) /' | head -4 || true
 
 # ---- (c2) Starling A dials js B through SR; js B drives DCUtR.
 if [[ -n $jsb_circuit ]]; then
-  node ac h10 -l /ip4/0.0.0.0/tcp/4010 "${punch[@]}" --connect "$sr" --connect "$jsb_circuit" \
+  starling_node ac h10 -l /ip4/0.0.0.0/tcp/4010 "${punch[@]}" --connect "$sr" --connect "$jsb_circuit" \
     --ping-every 0.3
   check "(c2) Starling A (h10) reached js B through the Starling relay" \
     wait_for_line "$T_TMP/ac.log" "^connection $jsb_id relayed outbound" 20
@@ -185,7 +178,7 @@ fi
 # ---- (c3) as (c2), js B with its roles fixed.
 if wait_json jsf reserved "" 30; then
   jsf_id=$(js_field jsf ready .id)
-  node af h16 -l /ip4/0.0.0.0/tcp/4016 "${punch[@]}" --connect "$sr" \
+  starling_node af h16 -l /ip4/0.0.0.0/tcp/4016 "${punch[@]}" --connect "$sr" \
     --connect "$(js_field jsf reserved '.circuit[0]')" --ping-every 0.3
   check "(c3) Starling A (h16) reached js B (h15, roles fixed) through the Starling relay" \
     wait_for_line "$T_TMP/af.log" "^connection $jsf_id relayed outbound" 20
@@ -209,7 +202,7 @@ check "(d) js JS3 (public) asked the Starling server: its listen address verifie
   wait_json js3 autonat "\"server\":\"${sr##*/}\",\"addr\":\"/ip4/$(pub_addr h3)/tcp/4003\",\"success\":1,\"failure\":0,\"verified\":true" 40
 check "(d) js behind a NAT (h14) asked the Starling server: its address failed the dial-back" \
   wait_json jsd autonat "\"server\":\"${sr##*/}\",\"addr\":\"/ip4/$(pub_addr h14)/tcp/4014\",\"success\":0,\"failure\":1,\"verified\":false" 40
-dstock_id=$(peer_id dstock)
+dstock_id=$(node_peer_id dstock)
 check "(d) js's stock AutoNAT server (h5), asked by Starling (h6), took the request's own connection for its dial-back" \
   wait_for_line "$T_TMP/js5.err" "auto-nat:error tried to dial /ip4/$(pub_addr h6)/tcp/4006/p2p/$dstock_id but dialed /ip4/$(pub_addr h6)/tcp/[0-9]+/p2p/" 30
 check "(d) ... then closed that connection (Starling saw it go)" \
