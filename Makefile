@@ -66,6 +66,7 @@ python-install: configure
 # make bench-transport, bench-dht, bench-allreduce, bench-training, ...
 bench-%: build
 	bench/run-$*.sh $(BUILD)
+bench-nat: build ; bench/run-nat.sh $(BUILD) && bench/run-nat-js.sh $(BUILD)
 
 fuzz: deps
 	cmake --preset fuzz && cmake --build $(BUILD)/fuzz -j $(JOBS)

@@ -27,7 +27,7 @@ if [ $# -ne 1 ] || [ -z "$1" ]; then
 fi
 
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/js"
-for f in package.json package-lock.json peer.mjs relay.mjs polyfill.mjs; do
+for f in package.json package-lock.json peer.mjs relay.mjs nat.mjs polyfill.mjs; do
   if [ ! -f "$src/$f" ]; then
     echo "interop setup: missing $src/$f" >&2
     exit 1
@@ -55,7 +55,7 @@ if command -v flock >/dev/null 2>&1; then
   flock -w 900 9 || skip "timed out waiting for another setup.sh to finish"
 fi
 
-for f in package.json package-lock.json peer.mjs relay.mjs polyfill.mjs; do
+for f in package.json package-lock.json peer.mjs relay.mjs nat.mjs polyfill.mjs; do
   if ! cmp -s "$src/$f" "$dst/$f"; then
     cp "$src/$f" "$dst/$f.tmp" && mv -f "$dst/$f.tmp" "$dst/$f" ||
       { echo "interop setup: cannot copy $f to $dst" >&2; exit 1; }
