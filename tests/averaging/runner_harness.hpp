@@ -157,17 +157,21 @@ struct RunnerPair {
     runner = std::make_shared<detail::RoundRunner>(
         *a, g, 0, std::vector<net::PeerId>{a->local_peer(), b->local_peer()}, local0, out0, cfg,
         deadline, pool);
-    a->set_stream_handler(
-        kRunnerTestProtocol, [r = runner](net::ByteStreamPtr s, net::PeerId) -> awaitable<void> {
-          auto rd = std::make_shared<net::BufferedReader>(*s);
-          auto h = co_await with_timeout(rd->read_length_prefixed(wire::kMaxFrame), 10s, "hello");
-          if (!h) co_return;
-          co_await r->serve_inbound(1, s, rd);
-        });
-    b->set_stream_handler(kRunnerTestProtocol,
-                          [p = peer.get()](net::ByteStreamPtr s, net::PeerId) -> awaitable<void> {
-                            co_await p->serve(s);
-                          });
+    // Handlers are registered on the hosts' io thread (Host's threading rule).
+    on_io([this]() -> awaitable<bool> {
+      a->set_stream_handler(
+          kRunnerTestProtocol, [r = runner](net::ByteStreamPtr s, net::PeerId) -> awaitable<void> {
+            auto rd = std::make_shared<net::BufferedReader>(*s);
+            auto h = co_await with_timeout(rd->read_length_prefixed(wire::kMaxFrame), 10s, "hello");
+            if (!h) co_return;
+            co_await r->serve_inbound(1, s, rd);
+          });
+      b->set_stream_handler(kRunnerTestProtocol,
+                            [p = peer.get()](net::ByteStreamPtr s, net::PeerId) -> awaitable<void> {
+                              co_await p->serve(s);
+                            });
+      co_return true;
+    });
   }
 
   // Starts the round on both members; the future holds member 0's result.
