@@ -103,6 +103,12 @@ std::shared_ptr<const detail::RoundAcctConfig> Averager::round_acct(
     case A::false_report:
       c->attack = detail::RoundAttack::false_report;
       break;
+    case A::directory_lie:
+      c->attack = detail::RoundAttack::directory_lie;
+      c->on_forged = [weak](const acct::Evidence& e) {
+        if (auto a = weak.lock()) a->publish_forged(e);
+      };
+      break;
   }
   return c;
 }
@@ -161,6 +167,15 @@ void Averager::on_evidence(const acct::Evidence& e) {
            e.receipts.at(1).key == acct::key_of(*impl_->acct_key))
     // An owner's answer is published by the owner only (its receivers hold the same values).
     publish_evidence(*impl_, directory_, cfg_.accountability, e);
+}
+
+void Averager::publish_forged(const acct::Evidence& e) {
+  if (!impl_->bans || impl_->stopped) return;
+  logger("averaging")
+      ->warn(
+          "accountability: TEST ATTACK directory-lie: publishing a false "
+          "wrong_average accusation");
+  publish_evidence(*impl_, directory_, cfg_.accountability, e);
 }
 
 awaitable<void> Averager::poll_accusations() {

@@ -73,6 +73,7 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, training::Comp
   if (cfg_.attack == Attack::different_parts)
     ac.accountability.attack = AcctAttack::different_parts;
   if (cfg_.attack == Attack::false_report) ac.accountability.attack = AcctAttack::false_report;
+  if (cfg_.attack == Attack::directory_lie) ac.accountability.attack = AcctAttack::directory_lie;
   ac.test_stall = cfg_.attack == Attack::stall;
   ac.on_phase = [me = host_->local_peer().short_string()](const std::string& ph) {
     log()->debug("{}: {}", me, ph);

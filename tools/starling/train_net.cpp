@@ -198,16 +198,18 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
     cfg.collab.attack = Attack::alie;
   else if (o.attack == "stall")
     cfg.collab.attack = Attack::stall;
+  else if (o.attack == "directory-lie")
+    cfg.collab.attack = Attack::directory_lie;
   else if (o.attack == "label-flip" && o.task != "fashion")
     return make_error(errc::invalid_argument, "--attack label-flip: only with --task fashion");
   else if (o.attack != "none" && o.attack != "label-flip")  // label-flip: in the task
     return make_error(errc::invalid_argument,
                       "--attack " + o.attack +
                           ": expected none, sign-flip, random, alie, label-flip, stall, "
-                          "wrong-average, different-parts or false-report");
+                          "wrong-average, different-parts, false-report or directory-lie");
   cfg.collab.verify = o.verify;
   if ((cfg.collab.attack == Attack::wrong_average || cfg.collab.attack == Attack::different_parts ||
-       cfg.collab.attack == Attack::false_report) &&
+       cfg.collab.attack == Attack::false_report || cfg.collab.attack == Attack::directory_lie) &&
       !o.verify)
     return make_error(errc::invalid_argument, "--attack " + o.attack + " needs --verify");
   ST_TRY(cfg.collab.membership, membership_config(o));

@@ -93,7 +93,8 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
          "deviation per coordinate (alie), train on flipped labels (label-flip, task fashion), "
          "join groups and send nothing (stall); with --verify: return shifted averages as an "
          "owner (wrong-average), send one owner other values than committed (different-parts) "
-         "or lie in projection reports (false-report)")
+         "or lie in projection reports (false-report), or publish false accusations in the DHT "
+         "(directory-lie)")
       ->capture_default_str();
   cmd.add_option("--run-key", o.run_key,
                  "a private run: its run key (starling run-key new); only peers with a "
