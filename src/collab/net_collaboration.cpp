@@ -166,6 +166,12 @@ awaitable<result<void>> NetCollaboration::publish_progress(Bytes value, Duration
   auto self = shared_from_this();
   if (impl_->stopped) co_return make_error(errc::closed, "collaboration stopped");
   const auto ms = std::chrono::duration_cast<dht::Millis>(ttl);
+  if (cfg_.attack ==
+      NetCollaborationConfig::Attack::flood) {  // test-only: fake records besides its own
+    auto fakes = flood_records(*impl_, value, ms);
+    auto r = co_await node_->store_records(impl_->progress_key, std::move(fakes));
+    if (!r) log()->info("flood: fake progress records not stored: {}", r.error().message());
+  }
   auto stored = co_await node_->store_signed(impl_->progress_key, node_->owned_subkey("progress"),
                                              std::move(value), ms);
   if (!stored) co_return stored.error().with_context("publish progress");
@@ -198,7 +204,7 @@ awaitable<result<std::vector<training::ProgressEntry>>> NetCollaboration::fetch_
     e.remaining_ttl = v.ttl;
     out.push_back(std::move(e));
   }
-  co_return out;
+  co_return impl_->guard.filter(std::move(out), Clock::now());
 }
 
 // --- state ---------------------------------------------------------------------------------

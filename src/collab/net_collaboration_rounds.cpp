@@ -262,6 +262,7 @@ awaitable<result<training::RoundResult>> NetCollaboration::average(training::Rou
     if (i != res.my_index && m.counted_elements == 0) continue;
     auto id = net::PeerId::from_bytes(m.peer.bytes());
     if (!id) continue;
+    if (i != res.my_index) impl_->guard.vouch(id.value());  // a real peer of this run
     out.members.push_back({std::move(id).value(), m.weight});
     out.total_weight += m.weight;
   }

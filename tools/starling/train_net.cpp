@@ -198,6 +198,8 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
     cfg.collab.attack = Attack::alie;
   else if (o.attack == "stall")
     cfg.collab.attack = Attack::stall;
+  else if (o.attack == "flood")
+    cfg.collab.attack = Attack::flood;
   else if (o.attack == "directory-lie")
     cfg.collab.attack = Attack::directory_lie;
   else if (o.attack == "label-flip" && o.task != "fashion")
@@ -205,7 +207,7 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
   else if (o.attack != "none" && o.attack != "label-flip")  // label-flip: in the task
     return make_error(errc::invalid_argument,
                       "--attack " + o.attack +
-                          ": expected none, sign-flip, random, alie, label-flip, stall, "
+                          ": expected none, sign-flip, random, alie, label-flip, stall, flood, "
                           "wrong-average, different-parts, false-report or directory-lie");
   cfg.collab.verify = o.verify;
   if ((cfg.collab.attack == Attack::wrong_average || cfg.collab.attack == Attack::different_parts ||
