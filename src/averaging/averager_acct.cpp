@@ -90,6 +90,7 @@ std::shared_ptr<const detail::RoundAcctConfig> Averager::round_acct(
   c->on_evidence = [weak](const acct::Evidence& e) {
     if (auto a = weak.lock()) a->on_evidence(e);
   };
+  c->on_report = [bans = impl_->bans](const acct::ProjectionReport& r) { bans->remember(r); };
   using A = AccountabilityConfig::Attack;
   switch (cfg_.accountability.attack) {
     case A::none:
@@ -194,6 +195,12 @@ awaitable<void> Averager::poll_accusations() {
       cfg_.open_timeout, "accusations");
   bans->tick(Clock::now());
   release_verdicts(*impl_, directory_, cfg_.accountability);
+  for (auto& e : bans->take_found()) {  // report_conflict: a member lied in the directory
+    logger("averaging")
+        ->warn("accountability: {} evidence from the directory: published",
+               acct::to_string(e.kind));
+    publish_evidence(*impl_, directory_, cfg_.accountability, e);
+  }
   if (!r) {
     logger("averaging")->debug("accountability: accusations not read: {}", r.error().message());
     co_return;

@@ -177,6 +177,25 @@ result<Verdict> BanList::vote(const Accusation& a, const Verdict& d, TimePoint n
   return d;
 }
 
+void BanList::remember(const ProjectionReport& r) {
+  const ReportSlot slot{r.round, r.subround, r.part, r.member};
+  if (!reports_.try_emplace(slot, r).second) return;
+  report_order_.push_back(slot);
+  if (report_order_.size() > kMaxRemembered) {
+    reports_.erase(report_order_.front());
+    report_order_.pop_front();
+  }
+}
+
+void BanList::expose_conflicts(const Evidence& e, TimePoint now) {
+  for (const auto& rp : e.reports) {
+    auto it = reports_.find(ReportSlot{rp.round, rp.subround, rp.part, rp.member});
+    if (it == reports_.end() || it->second == rp) continue;
+    Evidence c = report_conflict(e.info, it->second, rp);
+    if (add_evidence(c, now)) found_.push_back(std::move(c));
+  }
+}
+
 std::size_t BanList::votes(const Hash32& round, std::uint32_t subround, std::uint32_t part) const {
   auto it = votes_.find(Slot{round, subround, part});
   return it == votes_.end() ? 0 : it->second.accusers.size();
@@ -203,6 +222,7 @@ result<Verdict> BanList::add_accusation(const Accusation& a, TimePoint now) {
     ban(a.accuser, "false accusation", now);
     return make_error(errc::invalid_argument, "false accusation: " + v.error().message());
   }
+  if (v.value().kind == EvidenceKind::wrong_average) expose_conflicts(a.evidence, now);
   if (v.value().pending) return vote(a, v.value(), now);
   apply(v.value(), now);
   return v;

@@ -171,6 +171,7 @@ result<void> RoundAcct::on_statement(std::uint32_t from, BytesView b) {
       if (r.member != from || !member_signed(r, info_, round_, from))
         return bad("report does not verify");
       reports_[{r.subround, r.part, from}] = r;
+      if (cfg_->on_report) cfg_->on_report(r);
       return success();
     }
     case 0xC6:  // checked: the sender's accusations (if any) came before

@@ -51,6 +51,8 @@ struct RoundAcctConfig {
   std::function<void(const acct::Evidence&)> on_evidence;
   RoundAttack attack = RoundAttack::none;
   std::function<void(const acct::Evidence&)> on_forged;  // directory_lie's accusations
+  // Every verified report received from another member (BanList::remember).
+  std::function<void(const acct::ProjectionReport&)> on_report;
 };
 
 // What an owner's reduction of a part gives the result's receipt (computed on the pool).

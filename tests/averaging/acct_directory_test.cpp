@@ -166,3 +166,35 @@ TEST(AcctDirectory, JunkDetachedRecordsCannotCrowdOutTheAnswer) {
     EXPECT_FALSE(bans.accused(c.f.info.members[0]) && bans.suspected(c.f.info.members[0]));
   }
 }
+
+// A member that reported honestly inside the round and lies in the directory has signed two
+// reports for one part: a reader that received the first in the round holds report_conflict
+// evidence (self-contained) and bans the liar; a reader outside the round bans it on that
+// evidence published as an accusation. The owner is not suspected anywhere.
+TEST(AcctDirectory, LiarWhoToldTheRoundOtherwiseIsBanned) {
+  CheckCase c(5, 2000, Aggregation::centered_clip, 31);
+  const std::uint32_t liar = 4;
+  const auto honest = c.reports();
+  const auto lie = c.wrong_average(with_lie(c, liar));
+  const TimePoint t0{};
+  BanList member(CheckConfig{}, kGrace);
+  for (const auto& r : honest) member.remember(r);
+  ASSERT_TRUE(member.add_accusation(make_accusation(lie, c.f.keys[liar]), t0));
+  EXPECT_TRUE(member.banned(c.f.info.members[liar]));
+  EXPECT_FALSE(member.suspected(c.f.info.members[0]));
+  auto found = member.take_found();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].kind, EvidenceKind::report_conflict);
+  EXPECT_TRUE(member.take_found().empty());
+
+  BanList outsider(CheckConfig{}, kGrace);
+  ASSERT_TRUE(outsider.add_accusation(make_accusation(found[0], c.f.keys[1]), t0));
+  EXPECT_TRUE(outsider.banned(c.f.info.members[liar]));
+  // Two copies of one report prove nothing: whoever claims so is banned.
+  BanList other(CheckConfig{}, kGrace);
+  const auto same = report_conflict(c.f.info, honest[2], honest[2]);
+  EXPECT_FALSE(verify_evidence(same, {}));
+  EXPECT_FALSE(other.add_accusation(make_accusation(same, c.f.keys[1]), t0));
+  EXPECT_TRUE(other.banned(c.f.info.members[1]));
+  EXPECT_FALSE(other.banned(c.f.info.members[2]));
+}

@@ -18,6 +18,11 @@
 // - Pending verdicts wait `grace`: the owner may answer with false_report evidence for the
 //   same (round, sub-round, part), which bans the lying member and clears the owner. tick()
 //   turns pending verdicts older than `grace` into bans.
+// - Reports this peer received inside its rounds are remembered (remember(), the last
+//   kMaxRemembered): a wrong_average accusation carrying another report of the same member for
+//   the same part is report_conflict evidence against that member (it lied in the directory
+//   and not in the round): banned here, and the evidence is kept for the caller to publish
+//   (take_found()).
 // - One judgement per accuser and subject (kind, round, sub-round, part, accused): later
 //   accusations by the same accuser about the same thing are skipped unverified. Evidence
 //   already judged (the same bytes from several accusers) is not verified again.
@@ -27,10 +32,12 @@
 // Threading rule: single-threaded (the node's I/O thread); no I/O.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "starling/averaging/accountability.hpp"
@@ -69,6 +76,11 @@ class BanList {
   // (the accuser is banned, and the error says so).
   result<Verdict> add_accusation(const Accusation& a, TimePoint now);
   void tick(TimePoint now);
+  // A report received (or sent) inside a round, kept to expose a member that publishes another.
+  static constexpr std::size_t kMaxRemembered = 1u << 16;
+  void remember(const ProjectionReport& r);
+  // Evidence this list found itself (report_conflict), to publish; emptied by the call.
+  std::vector<Evidence> take_found() { return std::exchange(found_, {}); }
 
   bool banned(const PubKey& k) const { return bans_.count(k) != 0; }
   bool suspected(const PubKey& k) const;
@@ -104,6 +116,7 @@ class BanList {
   result<Verdict> judge(const Evidence& e);
   void apply(const Verdict& d, TimePoint now);
   result<Verdict> vote(const Accusation& a, const Verdict& d, TimePoint now);
+  void expose_conflicts(const Evidence& e, TimePoint now);
 
   bool known_round(const Evidence& e) const;
 
@@ -117,6 +130,10 @@ class BanList {
   std::set<Hash32> subjects_;        // (accuser, subject) pairs judged
   std::map<Slot, Votes> votes_;      // directory wrong_average accusations
   std::map<Hash32, Judged> judged_;  // evidence verified, by its encoding's hash
+  using ReportSlot = std::tuple<Hash32, std::uint32_t, std::uint32_t, std::uint32_t>;
+  std::map<ReportSlot, ProjectionReport> reports_;  // remembered, by (round, sub, part, member)
+  std::deque<ReportSlot> report_order_;
+  std::vector<Evidence> found_;
 };
 
 }  // namespace starling::averaging::acct
