@@ -100,6 +100,19 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
          averaging::Averager::create(host, c->impl_->directory, averaging::Schema{}, {}, sc, sink));
   c->impl_->state = state;
   if (members) members->start();
+  {
+    // Progress records count only from peers whose key a connection authenticated (or that
+    // completed a round with this peer): fake identities have no host (progress_guard.hpp).
+    c->impl_->guard.require_met();
+    std::weak_ptr<NetCollaboration> weak = c;
+    host->on_connection_opened([weak](const net::ConnectionInfo& info) {
+      auto self = weak.lock();
+      if (!self) return;
+      asio::post(self->host_->get_executor(), [weak, peer = info.peer] {
+        if (auto s = weak.lock()) s->impl_->guard.met(peer);
+      });
+    });
+  }
   if (c->cfg_.verify) {
     // Connections of banned peers are closed as soon as they open (after the handshake has
     // proved the peer's identity).

@@ -61,6 +61,10 @@ std::vector<training::ProgressEntry> ProgressGuard::filter(std::vector<training:
   std::vector<Decoded> kept;
   for (auto& d : all) {
     if (!d.vouched && d.record) {
+      if (require_met_ && !met_.count(d.entry.peer)) {
+        ++st.unmet_dropped;
+        continue;
+      }
       if (formed && d.record->epoch > vouched_epoch + 1) {
         ++st.epoch_dropped;
         continue;
@@ -101,11 +105,11 @@ std::vector<training::ProgressEntry> ProgressGuard::filter(std::vector<training:
     }
     out.push_back(std::move(d.entry));
   }
-  if (st.unproven_dropped + st.epoch_dropped + st.capped > 0)
-    logger("collab")->info(
-        "progress: {} unproven peer(s) over the cap, {} claiming an epoch far ahead, {} "
-        "record(s) capped",
-        st.unproven_dropped, st.epoch_dropped, st.capped);
+  if (st.unproven_dropped + st.epoch_dropped + st.capped + st.unmet_dropped > 0)
+    logger("collab")->debug(
+        "progress: {} unproven peer(s) never met, {} over the cap, {} claiming an epoch far "
+        "ahead, {} record(s) capped",
+        st.unmet_dropped, st.unproven_dropped, st.epoch_dropped, st.capped);
   if (stats) *stats = st;
   return out;
 }

@@ -122,3 +122,21 @@ TEST(ProgressGuard, InflatedClaimsAreCapped) {
     }
   }
 }
+
+// With require_met() (as NetCollaboration sets it), unproven peers this host never connected
+// to do not pass at all: a flood of fake identities at startup, before any round, leaves the
+// view to the honest peers met.
+TEST(ProgressGuard, UnmetIdentitiesDoNotPass) {
+  Honest run(6);
+  run.guard.require_met();
+  for (const auto& p : run.honest) run.guard.met(p);
+  auto flooded = run.records;
+  for (int i = 0; i < 48; ++i) flooded.push_back(entry(fresh_peer(), 5, 100000, 50000));
+  ProgressGuard::Stats st;
+  const auto out = run.guard.filter(flooded, Clock::now(), &st);
+  EXPECT_EQ(out.size(), run.records.size());
+  EXPECT_EQ(st.unmet_dropped, 48u);
+  const auto v = view_of(out, 5, Clock::now());
+  EXPECT_EQ(v.num_peers, run.honest.size() + 1);
+  EXPECT_LT(v.samples_accumulated, 1024u);
+}
