@@ -104,6 +104,7 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
     // Progress records count only from peers whose key a connection authenticated (or that
     // completed a round with this peer): fake identities have no host (progress_guard.hpp).
     c->impl_->guard.require_met();
+    for (const auto& conn : host->connections()) c->impl_->guard.met(conn.peer);
     std::weak_ptr<NetCollaboration> weak = c;
     host->on_connection_opened([weak](const net::ConnectionInfo& info) {
       auto self = weak.lock();
@@ -215,6 +216,7 @@ awaitable<result<std::vector<training::ProgressEntry>>> NetCollaboration::fetch_
     }
     e.value = v.value;
     e.remaining_ttl = v.ttl;
+    if (host_->is_connected(e.peer)) impl_->guard.met(e.peer);
     out.push_back(std::move(e));
   }
   co_return impl_->guard.filter(std::move(out), Clock::now());
