@@ -23,21 +23,6 @@ using namespace starling::averaging::acct::test;
 
 namespace {
 
-template <class T>
-awaitable<void> store(awaitable<T> a, std::optional<T>* out) {
-  out->emplace(co_await std::move(a));
-}
-
-template <class T>
-T run(asio::io_context& io, awaitable<T> a) {
-  std::optional<T> out;
-  asio::co_spawn(io, store(std::move(a), &out), asio::detached);
-  io.restart();
-  io.run();
-  if (!out) throw std::runtime_error("coroutine did not finish");
-  return std::move(*out);
-}
-
 // The reports of `c` with member `liar`'s report pushed off by 10x its distance (signed by it).
 std::vector<ProjectionReport> with_lie(const CheckCase& c, std::uint32_t liar) {
   auto rs = c.reports();

@@ -2,13 +2,19 @@
 // statements, and one part's aggregation check case (values, result, reveals, reports).
 #pragma once
 
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
 #include <cmath>
+#include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "starling/averaging/accountability.hpp"
 #include "starling/averaging/robust.hpp"
+#include "starling/core/async.hpp"
 
 namespace starling::averaging::acct::test {
 
@@ -135,5 +141,21 @@ struct CheckCase {
     return rs;
   }
 };
+
+template <class T>
+awaitable<void> store(awaitable<T> a, std::optional<T>* out) {
+  out->emplace(co_await std::move(a));
+}
+
+// Runs `a` to completion on `io` (the in-memory directory completes without waiting).
+template <class T>
+T run(asio::io_context& io, awaitable<T> a) {
+  std::optional<T> out;
+  asio::co_spawn(io, store(std::move(a), &out), asio::detached);
+  io.restart();
+  io.run();
+  if (!out) throw std::runtime_error("coroutine did not finish");
+  return std::move(*out);
+}
 
 }  // namespace starling::averaging::acct::test
