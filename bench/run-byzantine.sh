@@ -23,7 +23,7 @@ bin=$build/bin/starling
 epochs=${EPOCHS:-40}
 peers=${PEERS:-7}
 attackers=${ATTACKERS:-2}
-attacks=${ATTACKS:-sign-flip random alie label-flip stall wrong-average different-parts false-report}
+attacks=${ATTACKS:-sign-flip random alie label-flip stall flood wrong-average different-parts false-report directory-lie}
 honest_n=$((peers - attackers))
 source "$root/scripts/bootstrap_node.sh"
 demo_workdir
@@ -103,7 +103,7 @@ row "none (clean)" centered-clip+verify none "$lo" "$hi" "$hs" "$ball" "$hb" "$r
 clean_clip_med=$med
 for a in $attacks; do
   case $a in
-    wrong-average | different-parts | false-report | stall) ;;
+    wrong-average | different-parts | false-report | directory-lie | stall) ;;
     *)
       read -r lo hi hs ball hb rd med < <(run "$a-mean" "$attackers" "$a")
       row "$a" mean "$a" "$lo" "$hi" "$hs" "$ball" "$hb" "$rd" "$med"

@@ -282,6 +282,8 @@ const char* to_string(EvidenceKind k) {
       return "wrong_average";
     case EvidenceKind::false_report:
       return "false_report";
+    case EvidenceKind::report_conflict:
+      return "report_conflict";
   }
   return "unknown";
 }
@@ -340,6 +342,20 @@ result<Verdict> verify_evidence(const Evidence& e, const CheckConfig& cfg) {
       return verify_wrong_average(e, cfg);
     case EvidenceKind::false_report:
       return verify_false_report(e, cfg);
+    case EvidenceKind::report_conflict: {
+      if (e.reports.size() != 2) return bad("report_conflict: needs two reports");
+      const auto& a = e.reports[0];
+      const auto& b = e.reports[1];
+      if (a.key != b.key || a.round != b.round || a.subround != b.subround || a.part != b.part ||
+          a.member != b.member)
+        return bad("report_conflict: not the same member and part");
+      if (a.seed == b.seed && a.result_hash == b.result_hash && a.weight == b.weight &&
+          a.proj == b.proj && a.dist == b.dist)
+        return bad("report_conflict: same content");
+      if (!verify_sig(a) || !verify_sig(b)) return bad("report_conflict: bad signature");
+      ST_TRY(member_signed(a, e.info, round_id(e.info), a.member, "report"));
+      return Verdict{a.key, e.kind, a.round, a.subround, a.part, false};
+    }
   }
   return bad("evidence: unknown kind");
 }
@@ -366,6 +382,15 @@ Evidence receipt_conflict(const RoundInfo& info, const DataReceipt& a, const Dat
   e.info = info;
   e.kind = EvidenceKind::receipt_conflict;
   e.receipts = {a, b};
+  return e;
+}
+
+Evidence report_conflict(const RoundInfo& info, const ProjectionReport& a,
+                         const ProjectionReport& b) {
+  Evidence e;
+  e.info = info;
+  e.kind = EvidenceKind::report_conflict;
+  e.reports = {a, b};
   return e;
 }
 

@@ -81,7 +81,7 @@ result<Evidence> decode_evidence(BytesView b) {
   Evidence e;
   if (r.u8() != kTagEvidence) return r.fail("not evidence");
   const std::uint8_t kind = r.u8();
-  if (kind < 1 || kind > 6) return r.fail("evidence: unknown kind");
+  if (kind < 1 || kind > 7) return r.fail("evidence: unknown kind");
   e.kind = static_cast<EvidenceKind>(kind);
   const std::uint32_t clen = r.u32();
   if (clen > kMaxContext) return make_error(errc::too_large, "evidence: context too long");

@@ -182,6 +182,25 @@ bool admitted(PeerGate* gate, const PubKey& accuser) {
   return gate->admits(id);
 }
 
+// Judges one accusation read (decoded, or reassembled from its chunks).
+void judge_one(result<Accusation> a, BanList& bans, TimePoint now, PeerGate* gate,
+               CollectStats& st) {
+  if (!a) {
+    ++st.malformed;
+    logger("averaging")->info("accusation record dropped: {}", a.error().message());
+    return;
+  }
+  if (bans.seen(a.value())) return;
+  if (!admitted(gate, a.value().accuser)) {
+    ++st.refused;
+    return;
+  }
+  if (bans.add_accusation(a.value(), now))
+    ++st.verified;
+  else
+    ++st.rejected;
+}
+
 }  // namespace
 
 awaitable<result<CollectStats>> collect_accusations(Directory& dir, const std::string& run_id,
@@ -190,52 +209,48 @@ awaitable<result<CollectStats>> collect_accusations(Directory& dir, const std::s
   auto values = co_await dir.get(std::move(key));
   if (!values) co_return values.error();
   CollectStats st;
-  std::map<Hash32, Bytes> cache;
-  std::size_t fetched = 0;
-  // In random order, so that records that never complete cannot keep others from the
-  // bounded number of fetches (kMaxDetachedPerRead).
-  std::shuffle(values.value().begin(), values.value().end(), std::mt19937(std::random_device{}()));
+  // Detached records cost fetches: at most kMaxDetachedPerRead per read and
+  // kMaxDetachedPerAccuser per accuser, those of accused peers (their answers) first, the rest
+  // in random order, so that records that never complete cannot keep others out for good.
+  std::vector<DetachedAccusation> detached;
   for (const Bytes& v : values.value()) {
     ++st.records;
-    result<Accusation> a = make_error(errc::invalid_argument, "empty record");
-    if (!v.empty() && v[0] == kTagDetached) {
-      auto d = decode_detached(v);
-      if (d && bans.seen(d.value().stripped)) continue;
-      if (d && !admitted(gate, d.value().stripped.accuser)) {
-        ++st.refused;
-        continue;
-      }
-      if (d && fetched >= kMaxDetachedPerRead) {
-        ++st.incomplete;  // bounded work per read: the next read takes the rest
-        continue;
-      }
-      if (d) {
-        ++fetched;
-        a = co_await fetch(dir, run_id, d.value(), cache);
-        if (!a && a.error() != errc::invalid_argument) {
-          ++st.incomplete;  // not readable yet: the next read tries again
-          continue;
-        }
-      } else {
-        a = d.error();
-      }
-    } else {
-      a = decode_accusation(v);
-    }
-    if (!a) {
-      ++st.malformed;
-      logger("averaging")->info("accusation record dropped: {}", a.error().message());
+    if (v.empty() || v[0] != kTagDetached) {
+      judge_one(decode_accusation(v), bans, now, gate, st);
       continue;
     }
-    if (bans.seen(a.value())) continue;
-    if (!admitted(gate, a.value().accuser)) {
+    auto d = decode_detached(v);
+    if (!d) {
+      judge_one(d.error(), bans, now, gate, st);
+    } else if (bans.seen(d.value().stripped)) {
+      continue;  // judged already (this record, or its accuser's on the same subject)
+    } else if (!admitted(gate, d.value().stripped.accuser)) {
       ++st.refused;
+    } else {
+      detached.push_back(std::move(d).value());
+    }
+  }
+  std::shuffle(detached.begin(), detached.end(), std::mt19937(std::random_device{}()));
+  std::stable_partition(detached.begin(), detached.end(), [&bans](const DetachedAccusation& d) {
+    return bans.accused(d.stripped.accuser);
+  });
+  std::map<Hash32, Bytes> cache;
+  std::map<PubKey, std::size_t> per_accuser;
+  std::size_t fetched = 0;
+  for (const auto& d : detached) {
+    if (fetched >= kMaxDetachedPerRead ||
+        per_accuser[d.stripped.accuser] >= kMaxDetachedPerAccuser) {
+      ++st.incomplete;  // bounded work per read: a later read takes the rest
       continue;
     }
-    if (bans.add_accusation(a.value(), now))
-      ++st.verified;
-    else
-      ++st.rejected;
+    ++fetched;
+    ++per_accuser[d.stripped.accuser];
+    auto a = co_await fetch(dir, run_id, d, cache);
+    if (!a && a.error() != errc::invalid_argument) {
+      ++st.incomplete;  // not readable yet: the next read tries again
+      continue;
+    }
+    judge_one(std::move(a), bans, now, gate, st);
   }
   co_return st;
 }

@@ -90,6 +90,7 @@ std::shared_ptr<const detail::RoundAcctConfig> Averager::round_acct(
   c->on_evidence = [weak](const acct::Evidence& e) {
     if (auto a = weak.lock()) a->on_evidence(e);
   };
+  c->on_report = [bans = impl_->bans](const acct::ProjectionReport& r) { bans->remember(r); };
   using A = AccountabilityConfig::Attack;
   switch (cfg_.accountability.attack) {
     case A::none:
@@ -102,6 +103,12 @@ std::shared_ptr<const detail::RoundAcctConfig> Averager::round_acct(
       break;
     case A::false_report:
       c->attack = detail::RoundAttack::false_report;
+      break;
+    case A::directory_lie:
+      c->attack = detail::RoundAttack::directory_lie;
+      c->on_forged = [weak](const acct::Evidence& e) {
+        if (auto a = weak.lock()) a->publish_forged(e);
+      };
       break;
   }
   return c;
@@ -163,6 +170,15 @@ void Averager::on_evidence(const acct::Evidence& e) {
     publish_evidence(*impl_, directory_, cfg_.accountability, e);
 }
 
+void Averager::publish_forged(const acct::Evidence& e) {
+  if (!impl_->bans || impl_->stopped) return;
+  logger("averaging")
+      ->warn(
+          "accountability: TEST ATTACK directory-lie: publishing a false "
+          "wrong_average accusation");
+  publish_evidence(*impl_, directory_, cfg_.accountability, e);
+}
+
 awaitable<void> Averager::poll_accusations() {
   auto self = shared_from_this();
   if (!impl_->bans || impl_->polling) co_return;
@@ -179,6 +195,12 @@ awaitable<void> Averager::poll_accusations() {
       cfg_.open_timeout, "accusations");
   bans->tick(Clock::now());
   release_verdicts(*impl_, directory_, cfg_.accountability);
+  for (auto& e : bans->take_found()) {  // report_conflict: a member lied in the directory
+    logger("averaging")
+        ->warn("accountability: {} evidence from the directory: published",
+               acct::to_string(e.kind));
+    publish_evidence(*impl_, directory_, cfg_.accountability, e);
+  }
   if (!r) {
     logger("averaging")->debug("accountability: accusations not read: {}", r.error().message());
     co_return;

@@ -171,6 +171,7 @@ result<void> RoundAcct::on_statement(std::uint32_t from, BytesView b) {
       if (r.member != from || !member_signed(r, info_, round_, from))
         return bad("report does not verify");
       reports_[{r.subround, r.part, from}] = r;
+      if (cfg_->on_report) cfg_->on_report(r);
       return success();
     }
     case 0xC6:  // checked: the sender's accusations (if any) came before
@@ -296,6 +297,7 @@ std::size_t RoundAcct::check(const std::vector<SettledPart>& parts) {
     }
     if (reports.size() != res->counted.size() || reports.empty()) continue;
     ++checked;
+    if (cfg_->attack == RoundAttack::directory_lie && res->signer != self_) forge(*res, reports);
     const auto fp = check_fixed_point(reports, res->clip, res->tau, res->norm, cfg_->check);
     if (fp.ok()) continue;
     if (res->signer == self_) {  // a report lies, or this owner is broken: answer_candidates()
@@ -317,6 +319,23 @@ std::size_t RoundAcct::check(const std::vector<SettledPart>& parts) {
     accused_[{p.subround, p.part}] = std::move(e);
   }
   return checked;
+}
+
+// Test-only directory_lie: this member's report of the part replaced by a lie (10x its
+// distance added to its projection), which makes the check fail: evidence that verifies.
+void RoundAcct::forge(const DataReceipt& res, std::vector<ProjectionReport> reports) const {
+  auto mine = std::find_if(reports.begin(), reports.end(),
+                           [this](const ProjectionReport& r) { return r.member == self_; });
+  if (mine == reports.end() || !cfg_->on_forged) return;
+  mine->proj += 10 * mine->dist;
+  sign(*mine, cfg_->key);
+  Evidence e;
+  e.kind = EvidenceKind::wrong_average;
+  e.info = info_;
+  e.receipts = {res};
+  for (const auto& r : reveals_) e.reveals.push_back(*r);
+  e.reports = std::move(reports);
+  if (verify_evidence(e, cfg_->check)) cfg_->on_forged(e);
 }
 
 void RoundAcct::found(Evidence e) {

@@ -33,7 +33,15 @@ namespace starling::averaging::detail {
 // Test-only cheating (AccountabilityConfig::attack): an owner that shifts the results it
 // returns, a member that sends the next member's parts other values than it committed, or one
 // that lies in its reports on the parts other members own (and hides the lie from the owner).
-enum class RoundAttack : std::uint8_t { none, wrong_average, different_parts, false_report };
+// directory_lie: reports honestly but hands on_forged a wrong_average accusation of every
+// other owner's part, built from a lying report of its own (to publish outside the round).
+enum class RoundAttack : std::uint8_t {
+  none,
+  wrong_average,
+  different_parts,
+  false_report,
+  directory_lie
+};
 
 struct RoundAcctConfig {
   crypto::KeyPair key;  // this member's identity key (signs every statement)
@@ -42,6 +50,9 @@ struct RoundAcctConfig {
   // Evidence this member found (called on the host's executor).
   std::function<void(const acct::Evidence&)> on_evidence;
   RoundAttack attack = RoundAttack::none;
+  std::function<void(const acct::Evidence&)> on_forged;  // directory_lie's accusations
+  // Every verified report received from another member (BanList::remember).
+  std::function<void(const acct::ProjectionReport&)> on_report;
 };
 
 // What an owner's reduction of a part gives the result's receipt (computed on the pool).
@@ -143,6 +154,7 @@ class RoundAcct {
  private:
   using Key = std::pair<std::uint32_t, std::uint32_t>;  // (sub-round, part) or (sub, member)
   void found(acct::Evidence e);
+  void forge(const acct::DataReceipt& res, std::vector<acct::ProjectionReport> reports) const;
   acct::DataReceipt receipt(acct::DataKind kind, std::uint32_t sub, std::uint32_t part) const;
   const acct::DataReceipt* result_of(std::uint32_t sub, std::uint32_t part) const;
   bool valid_report(const acct::ProjectionReport& r) const;

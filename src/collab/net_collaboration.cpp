@@ -100,6 +100,20 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
          averaging::Averager::create(host, c->impl_->directory, averaging::Schema{}, {}, sc, sink));
   c->impl_->state = state;
   if (members) members->start();
+  {
+    // Progress records count only from peers whose key a connection authenticated (or that
+    // completed a round with this peer): fake identities have no host (progress_guard.hpp).
+    c->impl_->guard.require_met();
+    for (const auto& conn : host->connections()) c->impl_->guard.met(conn.peer);
+    std::weak_ptr<NetCollaboration> weak = c;
+    host->on_connection_opened([weak](const net::ConnectionInfo& info) {
+      auto self = weak.lock();
+      if (!self) return;
+      asio::post(self->host_->get_executor(), [weak, peer = info.peer] {
+        if (auto s = weak.lock()) s->impl_->guard.met(peer);
+      });
+    });
+  }
   if (c->cfg_.verify) {
     // Connections of banned peers are closed as soon as they open (after the handshake has
     // proved the peer's identity).
@@ -166,6 +180,12 @@ awaitable<result<void>> NetCollaboration::publish_progress(Bytes value, Duration
   auto self = shared_from_this();
   if (impl_->stopped) co_return make_error(errc::closed, "collaboration stopped");
   const auto ms = std::chrono::duration_cast<dht::Millis>(ttl);
+  if (cfg_.attack ==
+      NetCollaborationConfig::Attack::flood) {  // test-only: fake records besides its own
+    auto fakes = flood_records(*impl_, value, ms);
+    auto r = co_await node_->store_records(impl_->progress_key, std::move(fakes));
+    if (!r) log()->info("flood: fake progress records not stored: {}", r.error().message());
+  }
   auto stored = co_await node_->store_signed(impl_->progress_key, node_->owned_subkey("progress"),
                                              std::move(value), ms);
   if (!stored) co_return stored.error().with_context("publish progress");
@@ -196,9 +216,10 @@ awaitable<result<std::vector<training::ProgressEntry>>> NetCollaboration::fetch_
     }
     e.value = v.value;
     e.remaining_ttl = v.ttl;
+    if (host_->is_connected(e.peer)) impl_->guard.met(e.peer);
     out.push_back(std::move(e));
   }
-  co_return out;
+  co_return impl_->guard.filter(std::move(out), Clock::now());
 }
 
 // --- state ---------------------------------------------------------------------------------

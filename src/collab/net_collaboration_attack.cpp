@@ -4,6 +4,8 @@
 #include <random>
 
 #include "net_collaboration_impl.hpp"
+#include "starling/dht/signing.hpp"
+#include "starling/training/progress.hpp"
 
 namespace starling::collab {
 
@@ -52,6 +54,29 @@ bool corrupt_gradient(NetCollaborationConfig::Attack attack, std::span<const flo
     default:
       return false;
   }
+}
+
+std::vector<dht::Record> flood_records(NetCollaboration::Impl& impl, BytesView own,
+                                       dht::Millis ttl) {
+  auto rec = training::decode_progress(own);
+  if (!rec) return {};
+  const training::ProgressLimits limits;
+  rec.value().samples_accumulated =
+      std::min<std::uint64_t>(limits.max_samples, rec.value().samples_accumulated * 1000 + 1000);
+  rec.value().samples_per_second =
+      std::min(limits.max_samples_per_second, rec.value().samples_per_second * 1000 + 1000);
+  const Bytes value = training::encode_progress(rec.value());
+  while (impl.flood_keys.size() < kFloodIdentities)
+    impl.flood_keys.push_back(crypto::KeyPair::generate());
+  std::vector<dht::Record> out;
+  for (const auto& k : impl.flood_keys) {
+    const auto id = net::PeerId::from_public_key(k.public_key());
+    dht::SubKey sub(to_bytes("progress" + dht::owner_marker(id)));
+    dht::Record r = dht::make_signed_record(k, impl.progress_key, std::move(sub), value, ttl,
+                                            impl.flood_clock.next(WallClock::now()));
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 }  // namespace starling::collab

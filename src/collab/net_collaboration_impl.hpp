@@ -9,8 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "progress_guard.hpp"
 #include "starling/averaging/dht_directory.hpp"
 #include "starling/collab/net_collaboration.hpp"
+#include "starling/crypto/keys.hpp"
 
 namespace starling::collab {
 
@@ -21,6 +23,11 @@ using training::Layout;
 // claims; false for attacks that do not corrupt the gradient.
 bool corrupt_gradient(NetCollaborationConfig::Attack attack, std::span<const float> in,
                       const std::string& round, NetCollaboration::Impl& impl, double& weight);
+// Attack::flood: fake progress records, each signed by one of kFloodIdentities fresh keys,
+// copying `own` with 1000x its samples and rate (at most the decoder's limits).
+constexpr std::size_t kFloodIdentities = 24;
+std::vector<dht::Record> flood_records(NetCollaboration::Impl& impl, BytesView own,
+                                       dht::Millis ttl);
 
 struct NetCollaboration::Impl {
   explicit Impl(asio::any_io_executor ex) : scope(ex) {}
@@ -31,7 +38,10 @@ struct NetCollaboration::Impl {
   // averagers; null when off.
   std::shared_ptr<averaging::acct::BanList> bans;
   std::vector<float> attack_buf;  // NetCollaborationConfig::attack: the corrupted gradient sent
-  std::vector<float> alie_mean, alie_sq;  // alie: running moments of this peer's gradients
+  std::vector<float> alie_mean, alie_sq;    // alie: running moments of this peer's gradients
+  std::vector<crypto::KeyPair> flood_keys;  // flood: the fake identities it publishes under
+  dht::VersionClock flood_clock;
+  ProgressGuard guard;  // the progress view's sanity (progress_guard.hpp)
   // The gradient averager's layout (names, sizes) and codec. It has no tensors of its own:
   // every round reads and writes the caller's buffers (training::RoundData).
   Layout layout;

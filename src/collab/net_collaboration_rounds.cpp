@@ -73,6 +73,7 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, training::Comp
   if (cfg_.attack == Attack::different_parts)
     ac.accountability.attack = AcctAttack::different_parts;
   if (cfg_.attack == Attack::false_report) ac.accountability.attack = AcctAttack::false_report;
+  if (cfg_.attack == Attack::directory_lie) ac.accountability.attack = AcctAttack::directory_lie;
   ac.test_stall = cfg_.attack == Attack::stall;
   ac.on_phase = [me = host_->local_peer().short_string()](const std::string& ph) {
     log()->debug("{}: {}", me, ph);
@@ -261,6 +262,7 @@ awaitable<result<training::RoundResult>> NetCollaboration::average(training::Rou
     if (i != res.my_index && m.counted_elements == 0) continue;
     auto id = net::PeerId::from_bytes(m.peer.bytes());
     if (!id) continue;
+    if (i != res.my_index) impl_->guard.vouch(id.value());  // a real peer of this run
     out.members.push_back({std::move(id).value(), m.weight});
     out.total_weight += m.weight;
   }

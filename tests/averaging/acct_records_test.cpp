@@ -11,30 +11,16 @@
 #include <optional>
 #include <stdexcept>
 
+#include "acct_fixture.hpp"
 #include "starling/averaging/acct_records.hpp"
 #include "starling/averaging/ban_gate.hpp"
 
 using namespace starling;
 using namespace starling::averaging;
 using namespace starling::averaging::acct;
+using starling::averaging::acct::test::run;
 
 namespace {
-
-template <class T>
-awaitable<void> store(awaitable<T> a, std::optional<T>* out) {
-  out->emplace(co_await std::move(a));
-}
-
-// Runs `a` to completion on `io` (the in-memory directory completes without waiting).
-template <class T>
-T run(asio::io_context& io, awaitable<T> a) {
-  std::optional<T> out;
-  asio::co_spawn(io, store(std::move(a), &out), asio::detached);
-  io.restart();
-  io.run();
-  if (!out) throw std::runtime_error("coroutine did not finish");
-  return std::move(*out);
-}
 
 struct Peers {
   std::vector<crypto::KeyPair> keys;

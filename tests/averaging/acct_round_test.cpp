@@ -162,6 +162,46 @@ INSTANTIATE_TEST_SUITE_P(Attacks, AcctRoundAttack,
                            }
                          });
 
+// A member that reports honestly in the round but publishes, for every part another member
+// owns, a wrong_average accusation built from a lying report of its own (the owners never see
+// it in the round, so never answer it). Every honest peer reads the accusations (each
+// verifies), yet none suspects or bans an honest owner (one member of five is a minority;
+// with grace 0 a pending verdict would be a ban at the next read). The honest members hold
+// the liar's in-round reports: each accusation carries another report of it for the same
+// part (report_conflict evidence), so every honest peer bans the liar, and the next round
+// forms without it.
+TEST(AcctRound, DirectoryLiarGetsNoHonestOwnerBanned) {
+  test::Cluster c(kPeers, test::test_schema(3000), acct_config(0s),
+                  with_attack(Attack::directory_lie), 17);
+  auto r1 = step_round(c, "dirlie/1", kPeers);
+  expect_identical_honest(c, r1);
+  // Read until every honest peer banned the liar (its accusations read, some owner voted
+  // against, and its other report found), then once more for the rest.
+  const auto liar = key_of_node(c, kCheater);
+  const TimePoint until = Clock::now() + 30s;
+  for (int extra = 1; extra >= 0 && Clock::now() < until;) {
+    if (honest_bans_of(c, liar) == kCheater) --extra;
+    for (std::size_t i = 0; i < kCheater; ++i)
+      c.node(i).run([a = c.node(i).avg]() -> awaitable<int> {
+        co_await a->poll_accusations();
+        co_return 0;
+      });
+  }
+  ASSERT_EQ(honest_bans_of(c, liar), kCheater) << "report_conflict against the liar";
+  EXPECT_EQ(honest_banned(c), 0u);
+  for (std::size_t i = 0; i < kCheater; ++i) {
+    EXPECT_EQ(c.node(i).avg->bans()->pending(), 0u) << "node " << i;
+    for (std::size_t j = 0; j < kCheater; ++j)
+      EXPECT_FALSE(c.node(i).avg->bans()->suspected(key_of_node(c, j)))
+          << "node " << i << " suspects " << j;
+  }
+  auto r2 = step_round(c, "dirlie/2", kCheater);
+  expect_identical_honest(c, r2);
+  for (std::size_t i = 0; i < kCheater; ++i)
+    EXPECT_EQ(r2[i].value().group.members.size(), kCheater) << "node " << i;
+  EXPECT_EQ(honest_banned(c), 0u);
+}
+
 // A member that joins and then sends nothing (AveragerConfig::test_stall: its hellos, no
 // parts, results or keepalives): the others drop it once it is silent for stall_timeout and
 // finish the round without it, their results identical and its values counted nowhere.

@@ -162,6 +162,42 @@ std::optional<Error> IdentityWatch::poll() {
   return std::nullopt;
 }
 
+namespace {
+
+// --attack: the collaboration's test-only attack (checked in local mode too).
+result<collab::NetCollaborationConfig::Attack> parse_attack(const TrainOptions& o) {
+  using Attack = collab::NetCollaborationConfig::Attack;
+  if (o.attack == "sign-flip")
+    return Attack::sign_flip;
+  else if (o.attack == "random")
+    return Attack::random;
+  else if (o.attack == "wrong-average")
+    return Attack::wrong_average;
+  else if (o.attack == "different-parts")
+    return Attack::different_parts;
+  else if (o.attack == "false-report")
+    return Attack::false_report;
+  else if (o.attack == "alie")
+    return Attack::alie;
+  else if (o.attack == "stall")
+    return Attack::stall;
+  else if (o.attack == "flood")
+    return Attack::flood;
+  else if (o.attack == "directory-lie")
+    return Attack::directory_lie;
+  else if (o.attack == "label-flip" && o.task != "fashion")
+    return make_error(errc::invalid_argument, "--attack label-flip: only with --task fashion");
+  else if (o.attack == "none" || o.attack == "label-flip")  // label-flip: in the task
+    return Attack::none;
+  else
+    return make_error(errc::invalid_argument,
+                      "--attack " + o.attack +
+                          ": expected none, sign-flip, random, alie, label-flip, stall, flood, "
+                          "wrong-average, different-parts, false-report or directory-lie");
+}
+
+}  // namespace
+
 result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o) {
   auto key = load_identity_or_exit(o.identity, true);
   const auto peer = net::PeerId::from_public_key(key.public_key()).to_string();
@@ -169,8 +205,13 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
     return make_error(errc::unsupported,
                       "--directory is not supported by the networked trainer; start a bootstrap "
                       "node (starling dht) and pass --initial-peers");
-  if (o.initial_peers.empty())
+  ST_TRY(auto attack, parse_attack(o));
+  if (o.initial_peers.empty()) {
+    if (attack != collab::NetCollaborationConfig::Attack::none)
+      return make_error(errc::invalid_argument,
+                        "--attack " + o.attack + " needs a collaboration (--initial-peers)");
     return std::unique_ptr<TrainNetwork>(std::make_unique<AloneNetwork>(peer));
+  }
   collab::TrainingNodeConfig cfg;
   cfg.listen = o.listen;
   for (const auto& s : o.initial_peers) {
@@ -183,31 +224,11 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
   ST_TRY(cfg.collab.aggregation.kind, averaging::parse_aggregation(o.aggregation));
   cfg.collab.aggregation.tau = o.clip_tau;
   ST_TRY(averaging::validate(cfg.collab.aggregation));
+  cfg.collab.attack = attack;
   using Attack = collab::NetCollaborationConfig::Attack;
-  if (o.attack == "sign-flip")
-    cfg.collab.attack = Attack::sign_flip;
-  else if (o.attack == "random")
-    cfg.collab.attack = Attack::random;
-  else if (o.attack == "wrong-average")
-    cfg.collab.attack = Attack::wrong_average;
-  else if (o.attack == "different-parts")
-    cfg.collab.attack = Attack::different_parts;
-  else if (o.attack == "false-report")
-    cfg.collab.attack = Attack::false_report;
-  else if (o.attack == "alie")
-    cfg.collab.attack = Attack::alie;
-  else if (o.attack == "stall")
-    cfg.collab.attack = Attack::stall;
-  else if (o.attack == "label-flip" && o.task != "fashion")
-    return make_error(errc::invalid_argument, "--attack label-flip: only with --task fashion");
-  else if (o.attack != "none" && o.attack != "label-flip")  // label-flip: in the task
-    return make_error(errc::invalid_argument,
-                      "--attack " + o.attack +
-                          ": expected none, sign-flip, random, alie, label-flip, stall, "
-                          "wrong-average, different-parts or false-report");
   cfg.collab.verify = o.verify;
   if ((cfg.collab.attack == Attack::wrong_average || cfg.collab.attack == Attack::different_parts ||
-       cfg.collab.attack == Attack::false_report) &&
+       cfg.collab.attack == Attack::false_report || cfg.collab.attack == Attack::directory_lie) &&
       !o.verify)
     return make_error(errc::invalid_argument, "--attack " + o.attack + " needs --verify");
   ST_TRY(cfg.collab.membership, membership_config(o));

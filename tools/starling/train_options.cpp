@@ -91,9 +91,11 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
          "FOR TESTING ROBUSTNESS: send reversed (sign-flip, x -10) or random (noise 100x the "
          "gradient's RMS) gradients claiming 10x the samples, the gradient minus one standard "
          "deviation per coordinate (alie), train on flipped labels (label-flip, task fashion), "
-         "join groups and send nothing (stall); with --verify: return shifted averages as an "
+         "join groups and send nothing (stall), publish fake progress records under fresh "
+         "identities (flood); with --verify: return shifted averages as an "
          "owner (wrong-average), send one owner other values than committed (different-parts) "
-         "or lie in projection reports (false-report)")
+         "or lie in projection reports (false-report), or publish false accusations in the DHT "
+         "(directory-lie)")
       ->capture_default_str();
   cmd.add_option("--run-key", o.run_key,
                  "a private run: its run key (starling run-key new); only peers with a "

@@ -63,8 +63,8 @@ struct TrainOptions {
   std::string compression = "none";
   std::string aggregation = "mean";
   double clip_tau = 0;  // CenteredClip radius (0: adaptive)
-  // testing robustness: none | sign-flip | random | alie | label-flip | stall |
-  // wrong-average | different-parts | false-report
+  // testing robustness: none | sign-flip | random | alie | label-flip | stall | flood |
+  // wrong-average | different-parts | false-report | directory-lie
   std::string attack = "none";
   bool verify = false;  // accountability (docs/security.md)
   // A private run: the run key (starling run-key new), this peer's certificate file

@@ -28,7 +28,9 @@
 //                        is implausibly small: the owner did not return the aggregate. Pending:
 //                        the owner may answer with false_report evidence against a member;
 //   false_report         a member's signed part and values, the signed result and values, and
-//                        the member's report, which the values contradict: the member lied.
+//                        the member's report, which the values contradict: the member lied;
+//   report_conflict      two different signed reports of one member for one (round, sub-round,
+//                        part): it told the round one thing and the directory another.
 // Evidence that does not verify is an error naming the reason: an accusation carrying it is
 // false and bans the accuser (ban_list.hpp).
 //
@@ -229,6 +231,7 @@ enum class EvidenceKind : std::uint8_t {
   bad_result_norm = 4,
   wrong_average = 5,
   false_report = 6,
+  report_conflict = 7,
 };
 const char* to_string(EvidenceKind k);
 
@@ -240,7 +243,8 @@ struct Evidence {
                                           // bad_result_norm, wrong_average: the result;
                                           // false_report: the part, then the result
   std::vector<Reveal> reveals;            // wrong_average, false_report: every member's
-  std::vector<ProjectionReport> reports;  // wrong_average: every counted member's; false_report: 1
+  std::vector<ProjectionReport> reports;  // wrong_average: every counted member's; false_report: 1;
+                                          // report_conflict: 2
   std::vector<float> data;                // bad_result_norm: the result; false_report: the part
   std::vector<float> data2;               // false_report: the result
   friend bool operator==(const Evidence&, const Evidence&) = default;
@@ -266,6 +270,8 @@ result<Verdict> verify_evidence(const Evidence& e, const CheckConfig& cfg);
 Evidence commitment_conflict(const RoundInfo& info, const Commitment& a, const Commitment& b);
 Evidence part_mismatch(const RoundInfo& info, const Commitment& c, const DataReceipt& part);
 Evidence receipt_conflict(const RoundInfo& info, const DataReceipt& a, const DataReceipt& b);
+Evidence report_conflict(const RoundInfo& info, const ProjectionReport& a,
+                         const ProjectionReport& b);
 
 }  // namespace starling::averaging::acct
 

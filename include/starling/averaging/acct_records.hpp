@@ -22,9 +22,12 @@ namespace starling::averaging::acct {
 
 constexpr std::size_t kMaxAccusationRecord = 240 << 10;
 constexpr std::size_t kChunkBytes = 192 << 10;
-// Detached accusations whose chunks one read fetches at most, picked at random (records that
-// never complete cannot make every read expensive; the rest wait for a later read).
+// Detached accusations whose chunks one read fetches at most, and at most per accuser: those
+// of accused peers (their false_report answers) first, the rest in random order (records that
+// never complete cannot make every read expensive, and one accuser's junk cannot crowd out the
+// others'; the rest wait for a later read).
 constexpr std::size_t kMaxDetachedPerRead = 16;
+constexpr std::size_t kMaxDetachedPerAccuser = 2;
 
 Bytes accusation_key(const std::string& run_id);
 Bytes chunk_key(const std::string& run_id, const Hash32& chunk);

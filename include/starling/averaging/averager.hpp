@@ -54,8 +54,16 @@ struct AccountabilityConfig {
   std::shared_ptr<acct::BanList> bans;
   // FOR TESTING the defence: an owner that shifts its results, a member that sends the next
   // member's parts other values than it committed, or one that lies in its projection reports
-  // about the other owners' parts (to get them banned).
-  enum class Attack : std::uint8_t { none, wrong_average, different_parts, false_report };
+  // about the other owners' parts (to get them banned); directory_lie: one that reports
+  // honestly in the round but publishes, for every part another member owns, a wrong_average
+  // accusation built from a lying report of its own (the owner never sees it in the round).
+  enum class Attack : std::uint8_t {
+    none,
+    wrong_average,
+    different_parts,
+    false_report,
+    directory_lie
+  };
   Attack attack = Attack::none;
 };
 
@@ -331,6 +339,7 @@ class Averager : public std::enable_shared_from_this<Averager> {
   result<void> setup_accountability();
   std::shared_ptr<const detail::RoundAcctConfig> round_acct(const std::string& round) const;
   void on_evidence(const acct::Evidence& e);
+  void publish_forged(const acct::Evidence& e);  // test-only Attack::directory_lie
   awaitable<result<void>> install_snapshot(std::uint64_t epoch, Bytes data, Bytes metadata,
                                            const Bytes& kind, std::size_t part_size);
 

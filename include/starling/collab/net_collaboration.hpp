@@ -63,7 +63,11 @@ struct NetCollaborationConfig {
   // wrong_average and different_parts cheat in the accountable round (needs `verify`): an
   // owner that shifts its results, a member that sends one owner other values than it
   // committed (averaging::AccountabilityConfig::Attack).
-  // false_report: lies in its projection reports to get honest owners banned.
+  // false_report: lies in its projection reports to get honest owners banned. directory_lie:
+  // reports honestly, but publishes false wrong_average accusations of the other owners' parts
+  // in the directory (a minority's, which readers do not act on). flood: besides its own
+  // progress record, publishes fake ones under 24 fresh identities claiming 1000x its samples
+  // and rate (ProgressGuard keeps the view sane).
   // alie ("a little is enough", Baruch et al. 2019): sends its gradient minus one standard
   // deviation in every coordinate (estimated from its own recent gradients), at its true
   // weight: a shift small enough to pass as an honest peer's noise, in one direction every
@@ -76,7 +80,9 @@ struct NetCollaborationConfig {
     different_parts,
     false_report,
     alie,
-    stall
+    stall,
+    directory_lie,
+    flood
   };
   Attack attack = Attack::none;
   // A private run (docs/security.md, "Private runs"): only peers holding a certificate signed
