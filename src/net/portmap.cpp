@@ -188,8 +188,16 @@ awaitable<void> PortMapper::loop() {
   auto self = shared_from_this();
   for (;;) {
     bool ok = false;
-    if (backend_ || co_await find_gateway())
-      ok = co_await refresh(mappable_ports(host_->listen_addresses()));
+    const auto ports = mappable_ports(host_->listen_addresses());
+    if (ports.empty() && mappings_.empty()) {
+      // Loopback only (tests, demos) or not listening: no router is asked anything.
+      if (stats_.idle++ == 0)
+        logger("net")->debug("portmap: no IPv4 port listening beyond loopback: nothing to map");
+      changed_.set();
+      if (!co_await sleep_for(cfg_.retry_interval)) co_return;
+      continue;
+    }
+    if (backend_ || co_await find_gateway()) ok = co_await refresh(ports);
     // A mapping the router has not renewed is gone once its lifetime is over.
     const auto now = Clock::now();
     std::erase_if(mappings_, [&](const PortMapping& m) {

@@ -128,9 +128,9 @@ struct PortMapFixture {
   std::shared_ptr<FakeRouter> router = std::make_shared<FakeRouter>();
   std::shared_ptr<Host> host;
   PortMapConfig cfg;
-  PortMapFixture() {
+  explicit PortMapFixture(std::string listen = "/ip4/0.0.0.0/tcp/0") {
     HostConfig hc;
-    hc.listen = {"/ip4/0.0.0.0/tcp/0"};
+    hc.listen = {std::move(listen)};
     host = Host::create(io.get_executor(), crypto::KeyPair::generate(), hc);
     cfg.retry_interval = 300ms;
   }
@@ -207,6 +207,23 @@ TEST(PortMapper, SilentRouterLosesTheMappingAtExpiryAndIsFoundAgain) {
     f.router->answer = true;
     EXPECT_TRUE(co_await eventually([&] { return announces(*f.host, f.mapped()); }));
     EXPECT_GT(f.router->discovers, before);  // the gateway was looked for again
+    co_await pm->stop();
+    co_await f.host->stop();
+  });
+}
+
+// Port mapping is on by default in `starling train|node`: a host listening on loopback only
+// (tests, demos) must never send the gateway anything.
+TEST(PortMapper, LoopbackOnlyHostAsksNoGateway) {
+  PortMapFixture f("/ip4/127.0.0.1/tcp/0");
+  test::run_with_deadline(f.io, [&]() -> awaitable<void> {
+    CO_ASSERT_OK(co_await f.host->start());
+    auto pm = PortMapper::start(f.host, f.cfg, fake(f.router));
+    EXPECT_TRUE(co_await eventually([&] { return pm->stats().idle >= 2; }));  // 2 passes
+    EXPECT_EQ(f.router->discovers, 0);
+    EXPECT_EQ(f.router->maps, 0);
+    EXPECT_TRUE(pm->mappings().empty());
+    EXPECT_EQ(pm->protocol(), "");
     co_await pm->stop();
     co_await f.host->stop();
   });

@@ -3,9 +3,10 @@
 // asks it to forward each TCP listening port of the host, renews every mapping when half of
 // its granted lifetime has passed, removes them on stop(), and announces the mapped external
 // address (Host::set_extra_addresses "portmap") so identify, DHT records and AutoNAT see it.
-// A router that refuses (NAT-PMP "not authorized", UPnP 606/718/...) gets a warning with its
-// reason; the mapper asks again after `retry_interval`. libnatpmp speaks NAT-PMP only (PCP
-// gateways answer it too, RFC 6887 §9).
+// Only IPv4 ports listening beyond loopback are mapped (mappable_ports()): a host that
+// listens on loopback only never sends the gateway anything. A router that refuses (NAT-PMP "not
+// authorized", UPnP 606/718/...) gets a warning with its reason; the mapper asks again after
+// `retry_interval`. libnatpmp speaks NAT-PMP only (PCP gateways answer it too, RFC 6887 §9).
 //
 // Threading rule: as Host (one executor; call from coroutines on it). NAT-PMP runs on the
 // executor (non-blocking UDP); libminiupnpc is blocking, so each UPnP call runs on a thread of
@@ -90,6 +91,8 @@ class PortMapper : public std::enable_shared_from_this<PortMapper> {
  public:
   struct Stats {
     std::uint64_t mapped = 0, renewed = 0, refused = 0, failed = 0, removed = 0;
+    // Passes that found no port to map (loopback-only listeners): no gateway was asked.
+    std::uint64_t idle = 0;
   };
   // The backends to try, in order, each time a gateway is looked for.
   using BackendFactory = std::function<std::vector<std::unique_ptr<PortMapBackend>>()>;
