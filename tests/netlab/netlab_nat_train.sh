@@ -112,10 +112,13 @@ for n in n4 n5; do
     grep -qE 'relay .*: reservation until' "$T_TMP/$n.log"
   check "$n averaged as a client member (owns no part while not publicly reachable)" \
     grep -q 'averaging: client member (not publicly reachable)' "$T_TMP/$n.log"
-  # Joining costs one download; a relayed all-reduce stream cut by the circuit limits costs
-  # one per epoch (what happened before relay-only trainers became client members).
-  check "$n downloaded the state at most 3 times ($(jfield $n state_downloads))" \
-    test "$(jfield $n state_downloads)" -le 3
+  # A relayed all-reduce stream cut by the circuit limits costs the round and a download at
+  # every epoch (what happened before relay-only trainers became client members); joining
+  # costs one, and a public joiner takes 0-2 more in this run (missed rounds while joining).
+  check "$n downloaded the state a few times, not every epoch ($(jfield $n state_downloads))" \
+    test "$(jfield $n state_downloads)" -le 10
+  check "$n took part in most rounds ($(jfield $n rounds_ok) of $EPOCHS)" \
+    test "$(jfield $n rounds_ok)" -ge $((EPOCHS / 2))
 done
 # DCUtR: which relayed connections were upgraded depends on who dialled whom first (a NATed
 # trainer that dialled a public one already has a direct connection); h4 <-> h5 cannot punch
