@@ -13,13 +13,19 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
-cmake --build "$build" --target starling_cli -j"${JOBS:-2}" >/dev/null
+cmake --build "$build" --target starling_cli starling-delay-proxy -j"${JOBS:-2}" >/dev/null
 STARLING="$build/bin/starling"
 source "$root/tests/netlab/lib.sh"
 need_root --nat
 TRIES=${BENCH_TRIES:-20}
 FAIL_TRIES=${BENCH_FAIL_TRIES:-3}
-TYPES=${BENCH_NAT_TYPES:-drop reset random}
+TYPES=${BENCH_NAT_TYPES-drop reset random}
+# Latency of the paths through the relay: A's and B's connections to R get RELAY_MS one way
+# (starling-delay-proxy on h2 and h3, only towards R), so a relayed RTT is ~4 x RELAY_MS while
+# the direct path A <-> B has none, as on the internet where the relay is far and the peers
+# are not; the hole punch's cost in relayed RTTs then measures protocol round trips, not
+# process time (0: no delay, as before).
+RELAY_MS=${BENCH_NAT_RELAY_MS:-10}
 
 node() {  # NAME HOST ARGS...
   local name=$1 host=$2
@@ -38,6 +44,10 @@ for type in $TYPES; do
   tries=$TRIES
   [[ $type == drop ]] || tries=$FAIL_TRIES
   up --hosts 3 --nat 2 --nat-type "$type"
+  if ((RELAY_MS > 0)); then  # A's and B's connections to R: RELAY_MS each way (not A <-> B)
+    nl delay h2 --ms "$RELAY_MS" --dst 10.77.1.1/32 >/dev/null
+    nl delay h3 --ms "$RELAY_MS" --dst 10.77.1.1/32 >/dev/null
+  fi
   node "r-$type" h1 -l /ip4/0.0.0.0/tcp/4001 --relay --allow-private
   wait_for_line "$T_TMP/r-$type.log" '^listening on /ip4/10\.77\.1\.1/' 10 >/dev/null
   r_addr=$(sed -nE 's|^listening on (/ip4/10\.77\.1\.1/tcp/4001/p2p/.*)$|\1|p' "$T_TMP/r-$type.log")
