@@ -54,7 +54,9 @@ awaitable<void> RelayClient::probe_relays() {
       auto r = co_await ping(*host_, relay, 1, cfg_.probe_timeout);
       if (r) continue;
       if (r.error() == errc::cancelled) co_return;
-      if (!held_.count(relay)) continue;  // dropped meanwhile
+      // Only silence counts: a relay that refuses ping still answers, and a closed connection
+      // already dropped the reservation.
+      if (r.error() != errc::timeout || !held_.count(relay)) continue;
       ++silent_relays_;
       logger("net")->info(
           "relay {}: no answer to a ping within {} ms ({}): closing the connection",
