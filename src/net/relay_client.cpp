@@ -66,7 +66,12 @@ awaitable<void> RelayClient::probe_relays() {
       // Not asked again before retry_interval (a frozen relay's kernel still completes TCP
       // handshakes: a RESERVE would wait reserve_timeout); another relay is asked now.
       next_try_[relay] = Clock::now() + cfg_.retry_interval;
-      host_->disconnect(relay);  // on_peer_disconnected drops the reservation
+      // The reservation goes now (closing waits a while for the streams through it).
+      held_.erase(relay);
+      host_->keep_alive(relay, false);
+      publish();
+      changed_.pulse();
+      host_->disconnect(relay);
     }
   }
 }
