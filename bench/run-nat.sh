@@ -39,6 +39,15 @@ t_of() { { grep -E "$2" "$1" || true; } | head -1 | sed -nE 's/.* t=([0-9.]+)$/\
 median() { sort -g | awk '{v[NR]=$1} END{if(NR==0){print "-"}else{print v[int((NR+1)/2)]}}'; }
 p90() { sort -g | awk '{v[NR]=$1} END{if(NR==0){print "-"}else{i=int(NR*0.9+0.999);print v[i]}}'; }
 
+# end_run: stops this run's processes and tears its netlab run down
+end_run() {
+  for p in "${T_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  T_PIDS=()
+  nl down >/dev/null 2>&1 || true
+  T_RUN=""
+}
+
 json=""
 for type in $TYPES; do
   tries=$TRIES
@@ -100,11 +109,7 @@ for type in $TYPES; do
     "in_relayed_rtts=$in_rtts" \
     "ping_ms relayed=$rtt_rel direct=$rtt_dir direct/relayed=$rtt_ratio"
   json+="${json:+,}\"$type\":{\"tries\":$tries,\"punched\":$ok,\"relayed_ms\":\"$rel_med\",\"direct_after_ms\":\"$dir_med\",\"direct_p90_ms\":\"$dir_p90\",\"ping_relayed_ms\":\"$rtt_rel\",\"ping_direct_ms\":\"$rtt_dir\"}"
-  for p in "${T_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  T_PIDS=()
-  nl down >/dev/null 2>&1 || true
-  T_RUN=""
+  end_run
 done
 # Throughput through the relay vs direct between the same two peers on capped links (every
 # host BENCH_NAT_MBIT Mbit/s each way, tc tbf): B sits behind a "upnp" router and maps its port
@@ -149,11 +154,7 @@ if [[ ${BENCH_NAT_THROUGHPUT:-1} == 1 ]]; then
     "direct(anchor) median=$t_dir relayed median=$t_rel relayed/direct=$t_ratio" \
     "(direct: $(tr '\n' ' ' <"$T_TMP/tput_direct")relayed: $(tr '\n' ' ' <"$T_TMP/tput_relayed"))"
   json+="${json:+,}\"throughput\":{\"cap_mbit\":$MBIT,\"mib\":$MIB,\"reps\":$REPS,\"direct_mib_s\":\"$t_dir\",\"relayed_mib_s\":\"$t_rel\",\"ratio\":\"$t_ratio\"}"
-  for p in "${T_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  T_PIDS=()
-  nl down >/dev/null 2>&1 || true
-  T_RUN=""
+  end_run
 fi
 echo "load: $(uptime)"
 echo "RESULT {$json}"

@@ -32,15 +32,22 @@ check "... and none with R2" bash -c "! grep -q '^relayed at $r2' '$T_TMP/b.log'
 b_id=$(node_peer_id b)
 
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b - a}'; }
-t_kill=$(date +%s.%N)
-kill -KILL "${NODE_PID[r1]}"
-check "B lost R1's reservation" \
-  wait_for_line "$T_TMP/b.log" "relay [^ ]*${r1_id: -6}: connection lost" 60
-lost=$(since "$t_kill")
-check "B reserved with R2 instead" \
-  wait_for_line "$T_TMP/b.log" "relay [^ ]*${r2_id: -6}: reservation until" 30
-note "after the SIGKILL: reservation dropped in $lost s, new one with R2 at $(since "$t_kill") s" \
-  "(load $(cut -d' ' -f1 /proc/loadavg))"
+declare -A ID=([r1]=$r1_id [r2]=$r2_id [r3]=$r3_id)
+# failover SIGNAL FROM TO WHAT PATTERN: signals relay FROM; B must log PATTERN about it (WHAT
+# it noticed) and reserve with TO; sets $moved (seconds from the signal to the new reservation).
+failover() {
+  local sig=$1 from=$2 to=$3 what=$4 pattern=$5 t0 lost
+  t0=$(date +%s.%N)
+  kill "-$sig" "${NODE_PID[$from]}"
+  check "B noticed $what" wait_for_line "$T_TMP/b.log" "relay [^ ]*${ID[$from]: -6}: $pattern" 60
+  lost=$(since "$t0")
+  check "B reserved with ${to^^} instead" \
+    wait_for_line "$T_TMP/b.log" "relay [^ ]*${ID[$to]: -6}: reservation until" 30
+  moved=$(since "$t0")
+  note "after the SIG$sig: ${from^^} dropped in $lost s, new reservation with ${to^^} at $moved s" \
+    "(load $(cut -d' ' -f1 /proc/loadavg))"
+}
+failover KILL r1 r2 "R1's connection was lost" "connection lost"
 
 starling_node a h4 -l /ip4/0.0.0.0/tcp/0 --connect "$r2/p2p-circuit/p2p/$b_id"
 check "A reaches B through R2" \
@@ -49,16 +56,7 @@ check "B accepted it through R2" \
   wait_for_line "$T_TMP/b.log" "^connection $(node_peer_id a) relayed inbound" 10
 
 # R2 goes silent: no FIN, no RST (the process is frozen; its kernel keeps the connections).
-t_stop=$(date +%s.%N)
-kill -STOP "${NODE_PID[r2]}"
-check "B's probe found R2 silent and closed the connection" \
-  wait_for_line "$T_TMP/b.log" "relay [^ ]*${r2_id: -6}: no answer to a ping" 30
-silent=$(since "$t_stop")
-check "B reserved with R3 instead" \
-  wait_for_line "$T_TMP/b.log" "relay [^ ]*${r3_id: -6}: reservation until" 30
-moved=$(since "$t_stop")
-note "after the SIGSTOP: silence noticed in $silent s, reservation with R3 at $moved s" \
-  "(load $(cut -d' ' -f1 /proc/loadavg))"
+failover STOP r2 r3 "R2 silent (its probe went unanswered)" "no answer to a ping"
 # Yamux keepalive alone takes 30 s of silence, then 10 s for the probe's answer.
 check "... within 25 s of the silence (yamux keepalive alone: ~40 s)" between "$moved" 0 25
 kill -KILL "${NODE_PID[r2]}" 2>/dev/null || true
