@@ -7,18 +7,25 @@
 # anchor), the time from the relayed connection to the direct one, and the ping RTT via the
 # relay and via the direct connection; per type: the punch success rate. Build directory:
 # first argument (default build). BENCH_TRIES (20) tries on `drop` NATs, BENCH_FAIL_TRIES (3)
-# on `reset` and `random` NATs (a failure takes DCUtR's full 3 attempts, ~30 s). The last line
-# of output is `RESULT {json}`.
+# on `reset` and `random` NATs (a failure takes DCUtR's full 3 attempts, ~30 s). Then relayed vs
+# direct throughput on capped links (below; BENCH_NAT_THROUGHPUT=0 skips it). The last line of
+# output is `RESULT {json}`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
-cmake --build "$build" --target starling_cli -j"${JOBS:-2}" >/dev/null
+cmake --build "$build" --target starling_cli starling-delay-proxy -j"${JOBS:-2}" >/dev/null
 STARLING="$build/bin/starling"
 source "$root/tests/netlab/lib.sh"
 need_root --nat
 TRIES=${BENCH_TRIES:-20}
 FAIL_TRIES=${BENCH_FAIL_TRIES:-3}
-TYPES=${BENCH_NAT_TYPES:-drop reset random}
+TYPES=${BENCH_NAT_TYPES-drop reset random}
+# Latency of the paths through the relay: A's and B's connections to R get RELAY_MS one way
+# (starling-delay-proxy on h2 and h3, only towards R), so a relayed RTT is ~4 x RELAY_MS while
+# the direct path A <-> B has none, as on the internet where the relay is far and the peers
+# are not; the hole punch's cost in relayed RTTs then measures protocol round trips, not
+# process time (0: no delay, as before).
+RELAY_MS=${BENCH_NAT_RELAY_MS:-10}
 
 node() {  # NAME HOST ARGS...
   local name=$1 host=$2
@@ -32,11 +39,24 @@ t_of() { { grep -E "$2" "$1" || true; } | head -1 | sed -nE 's/.* t=([0-9.]+)$/\
 median() { sort -g | awk '{v[NR]=$1} END{if(NR==0){print "-"}else{print v[int((NR+1)/2)]}}'; }
 p90() { sort -g | awk '{v[NR]=$1} END{if(NR==0){print "-"}else{i=int(NR*0.9+0.999);print v[i]}}'; }
 
+# end_run: stops this run's processes and tears its netlab run down
+end_run() {
+  for p in "${T_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  T_PIDS=()
+  nl down >/dev/null 2>&1 || true
+  T_RUN=""
+}
+
 json=""
 for type in $TYPES; do
   tries=$TRIES
   [[ $type == drop ]] || tries=$FAIL_TRIES
   up --hosts 3 --nat 2 --nat-type "$type"
+  if ((RELAY_MS > 0)); then  # A's and B's connections to R: RELAY_MS each way (not A <-> B)
+    nl delay h2 --ms "$RELAY_MS" --dst 10.77.1.1/32 >/dev/null
+    nl delay h3 --ms "$RELAY_MS" --dst 10.77.1.1/32 >/dev/null
+  fi
   node "r-$type" h1 -l /ip4/0.0.0.0/tcp/4001 --relay --allow-private
   wait_for_line "$T_TMP/r-$type.log" '^listening on /ip4/10\.77\.1\.1/' 10 >/dev/null
   r_addr=$(sed -nE 's|^listening on (/ip4/10\.77\.1\.1/tcp/4001/p2p/.*)$|\1|p' "$T_TMP/r-$type.log")
@@ -89,11 +109,52 @@ for type in $TYPES; do
     "in_relayed_rtts=$in_rtts" \
     "ping_ms relayed=$rtt_rel direct=$rtt_dir direct/relayed=$rtt_ratio"
   json+="${json:+,}\"$type\":{\"tries\":$tries,\"punched\":$ok,\"relayed_ms\":\"$rel_med\",\"direct_after_ms\":\"$dir_med\",\"direct_p90_ms\":\"$dir_p90\",\"ping_relayed_ms\":\"$rtt_rel\",\"ping_direct_ms\":\"$rtt_dir\"}"
-  for p in "${T_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  T_PIDS=()
-  nl down >/dev/null 2>&1 || true
-  T_RUN=""
+  end_run
 done
+# Throughput through the relay vs direct between the same two peers on capped links (every
+# host BENCH_NAT_MBIT Mbit/s each way, tc tbf): B sits behind a "upnp" router and maps its port
+# (NAT-PMP), so it is reachable both at the mapped address and through R; A, behind a "drop"
+# NAT, echoes BENCH_NAT_MIB MiB to B over each path in turn, BENCH_NAT_REPS times (a fresh
+# connection each time). R is `starling dht` with its circuit limits lifted (the spec's default
+# 128 KiB would reset the relayed echo). Through the relay every byte crosses R's link in both
+# directions, so on equal caps the relay is expected to give about half the direct rate.
+if [[ ${BENCH_NAT_THROUGHPUT:-1} == 1 ]]; then
+  MBIT=${BENCH_NAT_MBIT:-20}
+  MIB=${BENCH_NAT_MIB:-4}
+  REPS=${BENCH_NAT_REPS:-5}
+  up --hosts 3 --nat 2 --nat-type upnp,drop --up-mbit "$MBIT" --down-mbit "$MBIT"
+  bg_on h1 "$T_TMP/r-tput.log" env HOME="$T_TMP" "$STARLING" --log info dht -i "$T_TMP/r-tput.key" \
+    --listen /ip4/10.77.1.1/tcp/4001 --allow-private --relay-circuit-kib 0 \
+    --relay-circuit-seconds 0 --addr-file "$T_TMP/r-tput.addr"
+  wait_for_line "$T_TMP/r-tput.addr" '/p2p/' 15 >/dev/null
+  r_addr=$(head -1 "$T_TMP/r-tput.addr")
+  node b-tput h2 -l /ip4/0.0.0.0/tcp/4002 --allow-private --relay-via "$r_addr" \
+    --port-mapping natpmp
+  wait_for_line "$T_TMP/b-tput.log" '^relayed at ' 20 >/dev/null
+  wait_for_line "$T_TMP/b-tput.log" '^port mapped natpmp ' 20 >/dev/null
+  b_circuit=$(sed -nE 's|^relayed at (.*)$|\1|p' "$T_TMP/b-tput.log" | head -1)
+  b_id=${b_circuit##*/}
+  b_direct=$(sed -nE 's|^port mapped natpmp ([0-9.]+):([0-9]+) .*|/ip4/\1/tcp/\2|p' "$T_TMP/b-tput.log" | head -1)/p2p/$b_id
+  bytes=$((MIB * 1024 * 1024))
+  : >"$T_TMP/tput_relayed" >"$T_TMP/tput_direct"
+  echo_once() {  # PATH ADDR: one echo of $bytes from A (h3), MiB/s each way appended to tput_PATH
+    local out secs
+    out=$("$NETLAB" --name "$T_RUN" exec h3 -- env HOME="$T_TMP" "$STARLING" echo "$2" \
+      --bytes "$bytes" --timeout 120 2>&1) || { note "echo over $1 failed: $out"; return 0; }
+    secs=$(sed -nE 's/^echo: 1 stream\(s\) x [0-9]+ bytes intact in ([0-9.]+) s$/\1/p' <<<"$out")
+    [[ -n $secs ]] && awk -v b="$bytes" -v s="$secs" 'BEGIN{printf "%.3f\n", b/1048576/s}' >>"$T_TMP/tput_$1"
+  }
+  for ((i = 1; i <= REPS; i++)); do
+    echo_once direct "$b_direct"
+    echo_once relayed "$b_circuit"
+  done
+  t_dir=$(median <"$T_TMP/tput_direct") t_rel=$(median <"$T_TMP/tput_relayed")
+  t_ratio=$(awk -v a="$t_rel" -v b="$t_dir" 'BEGIN{if(a=="-"||b=="-"||b==0)print "-";else printf "%.2f", a/b}')
+  echo "throughput cap=${MBIT}Mbit/s echo=${MIB}MiB reps=$REPS MiB/s each way:" \
+    "direct(anchor) median=$t_dir relayed median=$t_rel relayed/direct=$t_ratio" \
+    "(direct: $(tr '\n' ' ' <"$T_TMP/tput_direct")relayed: $(tr '\n' ' ' <"$T_TMP/tput_relayed"))"
+  json+="${json:+,}\"throughput\":{\"cap_mbit\":$MBIT,\"mib\":$MIB,\"reps\":$REPS,\"direct_mib_s\":\"$t_dir\",\"relayed_mib_s\":\"$t_rel\",\"ratio\":\"$t_ratio\"}"
+  end_run
+fi
 echo "load: $(uptime)"
 echo "RESULT {$json}"

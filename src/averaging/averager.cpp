@@ -92,7 +92,7 @@ MemberInfo Averager::self_info(double weight) const {
   m.peer = PeerKey(host_->local_peer().bytes());
   m.addrs = cfg_.addrs;
   m.bandwidth = cfg_.bandwidth;
-  m.client = cfg_.client_mode;
+  m.client = cfg_.client_mode || (cfg_.client_now && cfg_.client_now());
   m.weight = weight;
   return m;
 }

@@ -91,6 +91,7 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
   sc.key = {c->cfg_.run_id + ".state", 16, 0};
   sc.addrs = c->cfg_.addrs;
   sc.client_mode = c->cfg_.client_mode;
+  sc.client_now = c->cfg_.client_now;
   sc.open_timeout = c->cfg_.open_timeout;
   sc.reduce_threads = 1;
   // Banned peers get no state and serve none (members only, in a private run).

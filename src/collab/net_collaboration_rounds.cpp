@@ -60,6 +60,7 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, training::Comp
   ac.bandwidth = cfg_.bandwidth;
   ac.upload_pace = cfg_.upload_pace;
   ac.client_mode = cfg_.client_mode;
+  ac.client_now = cfg_.client_now;
   ac.addrs = cfg_.addrs;
   ac.open_timeout = cfg_.open_timeout;
   ac.reduce_threads = cfg_.reduce_threads;

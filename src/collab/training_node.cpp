@@ -34,7 +34,7 @@ result<std::unique_ptr<TrainingNode>> TrainingNode::start(crypto::KeyPair key,
           t->io_->executor(), [host] { return host->start(); }, cfg.start_timeout);
       !r)
     return r.error().with_context("starting the host");
-  if (cfg.port_mapping && !hc.listen.empty()) {
+  if (cfg.port_mapping && !net::mappable_ports(host->listen_addresses()).empty()) {
     auto pc = *cfg.port_mapping;
     auto made = block_on(
         t->io_->executor(),
@@ -95,6 +95,29 @@ result<std::unique_ptr<TrainingNode>> TrainingNode::start(crypto::KeyPair key,
         5s);
     if (!made) return made.error().with_context("starting the AutoNAT client");
     t->autonat_client_ = made.value();
+    // Averaging follows AutoNAT too: while not publicly reachable this peer is a client
+    // member (it opens its streams to the owners and owns no part), so no all-reduce stream
+    // needs a relay and the relay's circuit limits (128 KiB, 2 min by default) never cut one.
+    // A peer that holds relay reservations (behind a NAT, as far as it knows) is a client
+    // until AutoNAT finds it public; others own parts until AutoNAT finds them private.
+    if (!cfg.collab.client_mode) {
+      std::weak_ptr<net::AutonatClient> weak = t->autonat_client_;
+      const bool relayed = t->relay_client_ != nullptr;
+      cfg.collab.client_now = [weak, relayed] {
+        auto a = weak.lock();
+        const auto r = a ? a->status() : net::Reachability::unknown;
+        return r == net::Reachability::private_ || (relayed && r == net::Reachability::unknown);
+      };
+      if (relayed)
+        logger("collab")->info("averaging: client member until AutoNAT finds this peer public");
+      t->autonat_client_->on_change([](net::Reachability r) {
+        if (r == net::Reachability::private_)
+          logger("collab")->info(
+              "averaging: client member (not publicly reachable): sends its values, owns no part");
+        else if (r == net::Reachability::public_)
+          logger("collab")->info("averaging: full member (publicly reachable): owns parts");
+      });
+    }
   }
   ST_TRY(auto c, NetCollaboration::create(t->host_, t->node_, cfg.collab));
   t->collab_ = std::move(c);

@@ -49,15 +49,21 @@ std::vector<Multiaddr> Host::dcutr_own_addresses() const {
   return dcutr_filter(out, cfg_.dcutr.allow_private);
 }
 
+// Called when B's relayed connection opens (before identify: the peer's protocols are
+// unknown, the stream's lazy proposal finds out) and again after identify (when the first
+// call had no address to offer yet). One upgrade per relayed connection.
 void Host::maybe_start_dcutr(std::shared_ptr<Connection> conn) {
-  if (!cfg_.hole_punching || stopping_ || !conn->relayed || conn->outbound || conn->closed) return;
-  if (direct_connection(conn->peer) || dcutr_running_.count(conn->peer)) return;
-  auto it = peers_.find(conn->peer);
-  if (it == peers_.end()) return;
-  const auto& protos = it->second.info.protocols;
-  if (std::find(protos.begin(), protos.end(), kDcutrProtocol) == protos.end()) {
-    logger("net")->debug("dcutr: {} does not speak {}", conn->peer.short_string(), kDcutrProtocol);
+  if (!cfg_.hole_punching || stopping_ || !conn->relayed || conn->outbound || conn->closed ||
+      conn->dcutr_tried)
     return;
+  if (direct_connection(conn->peer) || dcutr_running_.count(conn->peer)) return;
+  if (auto it = peers_.find(conn->peer); it != peers_.end() && it->second.info.identified) {
+    const auto& protos = it->second.info.protocols;
+    if (std::find(protos.begin(), protos.end(), kDcutrProtocol) == protos.end()) {
+      logger("net")->debug("dcutr: {} does not speak {}", conn->peer.short_string(),
+                           kDcutrProtocol);
+      return;
+    }
   }
   scope_.spawn(run_dcutr(std::move(conn)));
 }
@@ -76,6 +82,7 @@ awaitable<void> Host::run_dcutr(std::shared_ptr<Connection> conn) {
     logger("net")->debug("dcutr: no address to offer {}, staying relayed", peer.short_string());
     co_return;
   }
+  conn->dcutr_tried = true;
   ++stats_.dcutr_started;
   auto raw = co_await conn->session->open_stream();
   if (!raw) {
@@ -221,6 +228,15 @@ awaitable<void> Host::drive_dcutr(std::shared_ptr<Connection> conn, ByteStreamPt
       if (body.error() == errc::timeout) {
         acts = m.on_timeout(std::max(Clock::now(), *dl));
         continue;
+      }
+      if (body.error() == errc::unsupported && m.role() == DcutrRole::initiator &&
+          m.attempts() == 1 && m.state() == DcutrMachine::State::await_connect) {
+        // Started before identify: the peer refused the lazy /libp2p/dcutr proposal.
+        --stats_.dcutr_started;
+        logger("net")->debug("dcutr: {} does not speak {}, staying relayed", peer.short_string(),
+                             kDcutrProtocol);
+        stream->reset();
+        co_return;
       }
       ++stats_.dcutr_failed;
       logger("net")->info("dcutr with {} ({}): stream ended in state {}: {}; staying relayed",

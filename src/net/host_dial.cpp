@@ -68,6 +68,10 @@ std::shared_ptr<Host::Connection> Host::add_connection(std::shared_ptr<YamuxSess
                        peer.short_string(), remote.to_string());
   scope_.spawn(stream_accept_loop(conn));
   scope_.spawn(identify_peer(conn));
+  // B of a relayed connection starts DCUtR at once, without waiting for identify (two
+  // relayed RTTs: negotiation and answer): the lazy /libp2p/dcutr proposal travels with
+  // CONNECT, and a peer that does not speak it refuses the stream (host_dcutr.cpp).
+  if (relayed && !outbound) maybe_start_dcutr(conn);
   if (!on_conn_opened_.empty()) {
     const ConnectionInfo info{peer, remote, outbound, 0, relayed};
     for (auto& cb : on_conn_opened_) cb(info);

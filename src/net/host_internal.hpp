@@ -15,6 +15,7 @@ struct Host::Connection {
   std::shared_ptr<YamuxSession> session;
   TimePoint last_active;
   bool closed = false;
+  bool dcutr_tried = false;  // a DCUtR upgrade of this (relayed, inbound) connection began
 };
 
 // An inbound connection still in its handshake (Host::pending_inbound_).

@@ -59,6 +59,12 @@ std::optional<Multiaddr> mapped_address(const PortMapping& m, bool allow_private
   return Multiaddr::from_tcp_endpoint({ip, m.external_port});
 }
 
+bool router_restarted(const RouterEpoch& before, const RouterEpoch& now) {
+  const double elapsed = std::chrono::duration<double>(now.at - before.at).count();
+  const double expected = static_cast<double>(before.seconds) + std::max(0.0, elapsed) * 7 / 8;
+  return static_cast<double>(now.seconds) + 2 < expected;
+}
+
 PortMapper::PortMapper(std::shared_ptr<Host> host, PortMapConfig cfg, BackendFactory backends)
     : host_(std::move(host)),
       cfg_(std::move(cfg)),
@@ -184,12 +190,36 @@ awaitable<bool> PortMapper::refresh(const std::vector<std::uint16_t>& ports) {
   co_return true;
 }
 
+awaitable<void> PortMapper::check_epoch() {
+  if (!backend_ || mappings_.empty() || cfg_.epoch_check_interval <= Duration::zero()) co_return;
+  const auto before = backend_->epoch();
+  if (!before || Clock::now() < epoch_check_at_) co_return;
+  epoch_check_at_ = Clock::now() + cfg_.epoch_check_interval;
+  (void)co_await backend_->discover(cfg_.request_timeout);
+  const auto now = backend_->epoch();
+  if (!now || !router_restarted(*before, *now)) co_return;
+  ++stats_.router_restarts;
+  logger("net")->info(
+      "portmap: the router restarted (epoch {} s, {} s before): requesting the mappings again",
+      now->seconds, before->seconds);
+  for (auto& m : mappings_) m.renew_at = Clock::now();
+}
+
 awaitable<void> PortMapper::loop() {
   auto self = shared_from_this();
   for (;;) {
     bool ok = false;
-    if (backend_ || co_await find_gateway())
-      ok = co_await refresh(mappable_ports(host_->listen_addresses()));
+    const auto ports = mappable_ports(host_->listen_addresses());
+    if (ports.empty() && mappings_.empty()) {
+      // Loopback only (tests, demos) or not listening: no router is asked anything.
+      if (stats_.idle++ == 0)
+        logger("net")->debug("portmap: no IPv4 port listening beyond loopback: nothing to map");
+      changed_.set();
+      if (!co_await sleep_for(cfg_.retry_interval)) co_return;
+      continue;
+    }
+    co_await check_epoch();
+    if (backend_ || co_await find_gateway()) ok = co_await refresh(ports);
     // A mapping the router has not renewed is gone once its lifetime is over.
     const auto now = Clock::now();
     std::erase_if(mappings_, [&](const PortMapping& m) {
@@ -200,6 +230,11 @@ awaitable<void> PortMapper::loop() {
     if (ok) {
       for (const auto& m : mappings_) next = std::min(next, m.renew_at);
       if (!refused_.empty()) next = std::min(next, retry_refused_at_);
+      if (!mappings_.empty() && backend_ && backend_->epoch() &&
+          cfg_.epoch_check_interval > Duration::zero()) {
+        if (epoch_check_at_ <= now) epoch_check_at_ = now + cfg_.epoch_check_interval;
+        next = std::min(next, epoch_check_at_);
+      }
     } else {
       backend_.reset();  // look for the gateway again; sooner while a mapping still holds
       for (const auto& m : mappings_)

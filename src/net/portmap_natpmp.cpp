@@ -47,6 +47,7 @@ class NatpmpBackend final : public PortMapBackend {
   }
   const char* name() const override { return "natpmp"; }
   std::string gateway() const override { return gateway_; }
+  std::optional<RouterEpoch> epoch() const override { return epoch_; }
 
   awaitable<result<asio::ip::address_v4>> discover(Duration timeout) override {
     if (!open_) {
@@ -112,7 +113,10 @@ class NatpmpBackend final : public PortMapBackend {
     for (;;) {
       natpmpresp_t resp{};
       const int r = readnatpmpresponseorretry(&n_, &resp);
-      if (r == 0) co_return resp;
+      if (r == 0) {
+        epoch_ = RouterEpoch{resp.epoch, Clock::now()};
+        co_return resp;
+      }
       if (r != NATPMP_TRYAGAIN) co_return natpmp_error(r, "request");
       timeval tv{};
       if (getnatpmprequesttimeout(&n_, &tv) < 0) co_return make_error(errc::io, "NAT-PMP timer");
@@ -137,6 +141,7 @@ class NatpmpBackend final : public PortMapBackend {
   natpmp_t n_{};
   bool open_ = false;
   std::string gateway_;
+  std::optional<RouterEpoch> epoch_;
 };
 
 }  // namespace

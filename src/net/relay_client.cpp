@@ -39,7 +39,41 @@ std::shared_ptr<RelayClient> RelayClient::start(std::shared_ptr<Host> host, Rela
     self->changed_.pulse();
   });
   c->scope_.spawn([c]() -> awaitable<void> { co_await c->maintain(); });
+  if (c->cfg_.probe_interval > Duration::zero())
+    c->scope_.spawn([c]() -> awaitable<void> { co_await c->probe_relays(); });
   return c;
+}
+
+awaitable<void> RelayClient::probe_relays() {
+  auto self = shared_from_this();
+  for (;;) {
+    if (!co_await sleep_for(cfg_.probe_interval)) co_return;
+    std::vector<PeerId> relays;
+    for (const auto& [r, h] : held_) relays.push_back(r);
+    for (const auto& relay : relays) {
+      auto r = co_await ping(*host_, relay, 1, cfg_.probe_timeout);
+      if (r) continue;
+      if (r.error() == errc::cancelled) co_return;
+      // Only silence counts: a relay that refuses ping still answers, and a closed connection
+      // already dropped the reservation.
+      if (r.error() != errc::timeout || !held_.count(relay)) continue;
+      ++silent_relays_;
+      logger("net")->info(
+          "relay {}: no answer to a ping within {} ms ({}): closing the connection",
+          relay.short_string(),
+          std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.probe_timeout).count(),
+          r.error().message());
+      // Not asked again before retry_interval (a frozen relay's kernel still completes TCP
+      // handshakes: a RESERVE would wait reserve_timeout); another relay is asked now.
+      next_try_[relay] = Clock::now() + cfg_.retry_interval;
+      // The reservation goes now (closing waits a while for the streams through it).
+      held_.erase(relay);
+      host_->keep_alive(relay, false);
+      publish();
+      changed_.pulse();
+      host_->disconnect(relay);
+    }
+  }
 }
 
 awaitable<void> RelayClient::stop() {

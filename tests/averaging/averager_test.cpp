@@ -4,6 +4,7 @@
 // all-gather: the survivors finish within the deadline with identical results).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -103,6 +104,45 @@ TEST(Averager, MatchmakingThenAverage) {
   // A second step works too (the next round proceeds normally).
   auto res2 = c.step_all(so);
   for (std::size_t i = 0; i < n; ++i) ASSERT_TRUE(res2[i]) << res2[i].error().message();
+}
+
+// AveragerConfig::client_now is asked at each step: a peer that is not publicly reachable
+// (TrainingNode asks AutoNAT) joins as a client member, owning no part; once reachable again
+// it owns parts in the next step. The mean is exact either way.
+TEST(Averager, ClientNowIsAskedAtEachStep) {
+  const std::size_t n = 3, relay_only = 2;
+  auto client = std::make_shared<std::atomic<bool>>(true);
+  std::vector<NodeOptions> opts(n);
+  opts[relay_only].configure = [client](AveragerConfig& a) {
+    a.client_now = [client] { return client->load(); };
+  };
+  Cluster c(n, test::test_schema(5000), base_config(), opts, 13);
+  std::vector<StepOptions> so(n);
+  std::vector<double> w{1, 2, 3};
+  for (std::size_t i = 0; i < n; ++i) {
+    so[i].weight = w[i];
+    so[i].timeout = 40s;
+    so[i].matchmaking_timeout = 15s;
+  }
+  const PeerKey key(c.node(relay_only).host->local_peer().bytes());
+  for (bool as_client : {true, false}) {
+    SCOPED_TRACE(as_client ? "client member" : "full member");
+    client->store(as_client);
+    auto res = c.step_all(so);
+    std::vector<std::size_t> ok;
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(res[i]) << "node " << i << ": " << res[i].error().message();
+      ok.push_back(i);
+      const auto& g = res[i].value().group;
+      ASSERT_EQ(g.members.size(), n);
+      const auto at = g.index_of(key);
+      ASSERT_TRUE(at);
+      EXPECT_EQ(g.members[*at].client, as_client) << "as seen by node " << i;
+      for (std::size_t j = 0; j < n; ++j) EXPECT_TRUE(j == *at || !g.members[j].client) << j;
+    }
+    expect_mean(c, ok, w, ok);
+    for (std::size_t i = 0; i < n; ++i) c.node(i).initial_flat = c.flat(i);  // next step's input
+  }
 }
 
 TEST(Averager, NoGroupEndsByTheDeadline) {

@@ -3,7 +3,8 @@
 and a fresh working directory (so `~/.starling`, `b.key` and `ckpt` are created as a new user's
 would be). Only addresses are substituted: the listen ports of the README (4001, 4002) become
 ports the kernel hands out just before, the documentation address 203.0.113.7 becomes 127.0.0.1,
-and `/p2p/12D3KooW...` or a bare `...` becomes the address the matching node printed.
+and `/p2p/12D3KooW...` or a bare `...` becomes the address the matching node printed; `starling
+node` and `starling train` get `--port-mapping off` (never ask this machine's router).
 
 Usage: readme_cli.py README.md BUILD_DIR
 Long-running commands (`starling node`, `starling dht` without put/get) run in the background
@@ -98,6 +99,11 @@ class Tour:
                 out.append(f"/ip4/127.0.0.1/tcp/{port}")
                 continue
             out.append(a)
+        # `starling node|train` map their ports through the home router by default: the test
+        # must not talk to this machine's gateway (its loopback listeners are never mapped,
+        # but `train` listens on 0.0.0.0 by default).
+        if len(args) > 1 and args[1] in ("node", "train") and "--port-mapping" not in args:
+            out += ["--port-mapping", "off"]
         return args[0:1] + out[1:]
 
     def log(self, name):

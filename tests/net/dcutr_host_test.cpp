@@ -151,7 +151,7 @@ TEST(DcutrHost, UpgradesRelayedConnectionToDirect) {
   test::run_with_deadline(lab.io, [&]() -> awaitable<void> {
     CO_ASSERT_OK(co_await lab.setup());
     const auto aid = lab.a->local_peer(), bid = lab.b->local_peer();
-    // B accepted the relayed connection: it starts DCUtR after identify, A answers.
+    // B accepted the relayed connection: it starts DCUtR at once, A answers.
     CO_ASSERT_TRUE(co_await eventually(
         [&] {
           return lab.a->stats().dcutr_succeeded + lab.a->stats().dcutr_failed > 0 &&
@@ -181,6 +181,26 @@ TEST(DcutrHost, UpgradesRelayedConnectionToDirect) {
     auto echoed = co_await echo(*lab.a, bid, data, 10s);
     CO_ASSERT_OK(echoed);
     EXPECT_TRUE(echoed.value() == data);
+    co_await lab.teardown();
+  });
+}
+
+// B starts DCUtR as soon as the relayed connection is up, not after identify (whose
+// negotiation and answer cost two relayed RTTs): here A refuses B's identify requests (B's
+// identify of A never completes), and the upgrade still happens.
+TEST(DcutrHost, StartsWithoutWaitingForIdentify) {
+  Lab lab(punching_config(true), punching_config(true));
+  test::run_with_deadline(lab.io, [&]() -> awaitable<void> {
+    lab.a->remove_stream_handler(kIdentifyProtocol);
+    CO_ASSERT_OK(co_await lab.setup());
+    const auto bid = lab.b->local_peer();
+    CO_ASSERT_TRUE(co_await eventually(
+        [&] { return lab.b->stats().dcutr_succeeded + lab.b->stats().dcutr_failed > 0; }, 15s));
+    EXPECT_EQ(lab.b->stats().dcutr_succeeded, 1u);
+    EXPECT_EQ(count(*lab.a, bid).direct, 1);
+    auto wa = co_await which(*lab.a, bid);
+    CO_ASSERT_OK(wa);
+    EXPECT_EQ(wa.value(), "direct");
     co_await lab.teardown();
   });
 }

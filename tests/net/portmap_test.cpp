@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "starling/net/portmap.hpp"
@@ -45,6 +46,16 @@ TEST(PortMapHelpers, RenewAtHalfTheLifetime) {
   EXPECT_EQ(renew_time(t0, 0s, 5min), t0 + 5min);  // permanent: checked again
 }
 
+TEST(PortMapHelpers, RouterRestartFromEpoch) {
+  const TimePoint t0{};
+  const RouterEpoch before{1000, t0};
+  EXPECT_FALSE(router_restarted(before, {1060, t0 + 60s}));  // advanced with the clock
+  EXPECT_FALSE(router_restarted(before, {1000, t0 + 1s}));   // within the 2 s slack
+  EXPECT_FALSE(router_restarted(before, {1051, t0 + 60s}));  // 7/8 of 60 s is enough
+  EXPECT_TRUE(router_restarted(before, {1049, t0 + 60s}));   // too slow: restarted since
+  EXPECT_TRUE(router_restarted(before, {5, t0 + 10s}));      // went back
+}
+
 TEST(PortMapHelpers, AnnouncesOnlyPublicExternalAddresses) {
   PortMapping m;
   m.external_port = 4001;
@@ -64,7 +75,8 @@ struct FakeRouter {
   std::set<std::uint16_t> refuse;
   bool answer = true;  // false: every request fails with a timeout
   int discovers = 0, maps = 0;
-  std::set<std::uint16_t> mapped;  // what the router holds now
+  std::set<std::uint16_t> mapped;      // what the router holds now
+  std::optional<std::uint32_t> epoch;  // NAT-PMP's seconds since the router started (if any)
 };
 
 class FakeBackend final : public PortMapBackend {
@@ -72,13 +84,16 @@ class FakeBackend final : public PortMapBackend {
   explicit FakeBackend(std::shared_ptr<FakeRouter> r) : r_(std::move(r)) {}
   const char* name() const override { return "fake"; }
   std::string gateway() const override { return "10.0.0.1"; }
+  std::optional<RouterEpoch> epoch() const override { return epoch_; }
   awaitable<result<asio::ip::address_v4>> discover(Duration) override {
     ++r_->discovers;
     if (!r_->answer) co_return make_error(errc::unavailable, "no gateway");
+    answered();
     co_return r_->ext;
   }
   awaitable<result<PortMapping>> map(std::uint16_t port, Duration, Duration) override {
     if (!r_->answer) co_return make_error(errc::timeout, "no answer");
+    answered();
     if (r_->refuse.count(port)) co_return make_error(errc::unsupported, "606 not authorized");
     ++r_->maps;
     r_->mapped.insert(port);
@@ -96,7 +111,11 @@ class FakeBackend final : public PortMapBackend {
   }
 
  private:
+  void answered() {
+    if (r_->epoch) epoch_ = RouterEpoch{*r_->epoch, Clock::now()};
+  }
   std::shared_ptr<FakeRouter> r_;
+  std::optional<RouterEpoch> epoch_;
 };
 
 PortMapper::BackendFactory fake(std::shared_ptr<FakeRouter> r) {
@@ -128,9 +147,9 @@ struct PortMapFixture {
   std::shared_ptr<FakeRouter> router = std::make_shared<FakeRouter>();
   std::shared_ptr<Host> host;
   PortMapConfig cfg;
-  PortMapFixture() {
+  explicit PortMapFixture(std::string listen = "/ip4/0.0.0.0/tcp/0") {
     HostConfig hc;
-    hc.listen = {"/ip4/0.0.0.0/tcp/0"};
+    hc.listen = {std::move(listen)};
     host = Host::create(io.get_executor(), crypto::KeyPair::generate(), hc);
     cfg.retry_interval = 300ms;
   }
@@ -207,6 +226,50 @@ TEST(PortMapper, SilentRouterLosesTheMappingAtExpiryAndIsFoundAgain) {
     f.router->answer = true;
     EXPECT_TRUE(co_await eventually([&] { return announces(*f.host, f.mapped()); }));
     EXPECT_GT(f.router->discovers, before);  // the gateway was looked for again
+    co_await pm->stop();
+    co_await f.host->stop();
+  });
+}
+
+// Port mapping is on by default in `starling train|node`: a host listening on loopback only
+// (tests, demos) must never send the gateway anything.
+TEST(PortMapper, LoopbackOnlyHostAsksNoGateway) {
+  PortMapFixture f("/ip4/127.0.0.1/tcp/0");
+  test::run_with_deadline(f.io, [&]() -> awaitable<void> {
+    CO_ASSERT_OK(co_await f.host->start());
+    auto pm = PortMapper::start(f.host, f.cfg, fake(f.router));
+    EXPECT_TRUE(co_await eventually([&] { return pm->stats().idle >= 2; }));  // 2 passes
+    EXPECT_EQ(f.router->discovers, 0);
+    EXPECT_EQ(f.router->maps, 0);
+    EXPECT_TRUE(pm->mappings().empty());
+    EXPECT_EQ(pm->protocol(), "");
+    co_await pm->stop();
+    co_await f.host->stop();
+  });
+}
+
+// NAT-PMP (RFC 6886 §3.6): a router that restarted lost its mappings and says so with an epoch
+// that went back; the mapper reads the epoch every epoch_check_interval and maps again at
+// once, long before the renewal at half the lease.
+TEST(PortMapper, RouterRestartIsNoticedFromTheEpochAndMappedAgain) {
+  PortMapFixture f;
+  f.router->grant = 3600s;  // the next renewal is half an hour away
+  f.router->epoch = 1000;
+  f.cfg.epoch_check_interval = 100ms;
+  test::run_with_deadline(f.io, [&]() -> awaitable<void> {
+    CO_ASSERT_OK(co_await f.host->start());
+    auto pm = PortMapper::start(f.host, f.cfg, fake(f.router));
+    CO_ASSERT_OK(co_await pm->wait_mapped(5s));
+    const int discovers = f.router->discovers;
+    EXPECT_TRUE(co_await eventually([&] { return f.router->discovers >= discovers + 2; }));
+    EXPECT_EQ(pm->stats().router_restarts, 0u);  // a steady epoch is no restart
+    EXPECT_EQ(f.router->maps, 1);
+    f.router->mapped.clear();  // the router restarts: mappings gone, epoch from 0
+    f.router->epoch = 0;
+    EXPECT_TRUE(co_await eventually([&] { return f.router->mapped.count(f.port()) > 0; }, 5s));
+    EXPECT_EQ(pm->stats().router_restarts, 1u);
+    EXPECT_EQ(f.router->maps, 2);
+    EXPECT_TRUE(announces(*f.host, f.mapped()));
     co_await pm->stop();
     co_await f.host->stop();
   });

@@ -5,8 +5,10 @@
 #include <sodium.h>
 
 #include <ctime>
+#include <future>
 
 #include "net/relay_internal.hpp"
+#include "starling/core/blocking.hpp"
 #include "starling/net/autonat.hpp"
 #include "starling/net/echo.hpp"
 #include "starling/net/host.hpp"
@@ -412,6 +414,65 @@ TEST(Relay, SecondRelayTakesOver) {
     co_await s2->stop();
     for (auto& h : left) co_await h->stop();
   });
+}
+
+// A relay that goes silent without a reset (its process frozen: here its io thread is
+// blocked, so its kernel still accepts and ACKs) is noticed by the client's probe, its
+// connection closed, and the second relay takes over, long before yamux keepalive (~40 s).
+TEST(Relay, SilentRelayIsReplacedByProbe) {
+  IoThread r1_io("relay-r1");
+  auto r1 = make_host(r1_io.context());
+  auto s1 = block_on(
+      r1_io.executor(),
+      [r1]() -> awaitable<result<std::shared_ptr<RelayService>>> {
+        ST_CO_TRY(co_await r1->start());
+        co_return RelayService::start(r1);
+      },
+      10s);
+  ASSERT_TRUE(s1) << s1.error().message();
+  const auto r1_addr = r1->listen_addresses().at(0);
+  std::promise<void> thaw;
+  std::shared_future<void> thawed = thaw.get_future().share();
+  asio::io_context io;
+  auto r2 = make_host(io), b = make_host(io);
+  test::run_with_deadline(io, [&]() -> awaitable<void> {
+    std::vector<std::shared_ptr<Host>> hosts{r2, b};
+    for (auto& h : hosts) CO_ASSERT_OK(co_await h->start());
+    auto s2 = RelayService::start(r2);
+    RelayClientConfig cc;
+    cc.relays = {r1_addr, r2->listen_addresses().at(0)};
+    cc.want_reservations = 1;
+    cc.probe_interval = 200ms;
+    cc.probe_timeout = 300ms;
+    auto client = RelayClient::start(b, cc);
+    CO_ASSERT_OK(co_await client->wait_reservations(1, 5s));
+    EXPECT_EQ(client->reservations().at(0).relay, r1->local_peer());
+    EXPECT_EQ(client->silent_relays(), 0u);                     // a live relay answers its probes
+    asio::post(r1_io.executor(), [thawed] { thawed.wait(); });  // R1 goes silent
+    const auto t0 = Clock::now();
+    auto on_r2 = [&] {
+      auto held = client->reservations();
+      return held.size() == 1 && held[0].relay == r2->local_peer();
+    };
+    while (!on_r2() && Clock::now() - t0 < 10s) (void)co_await sleep_for(10ms);
+    EXPECT_TRUE(on_r2());
+    EXPECT_GE(client->silent_relays(), 1u);
+    EXPECT_LT(Clock::now() - t0, 5s);
+    thaw.set_value();
+    co_await client->stop();
+    co_await s2->stop();
+    for (auto& h : hosts) co_await h->stop();
+  });
+  if (thawed.wait_for(0s) != std::future_status::ready) thaw.set_value();
+  auto stopped = block_on(
+      r1_io.executor(),
+      [r1, s = s1.value()]() -> awaitable<result<void>> {
+        co_await s->stop();
+        co_await r1->stop();
+        co_return success();
+      },
+      10s);
+  EXPECT_TRUE(stopped);
 }
 
 // DCUtR's last step on loopback: A (dialed through the relay) dials B's listening port from

@@ -24,7 +24,7 @@ struct NodeOptions {
   bool relay = false;
   bool hole_punching = false;
   bool allow_private = false;
-  std::string port_mapping = "off";
+  std::string port_mapping = "auto";
   double port_mapping_lifetime = 3600;
   double ping_every = 0;
 };
@@ -45,6 +45,26 @@ awaitable<void> ping_loop(std::shared_ptr<net::Host> host, net::PeerId peer, Dur
       std::cout << fmt::format("ping {} {}: {}", peer.to_string(), i, r.error().message())
                 << std::endl;
     if (!co_await sleep_for(every)) co_return;
+  }
+}
+
+// Prints the router's mappings once granted, with the addresses now announced (the node's
+// other lines do not wait for the router: one that never answers costs nothing).
+awaitable<void> report_mapping(std::shared_ptr<net::Host> host,
+                               std::shared_ptr<net::PortMapper> mapper, Duration timeout) {
+  if (!co_await mapper->wait_mapped(timeout)) {
+    std::cout << "port mapping none yet" << std::endl;
+    co_return;
+  }
+  for (const auto& pm : mapper->mappings())
+    std::cout << fmt::format("port mapped {} {}:{} -> {}", mapper->protocol(),
+                             pm.external_ip.to_string(), pm.external_port, pm.internal_port)
+              << std::endl;
+  for (const auto& pm : mapper->mappings()) {
+    const auto a =
+        net::Multiaddr::from_tcp_endpoint({asio::ip::address(pm.external_ip), pm.external_port});
+    for (const auto& b : host->announce_addresses())
+      if (b.without_peer_id() == a) std::cout << "listening on " << b.to_string() << std::endl;
   }
 }
 
@@ -79,21 +99,16 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   autonat_client->on_change([](net::Reachability r) {
     std::cout << "reachability " << net::reachability_name(r) << std::endl;
   });
-  // Port mapping through the home router: the mapped address is announced once granted.
+  // Port mapping through the home router (only for ports listening beyond loopback): the
+  // mapped address is announced once granted.
+  TaskScope background(co_await asio::this_coro::executor);
   std::shared_ptr<net::PortMapper> mapper;
-  if (portmap.value()) {
+  if (portmap.value() && !net::mappable_ports(host->listen_addresses()).empty()) {
     auto pc = *portmap.value();
     pc.allow_private = o->allow_private;
     pc.lifetime = seconds(o->port_mapping_lifetime);
     mapper = net::PortMapper::start(host, pc);
-    if (auto m = co_await mapper->wait_mapped(pc.discover_timeout + pc.request_timeout); m) {
-      for (const auto& pm : mapper->mappings())
-        std::cout << fmt::format("port mapped {} {}:{} -> {}", mapper->protocol(),
-                                 pm.external_ip.to_string(), pm.external_port, pm.internal_port)
-                  << std::endl;
-    } else {
-      std::cout << "port mapping none yet" << std::endl;
-    }
+    background.spawn(report_mapping(host, mapper, pc.discover_timeout + pc.request_timeout));
   }
   std::shared_ptr<net::RelayClient> relay_client;
   if (!o->relay_via.empty()) {
@@ -159,6 +174,7 @@ awaitable<int> node_main(std::shared_ptr<NodeOptions> o) {
   (void)co_await sleep_for(std::chrono::hours(24 * 365));
   co_await asio::this_coro::reset_cancellation_state();  // Ctrl-C: now clean up, bounded
   (void)co_await pings.close(2s);
+  (void)co_await background.close(2s);
   co_await autonat_client->stop();
   if (mapper) co_await mapper->stop();
   if (relay_client) co_await relay_client->stop();
@@ -194,8 +210,9 @@ void add_node_command(CLI::App& app, Runner& run) {
                 "treat private addresses as public for AutoNAT dial-backs and DCUtR "
                 "(namespace labs)");
   cmd->add_option("--port-mapping", o->port_mapping,
-                  "ask the home router to forward the listening ports: off, auto (NAT-PMP, then "
-                  "UPnP IGD), natpmp or upnp; the mapped address is announced")
+                  "ask the home router to forward the listening ports: auto (NAT-PMP, then "
+                  "UPnP IGD), natpmp, upnp or off; only IPv4 ports listening beyond loopback "
+                  "are mapped; the mapped address is announced")
       ->capture_default_str();
   cmd->add_option("--port-mapping-lifetime", o->port_mapping_lifetime,
                   "lease asked for each mapping, seconds (renewed at half of what is granted)")

@@ -72,13 +72,13 @@ struct TrainOptions {
   std::string run_key, membership, revocations;
   bool delay_step = false;
   std::string delay_correction = "predict";
-  bool client = false;               // no incoming connections
-  bool relay = false;                // serve circuit relay v2 and AutoNAT to other peers
-  bool use_relays = false;           // reachable through relay reservations with the initial peers
-  bool hole_punching = false;        // DCUtR: upgrade relayed connections to direct ones
-  bool allow_private = false;        // labs: AutoNAT and DCUtR accept private addresses
-  std::string port_mapping = "off";  // off | auto | natpmp | upnp (home router forwarding)
-  bool auxiliary = false;            // averages without computing
+  bool client = false;                // no incoming connections
+  bool relay = false;                 // serve circuit relay v2 and AutoNAT to other peers
+  bool use_relays = false;            // reachable through relay reservations with the initial peers
+  bool hole_punching = false;         // DCUtR: upgrade relayed connections to direct ones
+  bool allow_private = false;         // labs: AutoNAT and DCUtR accept private addresses
+  std::string port_mapping = "auto";  // auto | natpmp | upnp | off (home router forwarding)
+  bool auxiliary = false;             // averages without computing
   // When to stop (0: never; Ctrl-C always works).
   std::uint64_t max_epochs = 0;   // the collaboration reached this epoch
   std::uint64_t max_samples = 0;  // this peer contributed this many samples

@@ -78,7 +78,12 @@ struct AveragerConfig {
   // real uplink: a lower `bandwidth` slows rounds down.
   double upload_pace = 0.94;
   std::size_t upload_burst = 64 * 1024;
-  bool client_mode = false;          // cannot accept streams: send and receive, own no share
+  bool client_mode = false;  // cannot accept streams: send and receive, own no share
+  // Asked at each step's matchmaking and each state announcement (on the host's executor):
+  // true = take part as a client member this time, as client_mode does (e.g. a peer that
+  // AutoNAT found not publicly reachable, whose inbound streams would need a relay). Null:
+  // client_mode alone decides.
+  std::function<bool()> client_now;
   std::vector<std::string> addrs;    // addresses others dial (multiaddr strings)
   Duration keepalive_interval = 1s;  // on every all-reduce stream while a round runs
   Duration open_timeout = 10s;       // opening a stream to a group member

@@ -22,6 +22,7 @@
 // Threading rule: every method runs on the host's executor (executor()); stop() is bounded.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,11 @@ struct NetCollaborationConfig {
   std::string run_id;              // 1..48 printable characters without '/', '[' or ']'
   std::vector<std::string> addrs;  // addresses group members dial (empty: the host's)
   bool client_mode = false;
+  // Asked before each round and state announcement (AveragerConfig::client_now): true = take
+  // part as a client member (send, receive, own no part). TrainingNode sets it from AutoNAT:
+  // a peer that is not publicly reachable owns no part, so no all-reduce stream has to reach
+  // it through a relay (whose circuit limits would reset it).
+  std::function<bool()> client_now;
   std::uint64_t bandwidth = 12'500'000;  // declared bytes/s (splits all-reduce shares)
   // Rounds pace their uploads at upload_pace x bandwidth (AveragerConfig::upload_pace); 0 (the
   // default) does not pace: `bandwidth` is then only a share weight, not a cap, so a trainer

@@ -47,8 +47,9 @@ struct TrainingNodeConfig {
   // and DCUtR offers them (net::AutonatServerConfig / DcutrConfig::allow_private).
   bool allow_private = false;
   // Port mapping through the home router (NAT-PMP / UPnP IGD; `starling train
-  // --port-mapping`): the listening port is forwarded and the mapped address announced. Off
-  // (nullopt) by default: discovery talks to the LAN's gateway.
+  // --port-mapping`, auto by default there): the listening port is forwarded and the mapped
+  // address announced; only an IPv4 port listening beyond loopback (no mapper otherwise).
+  // Off (nullopt) by default here: discovery talks to the LAN's gateway.
   std::optional<net::PortMapConfig> port_mapping;
 
   static dht::DhtNodeConfig default_dht();

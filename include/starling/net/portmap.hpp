@@ -3,9 +3,10 @@
 // asks it to forward each TCP listening port of the host, renews every mapping when half of
 // its granted lifetime has passed, removes them on stop(), and announces the mapped external
 // address (Host::set_extra_addresses "portmap") so identify, DHT records and AutoNAT see it.
-// A router that refuses (NAT-PMP "not authorized", UPnP 606/718/...) gets a warning with its
-// reason; the mapper asks again after `retry_interval`. libnatpmp speaks NAT-PMP only (PCP
-// gateways answer it too, RFC 6887 §9).
+// Only IPv4 ports listening beyond loopback are mapped (mappable_ports()): a host that
+// listens on loopback only never sends the gateway anything. A router that refuses (NAT-PMP "not
+// authorized", UPnP 606/718/...) gets a warning with its reason; the mapper asks again after
+// `retry_interval`. libnatpmp speaks NAT-PMP only (PCP gateways answer it too, RFC 6887 §9).
 //
 // Threading rule: as Host (one executor; call from coroutines on it). NAT-PMP runs on the
 // executor (non-blocking UDP); libminiupnpc is blocking, so each UPnP call runs on a thread of
@@ -37,6 +38,11 @@ struct PortMapConfig {
   Duration request_timeout = 6s;   // one mapping request (NAT-PMP retries included)
   Duration retry_interval = 5min;  // after no gateway answered, a refusal or a failed renewal
   Duration stop_timeout = 3s;      // removing the mappings in stop()
+  // NAT-PMP: while mappings are held, the router's epoch (seconds since it started, in every
+  // answer) is read this often (one address request); an epoch that went back means the
+  // router restarted and lost its mappings, so they are requested again at once (RFC 6886
+  // §3.6) instead of at the next renewal. 0: not watched (renewals still see it).
+  Duration epoch_check_interval = 60s;
   // Announce the mapped address even when the router's external address is not public (a
   // NAT behind a NAT cannot be reached through it; labs may want it anyway).
   bool allow_private = false;
@@ -66,6 +72,14 @@ TimePoint renew_time(TimePoint now, Duration granted, Duration recheck);
 // The address to announce for a mapping, if any: /ip4/<external>/tcp/<port>, only for a
 // public external address unless allow_private.
 std::optional<Multiaddr> mapped_address(const PortMapping& m, bool allow_private);
+// A NAT-PMP epoch reading: the router's seconds since its start, and when we got it.
+struct RouterEpoch {
+  std::uint32_t seconds = 0;
+  TimePoint at{};
+};
+// Whether the router restarted between two readings (RFC 6886 §3.6: the epoch should have
+// advanced by at least 7/8 of the time elapsed here, give or take 2 s).
+bool router_restarted(const RouterEpoch& before, const RouterEpoch& now);
 
 // One router protocol (portmap_natpmp.cpp, portmap_upnp.cpp).
 class PortMapBackend {
@@ -81,6 +95,8 @@ class PortMapBackend {
   virtual awaitable<result<void>> unmap(const PortMapping& m, Duration timeout) = 0;
   // The gateway's address, for log lines ("" before discover()).
   virtual std::string gateway() const = 0;
+  // The router's epoch from its last answer (NAT-PMP); nullopt for protocols without one.
+  virtual std::optional<RouterEpoch> epoch() const { return std::nullopt; }
 };
 std::unique_ptr<PortMapBackend> make_natpmp_backend(asio::any_io_executor ex);
 std::unique_ptr<PortMapBackend> make_upnp_backend(asio::any_io_executor ex,
@@ -90,6 +106,9 @@ class PortMapper : public std::enable_shared_from_this<PortMapper> {
  public:
   struct Stats {
     std::uint64_t mapped = 0, renewed = 0, refused = 0, failed = 0, removed = 0;
+    // Passes that found no port to map (loopback-only listeners): no gateway was asked.
+    std::uint64_t idle = 0;
+    std::uint64_t router_restarts = 0;  // NAT-PMP epochs that went back (mappings redone)
   };
   // The backends to try, in order, each time a gateway is looked for.
   using BackendFactory = std::function<std::vector<std::unique_ptr<PortMapBackend>>()>;
@@ -113,6 +132,8 @@ class PortMapper : public std::enable_shared_from_this<PortMapper> {
   // Maps or renews each port due; returns false if the gateway stopped answering.
   awaitable<bool> refresh(const std::vector<std::uint16_t>& ports);
   void publish();
+  // NAT-PMP: reads the router's epoch if a check is due; after a restart every mapping is due.
+  awaitable<void> check_epoch();
 
   std::shared_ptr<Host> host_;
   PortMapConfig cfg_;
@@ -121,6 +142,7 @@ class PortMapper : public std::enable_shared_from_this<PortMapper> {
   std::vector<PortMapping> mappings_;
   std::vector<std::uint16_t> refused_;  // ports the router refused (retried after a while)
   TimePoint retry_refused_at_{};
+  TimePoint epoch_check_at_{};
   Stats stats_;
   TaskScope scope_;
   AsyncEvent changed_;

@@ -116,6 +116,13 @@ struct RelayClientConfig {
   Duration reserve_timeout = 15s;     // one RESERVE exchange, dial included
   Duration retry_interval = 10s;      // after a failed reservation, per relay
   Duration stop_timeout = 15s;        // a /stop exchange plus the upgrade over it
+  // Every probe_interval each relay holding our reservation is pinged; one that does not
+  // answer within probe_timeout has its connection closed (its reservation is dropped and
+  // another relay is asked), so a relay that went silent without a reset (host frozen, link
+  // cut) is noticed within ~probe_interval + probe_timeout instead of yamux keepalive's ~40 s.
+  // 0: no probes.
+  Duration probe_interval = 10s;
+  Duration probe_timeout = 5s;
   // Put the /p2p-circuit addresses before the direct ones in announce_addresses().
   bool announce_first = false;
 };
@@ -141,11 +148,14 @@ class RelayClient : public std::enable_shared_from_this<RelayClient> {
   // Waits until at least `n` reservations are held.
   awaitable<result<void>> wait_reservations(std::size_t n, Duration timeout);
   std::uint64_t refused_stops() const { return refused_stops_; }
+  // Relays whose connection was closed because a probe got no answer.
+  std::uint64_t silent_relays() const { return silent_relays_; }
 
  private:
   RelayClient(std::shared_ptr<Host> host, RelayClientConfig cfg);
   awaitable<void> serve_stop(ByteStreamPtr s, PeerId relay);
   awaitable<void> maintain();
+  awaitable<void> probe_relays();
   void publish();
 
   std::shared_ptr<Host> host_;
@@ -156,6 +166,7 @@ class RelayClient : public std::enable_shared_from_this<RelayClient> {
   std::map<PeerId, TimePoint> next_try_;
   AsyncEvent changed_;
   std::uint64_t refused_stops_ = 0;
+  std::uint64_t silent_relays_ = 0;
 };
 
 }  // namespace starling::net
