@@ -21,13 +21,16 @@ double secs(Duration d) {
 result<std::optional<PortMapConfig>> port_map_mode(std::string_view mode) {
   if (mode == "off") return std::optional<PortMapConfig>{};
   PortMapConfig c;
-  if (mode == "natpmp") {
-    c.upnp = false;
+  if (mode == "pcp") {
+    c.natpmp = c.upnp = false;
+  } else if (mode == "natpmp") {
+    c.pcp = c.upnp = false;
   } else if (mode == "upnp") {
-    c.natpmp = false;
+    c.pcp = c.natpmp = false;
   } else if (mode != "auto") {
-    return make_error(errc::invalid_argument,
-                      fmt::format("port mapping '{}': expected off, auto, natpmp or upnp", mode));
+    return make_error(
+        errc::invalid_argument,
+        fmt::format("port mapping '{}': expected off, auto, pcp, natpmp or upnp", mode));
   }
   return std::optional<PortMapConfig>(c);
 }
@@ -77,6 +80,7 @@ std::shared_ptr<PortMapper> PortMapper::start(std::shared_ptr<Host> host, PortMa
   if (!backends) {
     backends = [ex = host->get_executor(), cfg] {
       std::vector<std::unique_ptr<PortMapBackend>> out;
+      if (cfg.pcp) out.push_back(make_pcp_backend(ex));
       if (cfg.natpmp) out.push_back(make_natpmp_backend(ex));
       if (cfg.upnp) out.push_back(make_upnp_backend(ex, cfg.description));
       return out;
@@ -116,9 +120,10 @@ awaitable<bool> PortMapper::find_gateway() {
   for (auto& b : tries) {
     auto ext = co_await b->discover(cfg_.discover_timeout);
     if (ext) {
+      const bool known = !ext.value().is_unspecified();  // PCP learns it from a mapping
       logger("net")->info("portmap: {} gateway {} (external address {})", b->name(), b->gateway(),
-                          ext.value().to_string());
-      if (!cfg_.allow_private && !is_public_ip(asio::ip::address(ext.value())))
+                          known ? ext.value().to_string() : "told with the first mapping");
+      if (known && !cfg_.allow_private && !is_public_ip(asio::ip::address(ext.value())))
         logger("net")->warn(
             "portmap: the router's external address {} is not public (a NAT behind a NAT?): "
             "mapped ports will not be announced",

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Port mapping through a home router (root): h1 is public (`starling node --relay`: AutoNAT
-# server), h2 sits behind a netlab "upnp" router running Debian's miniupnpd (UPnP IGD and
-# NAT-PMP), h3 behind a plain NAT. On h2:
-#   B1 (port 4002) maps with NAT-PMP, B2 (port 4012) with UPnP IGD, each with a 6 s lease: the
+# server), h2 sits behind a netlab "upnp" router running Debian's miniupnpd (UPnP IGD,
+# NAT-PMP and PCP), h3 behind a plain NAT. On h2:
+#   B1 (port 4002) maps with NAT-PMP, B2 (port 4012) with UPnP IGD, B4 (port 4022) with PCP,
+#   each with a 6 s lease: the
 #   mapping is granted, the mapped address 11.77.2.2:<port> announced, AutoNAT on h1 dials it
 #   back (reachability public), h3 dials it directly, the lease is renewed so the mapping
 #   outlives it, and a clean stop removes it from the router;
@@ -68,6 +69,7 @@ mapping() {  # NAME PROTO PORT
 
 mapping b1 natpmp 4002
 mapping b2 upnp 4012
+mapping b4 pcp 4022
 
 # Ports below 1024 are outside the router's allow rule (--upnp-allow 1024-65535).
 starling_node b3 h2 -l /ip4/0.0.0.0/tcp/900 --port-mapping upnp

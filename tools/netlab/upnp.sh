@@ -42,6 +42,7 @@ ext_ifname=wan
 listening_ip=lan
 enable_natpmp=yes
 enable_upnp=yes
+min_lifetime=1
 secure_mode=yes
 system_uptime=no
 upnp_table_name=miniupnpd

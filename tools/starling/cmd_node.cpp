@@ -210,8 +210,8 @@ void add_node_command(CLI::App& app, Runner& run) {
                 "treat private addresses as public for AutoNAT dial-backs and DCUtR "
                 "(namespace labs)");
   cmd->add_option("--port-mapping", o->port_mapping,
-                  "ask the home router to forward the listening ports: auto (NAT-PMP, then "
-                  "UPnP IGD), natpmp, upnp or off; only IPv4 ports listening beyond loopback "
+                  "ask the home router to forward the listening ports: auto (PCP, NAT-PMP, then "
+                  "UPnP IGD), pcp, natpmp, upnp or off; only IPv4 ports listening beyond loopback "
                   "are mapped; the mapped address is announced")
       ->capture_default_str();
   cmd->add_option("--port-mapping-lifetime", o->port_mapping_lifetime,

@@ -117,8 +117,8 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_flag("--allow-private", o.allow_private,
                "treat private addresses as public for AutoNAT dial-backs and DCUtR (labs)");
   cmd.add_option("--port-mapping", o.port_mapping,
-                 "ask the home router to forward the listening port: auto (NAT-PMP, then "
-                 "UPnP IGD), natpmp, upnp or off; only an IPv4 port listening beyond loopback "
+                 "ask the home router to forward the listening port: auto (PCP, NAT-PMP, then "
+                 "UPnP IGD), pcp, natpmp, upnp or off; only an IPv4 port listening beyond loopback "
                  "is mapped; the mapped address is announced")
       ->capture_default_str();
   cmd.add_flag("--client", o.client,

@@ -1,17 +1,18 @@
-// Port mapping through the home router: NAT-PMP (RFC 6886, Debian libnatpmp) and UPnP IGD
-// (WANIPConnection AddPortMapping, Debian libminiupnpc). A PortMapper finds the gateway,
-// asks it to forward each TCP listening port of the host, renews every mapping when half of
-// its granted lifetime has passed, removes them on stop(), and announces the mapped external
-// address (Host::set_extra_addresses "portmap") so identify, DHT records and AutoNAT see it.
-// Only IPv4 ports listening beyond loopback are mapped (mappable_ports()): a host that
-// listens on loopback only never sends the gateway anything. A router that refuses (NAT-PMP "not
+// Port mapping through the home router: PCP (RFC 6887, net/pcp.hpp), NAT-PMP (RFC 6886, Debian
+// libnatpmp) and UPnP IGD (WANIPConnection AddPortMapping, Debian libminiupnpc). A PortMapper finds
+// the gateway, asks it to forward each TCP listening port of the host, renews every mapping when
+// half of its granted lifetime has passed, removes them on stop(), and announces the mapped
+// external address (Host::set_extra_addresses "portmap") so identify, DHT records and AutoNAT see
+// it. Only IPv4 ports listening beyond loopback are mapped (mappable_ports()): a host that listens
+// on loopback only never sends the gateway anything. A router that refuses (NAT-PMP "not
 // authorized", UPnP 606/718/...) gets a warning with its reason; the mapper asks again after
-// `retry_interval`. libnatpmp speaks NAT-PMP only (PCP gateways answer it too, RFC 6887 §9).
+// `retry_interval`. `auto` tries PCP, then NAT-PMP (a NAT-PMP-only gateway answers PCP with
+// "unsupported version"), then UPnP.
 //
 // Threading rule: as Host (one executor; call from coroutines on it). NAT-PMP runs on the
-// executor (non-blocking UDP); libminiupnpc is blocking, so each UPnP call runs on a thread of
-// its own that the executor polls with a deadline: a router that stops answering costs the
-// mapper a timeout, never a hang (an abandoned call ends with libminiupnpc's socket timeouts
+// executor and so does PCP (non-blocking UDP); libminiupnpc is blocking, so each UPnP call runs on
+// a thread of its own that the executor polls with a deadline: a router that stops answering costs
+// the mapper a timeout, never a hang (an abandoned call ends with libminiupnpc's socket timeouts
 // and only touches its own copy of the gateway's URLs).
 #pragma once
 
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include <asio/ip/address_v4.hpp>
+#include <asio/ip/udp.hpp>
 
 #include "starling/core/async.hpp"
 #include "starling/net/host.hpp"
@@ -31,7 +33,8 @@
 namespace starling::net {
 
 struct PortMapConfig {
-  bool natpmp = true;              // tried first (one UDP exchange with the default gateway)
+  bool pcp = true;                 // tried first (UDP to the default gateway's port 5351)
+  bool natpmp = true;              // then NAT-PMP (the same port, the older protocol)
   bool upnp = true;                // then UPnP IGD (SSDP discovery, SOAP over HTTP)
   Duration lifetime = 1h;          // lease asked for; renewed at half of what is granted
   Duration discover_timeout = 4s;  // finding a gateway, per protocol
@@ -58,8 +61,8 @@ struct PortMapping {
   TimePoint expires{};  // end of the granted lifetime (unused when permanent)
 };
 
-// The CLI's --port-mapping value: "off" (nullopt), "auto" (NAT-PMP, then UPnP), "natpmp" or
-// "upnp" (only that one); errc::invalid_argument otherwise.
+// The CLI's --port-mapping value: "off" (nullopt), "auto" (PCP, NAT-PMP, then UPnP), "pcp",
+// "natpmp" or "upnp" (only that one); errc::invalid_argument otherwise.
 result<std::optional<PortMapConfig>> port_map_mode(std::string_view mode);
 
 // Pure helpers (unit tested).
@@ -81,12 +84,13 @@ struct RouterEpoch {
 // advanced by at least 7/8 of the time elapsed here, give or take 2 s).
 bool router_restarted(const RouterEpoch& before, const RouterEpoch& now);
 
-// One router protocol (portmap_natpmp.cpp, portmap_upnp.cpp).
+// One router protocol (portmap_pcp.cpp, portmap_natpmp.cpp, portmap_upnp.cpp).
 class PortMapBackend {
  public:
   virtual ~PortMapBackend() = default;
   virtual const char* name() const = 0;
-  // Finds the gateway and returns its external address; errc::unavailable if none answers.
+  // Finds the gateway and returns its external address (PCP: unspecified until the first
+  // mapping tells it); errc::unavailable if none answers.
   virtual awaitable<result<asio::ip::address_v4>> discover(Duration timeout) = 0;
   // Maps TCP `internal_port` (asking for the same external port) for `lifetime`. A refusal by
   // the router is errc::unsupported with its reason; other failures (timeouts) as they are.
@@ -95,9 +99,12 @@ class PortMapBackend {
   virtual awaitable<result<void>> unmap(const PortMapping& m, Duration timeout) = 0;
   // The gateway's address, for log lines ("" before discover()).
   virtual std::string gateway() const = 0;
-  // The router's epoch from its last answer (NAT-PMP); nullopt for protocols without one.
+  // The router's epoch from its last answer (PCP, NAT-PMP); nullopt for protocols without one.
   virtual std::optional<RouterEpoch> epoch() const { return std::nullopt; }
 };
+// `server`: the PCP server to ask (tests); the default gateway's port 5351 when nullopt.
+std::unique_ptr<PortMapBackend> make_pcp_backend(
+    asio::any_io_executor ex, std::optional<asio::ip::udp::endpoint> server = std::nullopt);
 std::unique_ptr<PortMapBackend> make_natpmp_backend(asio::any_io_executor ex);
 std::unique_ptr<PortMapBackend> make_upnp_backend(asio::any_io_executor ex,
                                                   std::string description);
