@@ -6,11 +6,21 @@ namespace starling::optim {
 result<DelayCorrection> parse_delay_correction(const std::string& s) {
   if (s == "none") return DelayCorrection::none;
   if (s == "predict") return DelayCorrection::predict;
-  return make_error(errc::invalid_argument, "unknown delay correction '" + s + "' (none|predict)");
+  if (s == "local") return DelayCorrection::local;
+  return make_error(errc::invalid_argument,
+                    "unknown delay correction '" + s + "' (none|predict|local)");
 }
 
 const char* to_string(DelayCorrection c) {
-  return c == DelayCorrection::predict ? "predict" : "none";
+  switch (c) {
+    case DelayCorrection::predict:
+      return "predict";
+    case DelayCorrection::local:
+      return "local";
+    case DelayCorrection::none:
+      break;
+  }
+  return "none";
 }
 
 result<void> validate(const OptimizerOptions& o) {

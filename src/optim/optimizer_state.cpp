@@ -38,21 +38,23 @@ void Optimizer::Impl::accumulate(std::size_t batch_size) {
   }
 }
 
-void Optimizer::Impl::apply_inner_step(const torch::Tensor& grads_flat) {
-  {
-    torch::NoGradGuard no_grad;
-    std::int64_t off = 0;
-    for (auto& p : stepped_params()) {
-      auto n = p.numel();
-      auto g = grads_flat.narrow(0, off, n).view(p.sizes()).to(p.device(), p.scalar_type());
-      if (p.mutable_grad().defined())
-        p.mutable_grad().copy_(g);
-      else
-        p.mutable_grad() = g.clone();
-      off += n;
-    }
+void Optimizer::Impl::load_grads(const torch::Tensor& grads_flat) {
+  torch::NoGradGuard no_grad;
+  std::int64_t off = 0;
+  for (auto& p : stepped_params()) {
+    auto n = p.numel();
+    auto g = grads_flat.narrow(0, off, n).view(p.sizes()).to(p.device(), p.scalar_type());
+    if (p.mutable_grad().defined())
+      p.mutable_grad().copy_(g);
+    else
+      p.mutable_grad() = g.clone();
+    off += n;
   }
-  if (predicting()) {
+}
+
+void Optimizer::Impl::apply_inner_step(const torch::Tensor& grads_flat) {
+  load_grads(grads_flat);
+  if (correcting()) {
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < master.size(); ++i) prev_master[i].copy_(master[i]);
   }

@@ -125,8 +125,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_flag("--delay-step", o.delay_step,
                "delayed parameter updates: the round and the step run in the background");
   cmd.add_option("--delay-correction", o.delay_correction,
-                 "with --delay-step: none (gradients one step stale) or predict (gradients at the "
-                 "parameters extrapolated by the last step)")
+                 "with --delay-step: none (gradients one step stale), predict (gradients at the "
+                 "parameters extrapolated by the last step) or local (gradients after a local "
+                 "step with this peer's own gradient, replaced by the average one round later)")
       ->capture_default_str();
   cmd.add_option("--max-epochs", o.max_epochs, "stop when the collaboration reaches this epoch");
   cmd.add_option("--max-samples", o.max_samples, "stop after contributing this many samples");

@@ -24,7 +24,7 @@ struct OuterOptions {
 
 // How delayed updates correct for the staleness of their gradients (see
 // OptimizerOptions::delay_correction).
-enum class DelayCorrection { none, predict };
+enum class DelayCorrection { none, predict, local };
 result<DelayCorrection> parse_delay_correction(const std::string& s);
 const char* to_string(DelayCorrection c);
 
@@ -64,14 +64,20 @@ struct OptimizerOptions {
   // for the round in flight; the samples computed meanwhile all go into the next round (so a
   // round slower than an epoch's compute makes the steps larger, not the loop slower).
   bool delay_optimizer_step = false;
-  // The correction of delayed updates' staleness. `predict` (weight prediction): the
-  // parameters the training thread computes gradients at are the collaboration's parameters
-  // extrapolated by the last step (master + (master - previous master)), an estimate of where
-  // the round in flight will leave them, so that the gradients of the next round are taken
-  // near the parameters they are applied to. The collaboration's state (digests, state served
-  // to peers, checkpoints, Optimizer::with_collaboration_parameters) stays the unextrapolated
-  // parameters, identical on every peer. `none`: gradients at the last applied parameters (one
-  // step stale).
+  // The correction of delayed updates' staleness. The collaboration's state (digests, state
+  // served to peers, checkpoints, Optimizer::with_collaboration_parameters) is always the
+  // parameters the rounds' averages were applied to ("master"), identical on every peer; only
+  // where the training thread computes gradients changes:
+  //  - `local`: when a round starts, each peer applies its own gradient of that round (the
+  //    contribution it sends) to master at once, with the inner optimizer and its state as they
+  //    are (a preview: neither master nor the optimizer state changes), and computes the next
+  //    gradients there; when the round ends, the collaboration's average replaces that local
+  //    step (the model gets master, now stepped by the average). The gradients of the next
+  //    round are thus taken one local step ahead, near where they are applied.
+  //  - `predict` (weight prediction): at master extrapolated by the last step
+  //    (master + (master - previous master)), an estimate of where the round in flight will
+  //    leave it.
+  //  - `none`: at the last applied parameters (one step stale).
   DelayCorrection delay_correction = DelayCorrection::predict;
 
   // The inner optimizer's state is not in the state format's optimizer section: its tensors
