@@ -71,7 +71,7 @@ struct TrainOptions {
   // (starling run-key sign) and optionally a revocation list to publish (run-key revoke).
   std::string run_key, membership, revocations;
   bool delay_step = false;
-  std::string delay_correction = "predict";
+  std::string delay_correction = "local";
   bool client = false;               // no incoming connections
   bool relay = false;                // serve circuit relay v2 and AutoNAT to other peers
   bool use_relays = false;           // reachable through relay reservations with the initial peers

@@ -78,7 +78,7 @@ struct OptimizerOptions {
   //    (master + (master - previous master)), an estimate of where the round in flight will
   //    leave it.
   //  - `none`: at the last applied parameters (one step stale).
-  DelayCorrection delay_correction = DelayCorrection::predict;
+  DelayCorrection delay_correction = DelayCorrection::local;
 
   // The inner optimizer's state is not in the state format's optimizer section: its tensors
   // are buffers of the model (the Python binding registers a Python optimizer's state tensors
