@@ -156,6 +156,9 @@ struct OptimizerStatus {
   std::uint64_t rounds_ok = 0;
   std::uint64_t rounds_failed = 0;
   std::uint64_t state_downloads = 0;
+  // Samples this peer computed that went into no round: accumulated toward an epoch the
+  // collaboration left without it (dropped when the state download replaced that epoch).
+  std::uint64_t samples_dropped = 0;
   // Wall time the training thread spent inside step() (accumulating, and waiting for
   // synchronous rounds, state downloads and applying steps): what the collaboration costs the
   // training loop.
