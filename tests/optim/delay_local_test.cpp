@@ -65,13 +65,7 @@ TEST(DelayedUpdates, LocalStepComputesGradientsAfterTheOwnStepAndTheAverageRepla
 
   p.collab->open();
   ASSERT_TRUE(wait_until([&] { return p.collab->finished == 1; }, 30s));
-  std::size_t first_applied = 0, second_launch = 0;
-  const auto until = Clock::now() + 30s;
-  while (second_launch == 0 && Clock::now() < until) {
-    auto r = p.feed();
-    if (r.stepped && first_applied == 0) first_applied = p.batches.size();
-    if (r.round_in_background && p.opt->local_epoch() == 1) second_launch = p.batches.size();
-  }
+  const auto [first_applied, second_launch] = p.feed_until_second_round();
   ASSERT_GT(first_applied, 8u);
   ASSERT_GT(second_launch, first_applied);
   // Step 1 applied the average (not the own gradient) to p0 with the optimizer state of p0: a

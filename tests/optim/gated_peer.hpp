@@ -115,6 +115,18 @@ struct GatedPeer {
     const auto v = opt->status().collaboration;
     return v.num_peers == 2 && v.settled;
   }
+  // Feeds until the step of epoch 0 is applied and the round of epoch 1 (the backlog) has
+  // started; returns the batches fed by then, for each (0: not within 30 s).
+  std::pair<std::size_t, std::size_t> feed_until_second_round() {
+    std::size_t first_applied = 0, second_launch = 0;
+    const auto until = Clock::now() + 30s;
+    while (second_launch == 0 && Clock::now() < until) {
+      auto r = feed();
+      if (r.stepped && first_applied == 0) first_applied = batches.size();
+      if (r.round_in_background && opt->local_epoch() == 1) second_launch = batches.size();
+    }
+    return {first_applied, second_launch};
+  }
   StepReport feed() {
     auto [x, y] = batch(gen, 8);
     batches.emplace_back(x, y);

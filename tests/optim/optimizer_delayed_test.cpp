@@ -219,13 +219,7 @@ TEST(DelayedUpdates, PredictComputesGradientsAtTheExtrapolatedParameters) {
   p.collab->open();
   ASSERT_TRUE(wait_until([&] { return p.collab->finished == 1; }, 30s));
   // Feed until step 1 is applied and round 1 (the backlog) has started.
-  std::size_t first_applied = 0, second_launch = 0;
-  const auto until = Clock::now() + 30s;
-  while (second_launch == 0 && Clock::now() < until) {
-    auto r = p.feed();
-    if (r.stepped && first_applied == 0) first_applied = p.batches.size();
-    if (r.round_in_background && p.opt->local_epoch() == 1) second_launch = p.batches.size();
-  }
+  const auto [first_applied, second_launch] = p.feed_until_second_round();
   ASSERT_GT(first_applied, 0u);
   ASSERT_GE(second_launch, first_applied);
   const auto p1 = p0 - 0.05 * mean_gradient(p, 0, 8);
