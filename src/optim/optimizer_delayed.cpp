@@ -43,6 +43,22 @@ bool Optimizer::Impl::background_step_applied() const {
   return bg && bg->applied;
 }
 
+bool Optimizer::Impl::backlog_full() const {
+  if (!bg || opt.delay_max_backlog <= 0) return false;
+  const auto& v = tracker_status.collaboration;
+  const std::size_t computing = v.num_peers > v.num_auxiliary ? v.num_peers - v.num_auxiliary : 1;
+  return static_cast<double>(local_samples) * static_cast<double>(computing) >=
+         opt.delay_max_backlog * static_cast<double>(opt.target_batch_size);
+}
+
+void Optimizer::Impl::wait_background_round() {
+  // Bounded: the round ends by its own deadline (averaging_timeout) or with the io side.
+  while (bg && !bg->done) {
+    serve_pending_state_request();
+    bg->finished.wait_for(std::chrono::milliseconds(20));
+  }
+}
+
 Optimizer::Impl::~Impl() {
   if (bg && bg->finished.valid()) bg->finished.wait();
 }

@@ -132,6 +132,10 @@ struct Optimizer::Impl {
   bool finish_background_round(StepReport& rep, bool block);
   void run_background_round(BackgroundRound& b);
   bool background_step_applied() const;  // master_mu held
+  // OptimizerOptions::delay_max_backlog: whether this peer's samples since the round in flight
+  // began reached the bound; waits for that round, serving state requests meanwhile.
+  bool backlog_full() const;
+  void wait_background_round();
 
   training::ProgressConfig progress_config() const {
     training::ProgressConfig c = opt.progress;

@@ -95,7 +95,8 @@ struct GatedPeer {
 
   explicit GatedPeer(DelayCorrection correction = DelayCorrection::none,
                      const std::filesystem::path& checkpoint_dir = {},
-                     const MakeInner& make_inner = sgd) {
+                     const MakeInner& make_inner = sgd,
+                     const std::function<void(OptimizerOptions&)>& tweak = {}) {
     enable_clock_jumps();  // some tests move the clock past backoffs and expiries
     collab = std::make_shared<GatedCollaboration>(hub, io.executor());
     PeerProgress partner;
@@ -109,6 +110,7 @@ struct GatedPeer {
     }
     auto o = delayed_options(correction);
     o.checkpoint_dir = checkpoint_dir;
+    if (tweak) tweak(o);
     opt = Optimizer::create(*model, make_inner(model), o, collab).value();
   }
   bool knows_partner() {  // and has settled its view (no round before: ProgressTracker)

@@ -267,3 +267,33 @@ TEST(DelayedUpdates, PredictComputesGradientsAtTheExtrapolatedParameters) {
   ASSERT_TRUE(p.opt->shutdown());
   EXPECT_TRUE(torch::allclose(flat_params(*p.model), p2, 1e-5, 1e-6));
 }
+
+// delay_max_backlog: once this peer has computed its share of the bound (1 target / 2 peers =
+// 32 samples, 4 batches) during a round, step() waits for that round and returns with its step
+// applied; without the bound it returns at once (LoopNeverWaits... above).
+TEST(DelayedUpdates, BoundedBacklogWaitsForTheRoundInFlight) {
+  GatedPeer p(DelayCorrection::local, {}, GatedPeer::sgd,
+              [](OptimizerOptions& o) { o.delay_max_backlog = 1; });
+  ASSERT_TRUE(wait_until([&] { return p.knows_partner(); }, 30s));
+  for (int i = 0; i < 8; ++i) p.feed();  // the round of epoch 0 starts
+  ASSERT_TRUE(wait_until([&] { return p.collab->started == 1; }, 30s));
+  std::atomic<int> calls{0}, returned{0};
+  std::atomic<bool> fourth_stepped{false};
+  std::thread feeder([&] {
+    for (int i = 1; i <= 8; ++i) {
+      ++calls;
+      auto r = p.feed();
+      if (i == 4) fourth_stepped = r.stepped;
+      ++returned;
+    }
+  });
+  ASSERT_TRUE(wait_until([&] { return calls >= 4; }, 30s));
+  // The 4th call holds the loop while the round is in flight (the gate is closed).
+  EXPECT_FALSE(wait_until([&] { return returned >= 4; }, 2s)) << "step() did not wait";
+  EXPECT_EQ(returned, 3);
+  p.collab->open();
+  feeder.join();
+  EXPECT_TRUE(fourth_stepped) << "the call that waited applies the round's step";
+  EXPECT_EQ(p.opt->local_epoch(), 1u);
+  ASSERT_TRUE(p.opt->shutdown());
+}

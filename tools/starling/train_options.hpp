@@ -72,6 +72,7 @@ struct TrainOptions {
   std::string run_key, membership, revocations;
   bool delay_step = false;
   std::string delay_correction = "local";
+  double max_backlog = 0;
   bool client = false;               // no incoming connections
   bool relay = false;                // serve circuit relay v2 and AutoNAT to other peers
   bool use_relays = false;           // reachable through relay reservations with the initial peers

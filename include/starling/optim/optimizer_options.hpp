@@ -79,6 +79,13 @@ struct OptimizerOptions {
   //    leave it.
   //  - `none`: at the last applied parameters (one step stale).
   DelayCorrection delay_correction = DelayCorrection::local;
+  // Delayed updates: once this peer has computed this many targets' worth of its share
+  // (target_batch_size / live computing peers) while a round is in flight, step() waits for
+  // that round (serving state requests meanwhile) instead of computing on. A round shorter than
+  // that much computing never makes the loop wait (delayed steps); a longer one makes it wait
+  // like a synchronous step, with one share of computing overlapped, rather than grow every
+  // epoch to many targets of samples. 0: never wait.
+  double delay_max_backlog = 0;
 
   // The inner optimizer's state is not in the state format's optimizer section: its tensors
   // are buffers of the model (the Python binding registers a Python optimizer's state tensors
