@@ -15,8 +15,10 @@
 # "not reached" with its best accuracy and epoch.
 # Prints a table and one line `RESULT {json}`.
 # Usage: bench/time_to_accuracy.sh BIN [DEADLINE]
-#   env: TTA_TARGET (0.85), TTA_PEERS (4), TTA_EVAL (2), TTA_MODES ("sync delayed f16 diloco"; also delayed-stale:
-#        delayed updates without the staleness correction),
+#   env: TTA_TARGET (0.85), TTA_PEERS (4), TTA_EVAL (2), TTA_MODES ("sync delayed f16 diloco"; also
+#        delayed-stale, delayed-predict, delayed-local: delayed updates with the staleness
+#        correction none, predict or local rather than the default; delayed-bounded: delayed
+#        updates that wait for a round outlasting one target's share of computing, --max-backlog 1),
 #        TTA_DILOCO_STEPS (8), TTA_KEEP=DIR keeps the logs.
 set -euo pipefail
 bin=$1
@@ -91,6 +93,9 @@ for m in $modes; do
     sync) collab sync ;;
     delayed) collab delayed --delay-step ;;
     delayed-stale) collab delayed-stale --delay-step --delay-correction none ;;
+    delayed-predict) collab delayed-predict --delay-step --delay-correction predict ;;
+    delayed-local) collab delayed-local --delay-step --delay-correction local ;;
+    delayed-bounded) collab delayed-bounded --delay-step --max-backlog 1 ;;
     f16) collab f16 --compression float16 ;;
     diloco) collab diloco --diloco-steps "$h" ;;
     *) echo "unknown mode $m"; exit 2 ;;

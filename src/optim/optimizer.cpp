@@ -129,6 +129,8 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
   // gradients computed meanwhile keep accumulating and the next round carries them all
   // (weighted by their samples). Only one round is ever in flight, so no gradient is more than
   // one step stale.
+  // With delay_max_backlog, a round that outlasts that much computing is waited for.
+  if (m.backlog_full()) m.wait_background_round();
   const bool applied = m.bg && m.finish_background_round(rep, false) && rep.stepped;
   auto decision = m.with_tracker([&](training::ProgressTracker& t) {
     t.report_samples(batch_size, compute);

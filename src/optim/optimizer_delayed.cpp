@@ -14,7 +14,14 @@
 // carries all of them, weighted by their samples like any round. A failed background round
 // gives its gradients and samples back to the accumulators and is retried like a failed
 // synchronous round.
+//
+// OptimizerOptions::delay_correction moves where the training thread computes gradients while
+// a round is in flight (master stays what every peer holds): to master extrapolated by its
+// last step (`predict`, set when a step is published), or to master after a local step with
+// this peer's own contribution (`local`, set when the round starts; the published step of the
+// collaboration's average then replaces it).
 #include "optimizer_impl.hpp"
+#include "state_format_torch.hpp"
 
 namespace starling::optim {
 
@@ -34,6 +41,22 @@ struct Optimizer::Impl::BackgroundRound {
 
 bool Optimizer::Impl::background_step_applied() const {
   return bg && bg->applied;
+}
+
+bool Optimizer::Impl::backlog_full() const {
+  if (!bg || opt.delay_max_backlog <= 0) return false;
+  const auto& v = tracker_status.collaboration;
+  const std::size_t computing = v.num_peers > v.num_auxiliary ? v.num_peers - v.num_auxiliary : 1;
+  return static_cast<double>(local_samples) * static_cast<double>(computing) >=
+         opt.delay_max_backlog * static_cast<double>(opt.target_batch_size);
+}
+
+void Optimizer::Impl::wait_background_round() {
+  // Bounded: the round ends by its own deadline (averaging_timeout) or with the io side.
+  while (bg && !bg->done) {
+    serve_pending_state_request();
+    bg->finished.wait_for(std::chrono::milliseconds(20));
+  }
 }
 
 Optimizer::Impl::~Impl() {
@@ -59,7 +82,7 @@ void Optimizer::Impl::init_master() {
         if (q.unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) q = m;
     master.push_back(std::move(m));
   }
-  if (predicting())
+  if (correcting())
     for (const auto& m : master) prev_master.push_back(m.detach().clone());
 }
 
@@ -87,9 +110,45 @@ void Optimizer::Impl::reload_master() {
   for (std::size_t i = 0; i < params.size(); ++i) {
     master[i].detach().copy_(params[i]);
     // No step known since the download: no extrapolation until the next one.
-    if (predicting()) prev_master[i].copy_(params[i]);
+    if (correcting()) prev_master[i].copy_(params[i]);
   }
   predicted = false;
+}
+
+void Optimizer::Impl::local_step(const torch::Tensor& own) {
+  // No round in flight: this thread owns master and the inner optimizer. The inner optimizer
+  // steps master in place and updates its state: the step runs on a deep copy of the state and
+  // master is put back after it.
+  const auto kind = state_torch::kind_of(*inner).value();  // create() checked it
+  auto& state = inner->state();
+  std::remove_reference_t<decltype(state)> kept_state;
+  kept_state.swap(state);
+  std::vector<torch::Tensor> kept;
+  torch::NoGradGuard no_grad;
+  for (const auto& m : master) kept.push_back(m.detach().clone());
+  auto put_back = [&] {
+    for (std::size_t i = 0; i < master.size(); ++i) {
+      master[i].detach().copy_(kept[i]);
+      if (master[i].mutable_grad().defined()) master[i].mutable_grad().zero_();
+    }
+    state.swap(kept_state);
+  };
+  try {
+    for (const auto& [key, st] : kept_state) {
+      auto slots = state_torch::slots_of(kind, *st);
+      for (auto& t : slots)
+        if (t.defined()) t = t.clone();
+      state[key] = state_torch::make_param_state(kind, state_torch::step_of(kind, *st), slots);
+    }
+    load_grads(own);
+    inner->step();
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(master[i]);
+  } catch (...) {
+    put_back();
+    throw;
+  }
+  put_back();
+  predicted = true;
 }
 
 void Optimizer::Impl::settle_master() {
@@ -142,7 +201,9 @@ void Optimizer::Impl::start_background_round(StepReport& rep,
   b->epoch = epoch;
   b->samples = local_samples;
   b->acc = acc_flat.clone();
-  b->round = make_round(contribution().contiguous(), v);
+  auto own = contribution().contiguous();
+  b->round = make_round(own, v);
+  if (local_stepping()) local_step(own);
   acc_flat.zero_();
   local_samples = 0;
   with_tracker([](training::ProgressTracker& t) { t.begin_background_round(); });

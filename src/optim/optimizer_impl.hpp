@@ -80,9 +80,9 @@ struct Optimizer::Impl {
   // training thread computes with; the training thread copies master into the parameters
   // (under master_mu) when it applies the finished step. Empty unless delay_optimizer_step.
   std::vector<torch::Tensor> master;
-  // With DelayCorrection::predict: master before the last step applied to it (so the last
-  // step is master - prev_master), and whether the parameters hold the prediction
-  // master + (master - prev_master) rather than master itself.
+  // With a DelayCorrection: master before the last step applied to it (so the last step is
+  // master - prev_master), and whether the parameters hold other values than master (the
+  // prediction master + (master - prev_master), or master after a local step).
   std::vector<torch::Tensor> prev_master;
   bool predicted = false;
   std::mutex master_mu;
@@ -101,6 +101,10 @@ struct Optimizer::Impl {
   }
   bool delayed() const { return !master.empty(); }
   bool predicting() const { return delayed() && opt.delay_correction == DelayCorrection::predict; }
+  bool local_stepping() const {
+    return delayed() && opt.delay_correction == DelayCorrection::local;
+  }
+  bool correcting() const { return predicting() || local_stepping(); }
   // The tensors the inner optimizer steps.
   std::vector<torch::Tensor>& stepped_params() { return delayed() ? master : params; }
   // --- optimizer_delayed.cpp ---
@@ -110,6 +114,9 @@ struct Optimizer::Impl {
   // parameters (delayed mode; no-op otherwise), or the parameters into master.
   void publish_master();
   void reload_master();
+  // DelayCorrection::local: puts master stepped by `own` (this peer's contribution, flat) into
+  // the parameters; master and the inner optimizer's state are left as they were.
+  void local_step(const torch::Tensor& own);
   // Puts master itself into the parameters if they hold a prediction (before the peer stops).
   void settle_master();
   // Puts the collaboration's parameters at `epoch` into the model while they hold a prediction
@@ -125,6 +132,10 @@ struct Optimizer::Impl {
   bool finish_background_round(StepReport& rep, bool block);
   void run_background_round(BackgroundRound& b);
   bool background_step_applied() const;  // master_mu held
+  // OptimizerOptions::delay_max_backlog: whether this peer's samples since the round in flight
+  // began reached the bound; waits for that round, serving state requests meanwhile.
+  bool backlog_full() const;
+  void wait_background_round();
 
   training::ProgressConfig progress_config() const {
     training::ProgressConfig c = opt.progress;
@@ -160,6 +171,7 @@ struct Optimizer::Impl {
 
   // Puts `grads` (flat float32, the gradient to apply) into .grad and steps the inner optimizer.
   void apply_inner_step(const torch::Tensor& grads_flat);
+  void load_grads(const torch::Tensor& grads_flat);  // into stepped_params()'s .grad
 
   // The local epoch becomes `new_epoch` (stepped, or state downloaded); `round`: the round
   // whose step got it there (its members are at the new epoch too).

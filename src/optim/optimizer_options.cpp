@@ -6,11 +6,21 @@ namespace starling::optim {
 result<DelayCorrection> parse_delay_correction(const std::string& s) {
   if (s == "none") return DelayCorrection::none;
   if (s == "predict") return DelayCorrection::predict;
-  return make_error(errc::invalid_argument, "unknown delay correction '" + s + "' (none|predict)");
+  if (s == "local") return DelayCorrection::local;
+  return make_error(errc::invalid_argument,
+                    "unknown delay correction '" + s + "' (none|predict|local)");
 }
 
 const char* to_string(DelayCorrection c) {
-  return c == DelayCorrection::predict ? "predict" : "none";
+  switch (c) {
+    case DelayCorrection::predict:
+      return "predict";
+    case DelayCorrection::local:
+      return "local";
+    case DelayCorrection::none:
+      break;
+  }
+  return "none";
 }
 
 result<void> validate(const OptimizerOptions& o) {
@@ -38,6 +48,7 @@ result<void> validate(const OptimizerOptions& o) {
   if (o.auxiliary && o.diloco_steps > 0) return bad("an auxiliary peer cannot use DiLoCo");
   if (o.delay_optimizer_step && o.optimizer_state_in_model)
     return bad("delay_optimizer_step needs an optimizer whose state the format carries");
+  if (!(o.delay_max_backlog >= 0)) return bad("delay_max_backlog must be >= 0");
   if (o.delay_optimizer_step && o.diloco_steps > 0)
     return bad("delay_optimizer_step is for synchronous steps, not DiLoCo");
   if (!(o.outer.lr > 0) || !(o.outer.momentum >= 0) || !(o.outer.momentum < 1))

@@ -38,21 +38,23 @@ void Optimizer::Impl::accumulate(std::size_t batch_size) {
   }
 }
 
-void Optimizer::Impl::apply_inner_step(const torch::Tensor& grads_flat) {
-  {
-    torch::NoGradGuard no_grad;
-    std::int64_t off = 0;
-    for (auto& p : stepped_params()) {
-      auto n = p.numel();
-      auto g = grads_flat.narrow(0, off, n).view(p.sizes()).to(p.device(), p.scalar_type());
-      if (p.mutable_grad().defined())
-        p.mutable_grad().copy_(g);
-      else
-        p.mutable_grad() = g.clone();
-      off += n;
-    }
+void Optimizer::Impl::load_grads(const torch::Tensor& grads_flat) {
+  torch::NoGradGuard no_grad;
+  std::int64_t off = 0;
+  for (auto& p : stepped_params()) {
+    auto n = p.numel();
+    auto g = grads_flat.narrow(0, off, n).view(p.sizes()).to(p.device(), p.scalar_type());
+    if (p.mutable_grad().defined())
+      p.mutable_grad().copy_(g);
+    else
+      p.mutable_grad() = g.clone();
+    off += n;
   }
-  if (predicting()) {
+}
+
+void Optimizer::Impl::apply_inner_step(const torch::Tensor& grads_flat) {
+  load_grads(grads_flat);
+  if (correcting()) {
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < master.size(); ++i) prev_master[i].copy_(master[i]);
   }
@@ -78,8 +80,12 @@ void Optimizer::Impl::finish_epoch(std::uint64_t new_epoch, const training::Roun
 
 void Optimizer::Impl::enter_epoch(std::uint64_t new_epoch) {
   epoch = new_epoch;
-  // Failures count per epoch: a new epoch (stepped or downloaded) starts clean.
+  // Failures count per epoch: a new epoch (stepped or downloaded) starts clean, and so does its
+  // round. (A peer whose round failed because the others had moved on downloads their state
+  // at once; holding its next round back for the old round's backoff made it miss that round
+  // too, and drop the samples it computed meanwhile at the next download, round after round.)
   failed_rounds = 0;
+  round_retry_after = {};
   if (io) io->state_changed(epoch);
   if (ckpt && opt.checkpoint_every > 0 && epoch % opt.checkpoint_every == 0) {
     auto r = save(0, 0);
@@ -104,6 +110,8 @@ void Optimizer::Impl::download(StepReport& rep, std::uint64_t want_digest) {
     auto ok = load_training_state(r.value().bytes, model, state_optimizer(), &extra);
     if (ok) {
       ++stats.state_downloads;
+      stats.samples_dropped += local_samples;
+      const auto dropped = local_samples;
       reload_master();
       if (opt.diloco_steps > 0) {
         // The collaboration's state is the anchors: continue from them.
@@ -111,8 +119,8 @@ void Optimizer::Impl::download(StepReport& rep, std::uint64_t want_digest) {
         for (std::size_t i = 0; i < params.size(); ++i)
           params[i].detach().copy_(diloco.anchors()[i]);
       }
-      log()->info("loaded state of epoch {} from peers ({} bytes)", r.value().epoch,
-                  r.value().bytes.size());
+      log()->info("loaded state of epoch {} from peers ({} bytes; {} samples of epoch {} dropped)",
+                  r.value().epoch, r.value().bytes.size(), dropped, epoch);
       finish_epoch(r.value().epoch);
       // Behind a running collaboration: its peers are in the view. (A download decided by the
       // digest vote may come from a partial view at startup: it settles nothing.)

@@ -6,158 +6,22 @@
 
 #include <algorithm>
 
-#include <torch/nn.h>
-#include <torch/optim/sgd.h>
-
-#include <atomic>
-
-#include "optim/fake_collaboration.hpp"
-#include "optim/hub_peer.hpp"
-#include "optim/linear_task.hpp"
-#include "starling/optim/optimizer.hpp"
+#include "optim/gated_peer.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace starling;
 using namespace starling::optim;
 using namespace starling::training;
 
-namespace {
-
 using test::batch;
+using test::delayed_options;
+using test::digest_of;
 using test::flat_params;
+using test::GatedPeer;
 using test::make_linear;
+using test::mean_gradient;
+using test::reference_step;
 using test::wait_until;
-
-// A collaboration whose rounds wait until the test opens the gate; a round then "averages"
-// with one imaginary partner holding the same values (the output gets the input), or fails if
-// the test asked for failures.
-class GatedCollaboration : public test::FakeCollaboration {
- public:
-  GatedCollaboration(std::shared_ptr<test::Hub> hub, asio::any_io_executor ex)
-      : FakeCollaboration(std::move(hub), ex), gate_(ex) {}
-
-  void open() {
-    asio::post(executor(), [this] { gate_.set(); });
-  }
-  std::atomic<int> started{0}, finished{0}, failures_to_inject{0};
-  std::atomic<double> last_weight{0};  // of the last round started
-
-  awaitable<result<RoundResult>> average(RoundData data, RoundOptions options) override {
-    last_weight = options.weight;
-    ++started;
-    auto waited = co_await with_timeout(
-        gate_.wait(), std::max<Duration>(options.deadline - Clock::now(), 1ms), "gate");
-    ++finished;
-    if (!waited) co_return waited.error();
-    if (failures_to_inject > 0) {
-      --failures_to_inject;
-      co_return make_error(errc::unavailable, "injected failure");
-    }
-    std::copy(data.input.begin(), data.input.end(), data.output.begin());
-    RoundResult r;
-    r.members.push_back({self(), options.weight});
-    r.members.push_back({partner_, options.weight});
-    r.total_weight = 2 * options.weight;
-    co_return r;
-  }
-
- private:
-  AsyncEvent gate_;
-  net::PeerId partner_ = net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
-};
-
-OptimizerOptions delayed_options(DelayCorrection correction = DelayCorrection::none) {
-  OptimizerOptions o = test::hub_options("delayed", 64, 8);
-  o.delay_optimizer_step = true;
-  o.delay_correction = correction;
-  o.averaging_timeout = 60s;
-  o.progress.max_refresh = 200ms;
-  o.progress.stale_after = 600s;  // the partner's record below never goes stale
-  o.progress_ttl = 600s;
-  return o;
-}
-
-// One peer over a GatedCollaboration, with a partner's progress record in the hub so that it
-// averages rather than stepping alone.
-struct GatedPeer {
-  std::shared_ptr<test::Hub> hub = std::make_shared<test::Hub>();
-  test::IoThread io;
-  std::shared_ptr<GatedCollaboration> collab;
-  torch::nn::Linear model = make_linear(1);
-  std::unique_ptr<Optimizer> opt;
-  torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(11);
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;  // every batch fed
-  std::vector<torch::Tensor> params_at;  // the parameters each batch's gradient was taken at
-
-  explicit GatedPeer(DelayCorrection correction = DelayCorrection::none,
-                     const std::filesystem::path& checkpoint_dir = {}) {
-    enable_clock_jumps();  // some tests move the clock past backoffs and expiries
-    collab = std::make_shared<GatedCollaboration>(hub, io.executor());
-    PeerProgress partner;
-    partner.epoch = 0;
-    partner.seq = 1;
-    partner.ttl = 600s;
-    {
-      std::lock_guard lk(hub->mu);
-      auto id = net::PeerId::from_public_key(crypto::KeyPair::generate().public_key());
-      hub->records[id] = {encode_progress(partner), {Clock::now(), 600s}};
-    }
-    auto o = delayed_options(correction);
-    o.checkpoint_dir = checkpoint_dir;
-    opt = Optimizer::create(*model, std::make_unique<torch::optim::SGD>(model->parameters(), 0.05),
-                            o, collab)
-              .value();
-  }
-  bool knows_partner() {  // and has settled its view (no round before: ProgressTracker)
-    const auto v = opt->status().collaboration;
-    return v.num_peers == 2 && v.settled;
-  }
-  StepReport feed() {
-    auto [x, y] = batch(gen, 8);
-    batches.emplace_back(x, y);
-    params_at.push_back(flat_params(*model));
-    torch::mse_loss(model->forward(x), y).backward();
-    auto r = opt->step();
-    EXPECT_TRUE(r);
-    return r ? r.value() : StepReport{};
-  }
-};
-
-// The parameters after one SGD step (lr 0.05) from make_linear(1) on the mean gradient of
-// batches [0, n).
-torch::Tensor reference_step(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& b,
-                             std::size_t n) {
-  auto ref = make_linear(1);
-  torch::optim::SGD sgd(ref->parameters(), 0.05);
-  std::vector<torch::Tensor> xs, ys;
-  for (std::size_t i = 0; i < n; ++i) {
-    xs.push_back(b[i].first);
-    ys.push_back(b[i].second);
-  }
-  torch::mse_loss(ref->forward(torch::cat(xs)), torch::cat(ys)).backward();
-  sgd.step();
-  return flat_params(*ref);
-}
-
-// The mean over batches [from, to) of each batch's gradient, taken at the parameters the
-// peer held when it computed that batch (all batches have the same size).
-torch::Tensor mean_gradient(const GatedPeer& p, std::size_t from, std::size_t to) {
-  torch::Tensor sum;
-  for (std::size_t i = from; i < to; ++i) {
-    auto m = make_linear(1);
-    {
-      torch::NoGradGuard no_grad;
-      m->weight.copy_(p.params_at[i].narrow(0, 0, 4).view({1, 4}));
-      m->bias.copy_(p.params_at[i].narrow(0, 4, 1));
-    }
-    torch::mse_loss(m->forward(p.batches[i].first), p.batches[i].second).backward();
-    auto g = torch::cat({m->weight.grad().reshape({-1}), m->bias.grad().reshape({-1})});
-    sum = sum.defined() ? sum + g : g;
-  }
-  return sum / static_cast<double>(to - from);
-}
-
-}  // namespace
 
 // The round in flight never blocks the loop, even when the peer computes several targets'
 // worth of samples before it ends (before: step() waited for it once this peer alone had a
@@ -339,15 +203,6 @@ TEST(DelayedUpdates, RepeatedFailuresStepAloneOnlyWhenReallyAlone) {
   EXPECT_EQ(p.opt->local_epoch(), 1u);
 }
 
-namespace {
-std::uint64_t digest_of(const torch::Tensor& flat) {
-  StateDigest d;
-  auto t = flat.contiguous();
-  d.update(t.data_ptr<float>(), static_cast<std::size_t>(t.numel()) * sizeof(float));
-  return d.value();
-}
-}  // namespace
-
 // DelayCorrection::predict: after a step the model holds the collaboration's parameters
 // extrapolated by that step (p + (p - previous p)); the gradients of the next round are taken
 // there, and the next step applies them to p itself. The collaboration's state (the digest,
@@ -364,13 +219,7 @@ TEST(DelayedUpdates, PredictComputesGradientsAtTheExtrapolatedParameters) {
   p.collab->open();
   ASSERT_TRUE(wait_until([&] { return p.collab->finished == 1; }, 30s));
   // Feed until step 1 is applied and round 1 (the backlog) has started.
-  std::size_t first_applied = 0, second_launch = 0;
-  const auto until = Clock::now() + 30s;
-  while (second_launch == 0 && Clock::now() < until) {
-    auto r = p.feed();
-    if (r.stepped && first_applied == 0) first_applied = p.batches.size();
-    if (r.round_in_background && p.opt->local_epoch() == 1) second_launch = p.batches.size();
-  }
+  const auto [first_applied, second_launch] = p.feed_until_second_round();
   ASSERT_GT(first_applied, 0u);
   ASSERT_GE(second_launch, first_applied);
   const auto p1 = p0 - 0.05 * mean_gradient(p, 0, 8);
@@ -417,4 +266,34 @@ TEST(DelayedUpdates, PredictComputesGradientsAtTheExtrapolatedParameters) {
   EXPECT_TRUE(torch::allclose(flat_params(*p.model), p2, 1e-5, 1e-6));
   ASSERT_TRUE(p.opt->shutdown());
   EXPECT_TRUE(torch::allclose(flat_params(*p.model), p2, 1e-5, 1e-6));
+}
+
+// delay_max_backlog: once this peer has computed its share of the bound (1 target / 2 peers =
+// 32 samples, 4 batches) during a round, step() waits for that round and returns with its step
+// applied; without the bound it returns at once (LoopNeverWaits... above).
+TEST(DelayedUpdates, BoundedBacklogWaitsForTheRoundInFlight) {
+  GatedPeer p(DelayCorrection::local, {}, GatedPeer::sgd,
+              [](OptimizerOptions& o) { o.delay_max_backlog = 1; });
+  ASSERT_TRUE(wait_until([&] { return p.knows_partner(); }, 30s));
+  for (int i = 0; i < 8; ++i) p.feed();  // the round of epoch 0 starts
+  ASSERT_TRUE(wait_until([&] { return p.collab->started == 1; }, 30s));
+  std::atomic<int> calls{0}, returned{0};
+  std::atomic<bool> fourth_stepped{false};
+  std::thread feeder([&] {
+    for (int i = 1; i <= 8; ++i) {
+      ++calls;
+      auto r = p.feed();
+      if (i == 4) fourth_stepped = r.stepped;
+      ++returned;
+    }
+  });
+  ASSERT_TRUE(wait_until([&] { return calls >= 4; }, 30s));
+  // The 4th call holds the loop while the round is in flight (the gate is closed).
+  EXPECT_FALSE(wait_until([&] { return returned >= 4; }, 2s)) << "step() did not wait";
+  EXPECT_EQ(returned, 3);
+  p.collab->open();
+  feeder.join();
+  EXPECT_TRUE(fourth_stepped) << "the call that waited applies the round's step";
+  EXPECT_EQ(p.opt->local_epoch(), 1u);
+  ASSERT_TRUE(p.opt->shutdown());
 }

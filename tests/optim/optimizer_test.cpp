@@ -244,11 +244,13 @@ TEST(OptimizerCollaboration, PeersStepTogetherJoinersCatchUpDeadPeersDoNotStall)
 }
 
 // Delayed parameter updates with three peers: rounds and steps run in the background, and
-// after every epoch all peers hold identical parameters (same averaged gradient, same step).
-TEST(OptimizerCollaboration, DelayedUpdatesKeepPeersIdentical) {
+// after every epoch all peers hold identical parameters (same averaged gradient, same step),
+// whatever the model held while computing (DelayCorrection).
+static void delayed_updates_keep_peers_identical(DelayCorrection correction) {
   auto hub = std::make_shared<test::Hub>(500ms);
   auto o = options(2000, 8);
   o.delay_optimizer_step = true;
+  o.delay_correction = correction;
   std::mutex mu;
   std::map<std::uint64_t, std::vector<torch::Tensor>> record;
   std::vector<std::unique_ptr<HubPeer>> peers;
@@ -263,4 +265,12 @@ TEST(OptimizerCollaboration, DelayedUpdatesKeepPeersIdentical) {
   std::lock_guard lk(mu);
   expect_agreement(record, 6);
   EXPECT_GE(hub->rounds_closed, 8u);
+}
+
+TEST(OptimizerCollaboration, DelayedUpdatesKeepPeersIdentical) {
+  delayed_updates_keep_peers_identical(DelayCorrection::predict);
+}
+
+TEST(OptimizerCollaboration, DelayedUpdatesWithLocalStepsKeepPeersIdentical) {
+  delayed_updates_keep_peers_identical(DelayCorrection::local);
 }

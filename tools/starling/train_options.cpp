@@ -128,8 +128,13 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_flag("--delay-step", o.delay_step,
                "delayed parameter updates: the round and the step run in the background");
   cmd.add_option("--delay-correction", o.delay_correction,
-                 "with --delay-step: none (gradients one step stale) or predict (gradients at the "
-                 "parameters extrapolated by the last step)")
+                 "with --delay-step: none (gradients one step stale), predict (gradients at the "
+                 "parameters extrapolated by the last step) or local (gradients after a local "
+                 "step with this peer's own gradient, replaced by the average one round later)")
+      ->capture_default_str();
+  cmd.add_option("--max-backlog", o.max_backlog,
+                 "with --delay-step: wait for the round in flight once this peer computed this "
+                 "many targets' share meanwhile (0: never)")
       ->capture_default_str();
   cmd.add_option("--max-epochs", o.max_epochs, "stop when the collaboration reaches this epoch");
   cmd.add_option("--max-samples", o.max_samples, "stop after contributing this many samples");
@@ -269,6 +274,7 @@ result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o) {
   oo.diloco_steps = o.diloco_steps;
   oo.delay_optimizer_step = o.delay_step;
   ST_TRY(oo.delay_correction, optim::parse_delay_correction(o.delay_correction));
+  oo.delay_max_backlog = o.max_backlog;
   ST_TRY(oo.grad_compression, training::parse_compression(o.compression));
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));  // enforced by the node (train_net.cpp)
   (void)bw;

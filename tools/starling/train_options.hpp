@@ -71,13 +71,14 @@ struct TrainOptions {
   // (starling run-key sign) and optionally a revocation list to publish (run-key revoke).
   std::string run_key, membership, revocations;
   bool delay_step = false;
-  std::string delay_correction = "predict";
+  std::string delay_correction = "local";
+  double max_backlog = 0;
   bool client = false;                // no incoming connections
   bool relay = false;                 // serve circuit relay v2 and AutoNAT to other peers
   bool use_relays = false;            // reachable through relay reservations with the initial peers
   bool hole_punching = false;         // DCUtR: upgrade relayed connections to direct ones
   bool allow_private = false;         // labs: AutoNAT and DCUtR accept private addresses
-  std::string port_mapping = "auto";  // auto | natpmp | upnp | off (home router forwarding)
+  std::string port_mapping = "auto";  // auto | pcp | natpmp | upnp | off (home router forwarding)
   bool auxiliary = false;             // averages without computing
   // When to stop (0: never; Ctrl-C always works).
   std::uint64_t max_epochs = 0;   // the collaboration reached this epoch

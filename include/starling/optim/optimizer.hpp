@@ -75,12 +75,13 @@ class Optimizer {
   std::uint64_t state_digest() const;
   // Delayed updates: waits for the round in flight (bounded by averaging_timeout) and applies
   // its step, as step() would, and leaves the model at the collaboration's parameters (not
-  // their prediction); no-op otherwise. Call before stopping after a last step() so the peer
-  // does not leave with a round it started.
+  // a prediction or local step); no-op otherwise. Call before stopping after a last step() so the
+  // peer does not leave with a round it started.
   void finish_round();
   // Runs `f` (on the training thread) with the model holding the collaboration's parameters at
-  // local_epoch(): with delayed updates and DelayCorrection::predict, the model otherwise holds
-  // the extrapolated parameters that gradients are computed at. For evaluation and export.
+  // local_epoch(): with delayed updates and a DelayCorrection, the model otherwise holds the
+  // parameters that gradients are computed at (extrapolated, or one local step ahead). For
+  // evaluation and export.
   void with_collaboration_parameters(const std::function<void()>& f);
   // Serves a pending state request of a peer without training (for a peer that stays a
   // moment after its last step so that peers behind can still download the final state).

@@ -24,7 +24,7 @@ struct OuterOptions {
 
 // How delayed updates correct for the staleness of their gradients (see
 // OptimizerOptions::delay_correction).
-enum class DelayCorrection { none, predict };
+enum class DelayCorrection { none, predict, local };
 result<DelayCorrection> parse_delay_correction(const std::string& s);
 const char* to_string(DelayCorrection c);
 
@@ -64,15 +64,28 @@ struct OptimizerOptions {
   // for the round in flight; the samples computed meanwhile all go into the next round (so a
   // round slower than an epoch's compute makes the steps larger, not the loop slower).
   bool delay_optimizer_step = false;
-  // The correction of delayed updates' staleness. `predict` (weight prediction): the
-  // parameters the training thread computes gradients at are the collaboration's parameters
-  // extrapolated by the last step (master + (master - previous master)), an estimate of where
-  // the round in flight will leave them, so that the gradients of the next round are taken
-  // near the parameters they are applied to. The collaboration's state (digests, state served
-  // to peers, checkpoints, Optimizer::with_collaboration_parameters) stays the unextrapolated
-  // parameters, identical on every peer. `none`: gradients at the last applied parameters (one
-  // step stale).
-  DelayCorrection delay_correction = DelayCorrection::predict;
+  // The correction of delayed updates' staleness. The collaboration's state (digests, state
+  // served to peers, checkpoints, Optimizer::with_collaboration_parameters) is always the
+  // parameters the rounds' averages were applied to ("master"), identical on every peer; only
+  // where the training thread computes gradients changes:
+  //  - `local`: when a round starts, each peer applies its own gradient of that round (the
+  //    contribution it sends) to master at once, with the inner optimizer and its state as they
+  //    are (a preview: neither master nor the optimizer state changes), and computes the next
+  //    gradients there; when the round ends, the collaboration's average replaces that local
+  //    step (the model gets master, now stepped by the average). The gradients of the next
+  //    round are thus taken one local step ahead, near where they are applied.
+  //  - `predict` (weight prediction): at master extrapolated by the last step
+  //    (master + (master - previous master)), an estimate of where the round in flight will
+  //    leave it.
+  //  - `none`: at the last applied parameters (one step stale).
+  DelayCorrection delay_correction = DelayCorrection::local;
+  // Delayed updates: once this peer has computed this many targets' worth of its share
+  // (target_batch_size / live computing peers) while a round is in flight, step() waits for
+  // that round (serving state requests meanwhile) instead of computing on. A round shorter than
+  // that much computing never makes the loop wait (delayed steps); a longer one makes it wait
+  // like a synchronous step, with one share of computing overlapped, rather than grow every
+  // epoch to many targets of samples. 0: never wait.
+  double delay_max_backlog = 0;
 
   // The inner optimizer's state is not in the state format's optimizer section: its tensors
   // are buffers of the model (the Python binding registers a Python optimizer's state tensors
@@ -150,6 +163,9 @@ struct OptimizerStatus {
   std::uint64_t rounds_ok = 0;
   std::uint64_t rounds_failed = 0;
   std::uint64_t state_downloads = 0;
+  // Samples this peer computed that went into no round: accumulated toward an epoch the
+  // collaboration left without it (dropped when the state download replaced that epoch).
+  std::uint64_t samples_dropped = 0;
   // Wall time the training thread spent inside step() (accumulating, and waiting for
   // synchronous rounds, state downloads and applying steps): what the collaboration costs the
   // training loop.
