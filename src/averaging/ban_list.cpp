@@ -53,10 +53,6 @@ Hash32 subject_of(const Accusation& a) {
   return crypto::sha256(w.out);
 }
 
-Hash32 hash_of(BytesView b) {
-  return crypto::sha256(b);
-}
-
 }  // namespace
 
 Accusation make_accusation(Evidence e, const crypto::KeyPair& accuser) {
@@ -104,7 +100,7 @@ bool BanList::known_round(const Evidence& e) const {
 }
 
 result<Verdict> BanList::judge(const Evidence& e) {
-  const Hash32 h = hash_of(encode(e));
+  const Hash32 h = crypto::sha256(encode(e));
   auto it = judged_.find(h);
   if (it == judged_.end()) {
     auto v = verify_evidence(e, cfg_);

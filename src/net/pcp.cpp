@@ -89,7 +89,7 @@ result<Response> parse_response(BytesView in) {
   const std::uint8_t* a = p + 20;
   const bool mapped = std::all_of(a, a + 10, [](std::uint8_t b) { return b == 0; }) &&
                       a[10] == 0xff && a[11] == 0xff;
-  if (!mapped && r.result == static_cast<std::uint8_t>(Result::success))
+  if (!mapped && r.result == 0)  // SUCCESS
     return make_error(errc::protocol_violation, "PCP: the external address is not IPv4");
   if (mapped) r.external_ip = asio::ip::address_v4({a[12], a[13], a[14], a[15]});
   return r;

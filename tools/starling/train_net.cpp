@@ -2,6 +2,8 @@
 // NetCollaboration (collab/training_node.hpp).
 #include <iostream>
 #include <optional>
+#include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -164,36 +166,30 @@ std::optional<Error> IdentityWatch::poll() {
 
 namespace {
 
-// --attack: the collaboration's test-only attack (checked in local mode too).
+// --attack: the collaboration's test-only attack (checked in local mode too). label-flip lives
+// in the task (its data), not in the collaboration.
 result<collab::NetCollaborationConfig::Attack> parse_attack(const TrainOptions& o) {
   using Attack = collab::NetCollaborationConfig::Attack;
-  if (o.attack == "sign-flip")
-    return Attack::sign_flip;
-  else if (o.attack == "random")
-    return Attack::random;
-  else if (o.attack == "wrong-average")
-    return Attack::wrong_average;
-  else if (o.attack == "different-parts")
-    return Attack::different_parts;
-  else if (o.attack == "false-report")
-    return Attack::false_report;
-  else if (o.attack == "alie")
-    return Attack::alie;
-  else if (o.attack == "stall")
-    return Attack::stall;
-  else if (o.attack == "flood")
-    return Attack::flood;
-  else if (o.attack == "directory-lie")
-    return Attack::directory_lie;
-  else if (o.attack == "label-flip" && o.task != "fashion")
+  static constexpr std::pair<std::string_view, Attack> kAttacks[] = {
+      {"none", Attack::none},
+      {"sign-flip", Attack::sign_flip},
+      {"random", Attack::random},
+      {"alie", Attack::alie},
+      {"label-flip", Attack::none},
+      {"stall", Attack::stall},
+      {"flood", Attack::flood},
+      {"wrong-average", Attack::wrong_average},
+      {"different-parts", Attack::different_parts},
+      {"false-report", Attack::false_report},
+      {"directory-lie", Attack::directory_lie}};
+  if (o.attack == "label-flip" && o.task != "fashion")
     return make_error(errc::invalid_argument, "--attack label-flip: only with --task fashion");
-  else if (o.attack == "none" || o.attack == "label-flip")  // label-flip: in the task
-    return Attack::none;
-  else
-    return make_error(errc::invalid_argument,
-                      "--attack " + o.attack +
-                          ": expected none, sign-flip, random, alie, label-flip, stall, flood, "
-                          "wrong-average, different-parts, false-report or directory-lie");
+  std::string names;
+  for (const auto& [name, attack] : kAttacks) {
+    if (o.attack == name) return attack;
+    names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  return make_error(errc::invalid_argument, "--attack " + o.attack + ": expected one of " + names);
 }
 
 }  // namespace

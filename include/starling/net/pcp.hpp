@@ -25,23 +25,7 @@ inline constexpr std::size_t kMaxMessage = 1100;  // RFC 6887 §7
 
 using Nonce = std::array<std::uint8_t, 12>;
 
-// Result codes (RFC 6887 §7.4).
-enum class Result : std::uint8_t {
-  success = 0,
-  unsupp_version = 1,
-  not_authorized = 2,
-  malformed_request = 3,
-  unsupp_opcode = 4,
-  unsupp_option = 5,
-  malformed_option = 6,
-  network_failure = 7,
-  no_resources = 8,
-  unsupp_protocol = 9,
-  user_ex_quota = 10,
-  cannot_provide_external = 11,
-  address_mismatch = 12,
-  excessive_remote_peers = 13,
-};
+// The name of a result code (RFC 6887 §7.4: 0 SUCCESS, 1 UNSUPP_VERSION, 2 NOT_AUTHORIZED, ...).
 std::string result_name(std::uint8_t code);
 
 struct MapRequest {

@@ -41,9 +41,9 @@ struct PortMapConfig {
   Duration request_timeout = 6s;   // one mapping request (NAT-PMP retries included)
   Duration retry_interval = 5min;  // after no gateway answered, a refusal or a failed renewal
   Duration stop_timeout = 3s;      // removing the mappings in stop()
-  // NAT-PMP: while mappings are held, the router's epoch (seconds since it started, in every
-  // answer) is read this often (one address request); an epoch that went back means the
-  // router restarted and lost its mappings, so they are requested again at once (RFC 6886
+  // PCP and NAT-PMP: while mappings are held, the router's epoch (seconds since it started, in
+  // every answer) is read this often (one ANNOUNCE / address request); an epoch that went back
+  // means the router restarted and lost its mappings, so they are requested again at once (RFC 6886
   // §3.6) instead of at the next renewal. 0: not watched (renewals still see it).
   Duration epoch_check_interval = 60s;
   // Announce the mapped address even when the router's external address is not public (a
@@ -75,7 +75,7 @@ TimePoint renew_time(TimePoint now, Duration granted, Duration recheck);
 // The address to announce for a mapping, if any: /ip4/<external>/tcp/<port>, only for a
 // public external address unless allow_private.
 std::optional<Multiaddr> mapped_address(const PortMapping& m, bool allow_private);
-// A NAT-PMP epoch reading: the router's seconds since its start, and when we got it.
+// A PCP / NAT-PMP epoch reading: the router's seconds since its start, and when we got it.
 struct RouterEpoch {
   std::uint32_t seconds = 0;
   TimePoint at{};
@@ -115,7 +115,7 @@ class PortMapper : public std::enable_shared_from_this<PortMapper> {
     std::uint64_t mapped = 0, renewed = 0, refused = 0, failed = 0, removed = 0;
     // Passes that found no port to map (loopback-only listeners): no gateway was asked.
     std::uint64_t idle = 0;
-    std::uint64_t router_restarts = 0;  // NAT-PMP epochs that went back (mappings redone)
+    std::uint64_t router_restarts = 0;  // epochs that went back (mappings redone)
   };
   // The backends to try, in order, each time a gateway is looked for.
   using BackendFactory = std::function<std::vector<std::unique_ptr<PortMapBackend>>()>;
@@ -139,7 +139,7 @@ class PortMapper : public std::enable_shared_from_this<PortMapper> {
   // Maps or renews each port due; returns false if the gateway stopped answering.
   awaitable<bool> refresh(const std::vector<std::uint16_t>& ports);
   void publish();
-  // NAT-PMP: reads the router's epoch if a check is due; after a restart every mapping is due.
+  // PCP, NAT-PMP: reads the router's epoch if a check is due; after a restart every mapping is due.
   awaitable<void> check_epoch();
 
   std::shared_ptr<Host> host_;
