@@ -22,13 +22,24 @@ struct Fixture {
   std::vector<crypto::KeyPair> keys;
   RoundInfo info;
   Hash32 rid{};
-  explicit Fixture(std::size_t n, std::string ctx = "run/grads/7") {
+  // key_seed 0: fresh random keys; otherwise keys derived from (key_seed, member), so a case
+  // built on them (its round id, seed and projections) is the same in every run.
+  explicit Fixture(std::size_t n, std::string ctx = "run/grads/7", std::uint64_t key_seed = 0) {
     info.context = to_bytes(ctx);
     for (std::size_t i = 0; i < n; ++i) {
-      keys.push_back(crypto::KeyPair::generate());
+      keys.push_back(key_seed == 0 ? crypto::KeyPair::generate() : seeded_key(key_seed, i));
       info.members.push_back(key_of(keys.back()));
     }
     rid = round_id(info);
+  }
+  static crypto::KeyPair seeded_key(std::uint64_t key_seed, std::size_t i) {
+    Bytes seed(32, 0);
+    for (int b = 0; b < 8; ++b) seed[b] = static_cast<std::uint8_t>(key_seed >> (8 * b));
+    seed[8] = static_cast<std::uint8_t>(i);
+    seed[9] = static_cast<std::uint8_t>(i >> 8);
+    auto k = crypto::KeyPair::from_seed(seed);
+    if (!k) throw std::runtime_error("seeded key: " + k.error().message());
+    return std::move(k.value());
   }
   Commitment commit(std::uint32_t s, std::vector<std::vector<float>> parts) const {
     Commitment c;
@@ -65,7 +76,8 @@ struct CheckCase {
   DataReceipt res;
   std::vector<Reveal> reveals;
   Hash32 seed{};
-  CheckCase(std::size_t n, std::size_t m, Aggregation agg, std::uint64_t s) : f(n) {
+  CheckCase(std::size_t n, std::size_t m, Aggregation agg, std::uint64_t s)
+      : f(n, "run/grads/7", s) {
     std::mt19937_64 rng(s);
     std::normal_distribution<float> nd(0, 1);
     std::vector<float> base(m);

@@ -32,7 +32,9 @@ def batch(g):
 class ApiTest(unittest.TestCase):
     def test_gil_released_while_waiting_for_a_round(self):
         # Peer "fast" waits in step() for the slow peer at every round; a Python thread that
-        # needs the GIL keeps counting meanwhile.
+        # needs the GIL keeps counting meanwhile. The slow peer declares 1 sample per step, so
+        # the fast one always reaches the target first (its 4 steps of 16 take well under the
+        # slow peer's 0.5 s even on a loaded machine) and is the one that waits.
         ticks = [0]
         stop = threading.Event()
 
@@ -41,6 +43,7 @@ class ApiTest(unittest.TestCase):
                 ticks[0] += 1
 
         calls = []  # (seconds inside step(), ticks during it) of the fast peer
+        status = {}  # the fast peer's status at its last epoch
         errors = []
         with starling.DHT(listen=LISTEN) as a, \
                 starling.DHT(initial_peers=a.get_visible_maddrs(), listen=LISTEN) as b:
@@ -52,7 +55,8 @@ class ApiTest(unittest.TestCase):
                     g = torch.Generator().manual_seed(1 + slow)
                     opt = starling.Optimizer(dht=dht, run_id="gil", target_batch_size=64,
                                              optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-                                             batch_size_per_step=16, matchmaking_time=1.0)
+                                             batch_size_per_step=1 if slow else 16,
+                                             matchmaking_time=1.0)
                     ready.wait(timeout=30)
                     deadline = time.monotonic() + 60
                     while opt.local_epoch < 3 and time.monotonic() < deadline:
@@ -61,13 +65,14 @@ class ApiTest(unittest.TestCase):
                         x, y = batch(g)
                         torch.nn.functional.cross_entropy(model(x), y).backward()
                         if slow:
-                            time.sleep(0.1)  # emulated compute: the fast peer waits for it
+                            time.sleep(0.5)  # emulated compute: the fast peer waits for it
                         t0, n0 = time.monotonic(), ticks[0]
                         opt.step()
                         if not slow:
                             calls.append((time.monotonic() - t0, ticks[0] - n0))
                     if not slow:
                         done.set()
+                        status.update(opt.status())
                     opt.shutdown()
                 except BaseException as e:
                     errors.append(e)
@@ -84,7 +89,8 @@ class ApiTest(unittest.TestCase):
         self.assertEqual(errors, [])
         waits = [c for c in calls if c[0] > 0.05]
         print("step() calls over 50 ms (seconds, ticker counts):", waits)
-        self.assertTrue(waits, "the fast peer never waited in step(): %s" % calls[-10:])
+        self.assertTrue(waits, "the fast peer never waited in step(): %s; its status: %s" %
+                        (calls[-10:], status))
         for secs, n in waits:
             # Holding the GIL for the whole wait would leave the ticker at ~0 (at most one
             # switch interval of 5 ms at the start of the call).
