@@ -110,7 +110,7 @@ result<Verdict> BanList::judge(const Evidence& e) {
       j.verdict = v.value();
     else
       j.why = v.error().message();
-    it = judged_.emplace(h, std::move(j)).first;
+    it = judged_.try_emplace(h, std::move(j)).first;
   }
   if (!it->second.ok) return make_error(errc::invalid_argument, it->second.why);
   return it->second.verdict;
@@ -174,13 +174,12 @@ result<Verdict> BanList::vote(const Accusation& a, const Verdict& d, TimePoint n
 }
 
 void BanList::remember(const ProjectionReport& r) {
-  const ReportSlot slot{r.round, r.subround, r.part, r.member};
-  if (!reports_.try_emplace(slot, r).second) return;
-  report_order_.push_back(slot);
-  if (report_order_.size() > kMaxRemembered) {
-    reports_.erase(report_order_.front());
-    report_order_.pop_front();
-  }
+  reports_.try_emplace(ReportSlot{r.round, r.subround, r.part, r.member}, r);
+}
+
+std::size_t BanList::memory_entries() const {
+  return std::max({cleared_.size(), seen_.size(), subjects_.size(), votes_.size(), judged_.size(),
+                   reports_.size()});
 }
 
 void BanList::expose_conflicts(const Evidence& e, TimePoint now) {
@@ -210,7 +209,7 @@ result<Verdict> BanList::add_accusation(const Accusation& a, TimePoint now) {
   // Ed25519 signatures are deterministic and bind the whole record: one judgement each, and
   // one per accuser and subject.
   seen_[crypto::sha256(BytesView(a.sig.data(), a.sig.size()))] = true;
-  if (!subjects_.insert(subject_of(a)).second)
+  if (!subjects_.try_emplace(subject_of(a), true).second)
     return make_error(errc::already_exists, "accusation: this accuser's subject was judged");
   auto v = judge(a.evidence);
   if (!v) {

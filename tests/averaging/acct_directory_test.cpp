@@ -183,3 +183,24 @@ TEST(AcctDirectory, LiarWhoToldTheRoundOtherwiseIsBanned) {
   EXPECT_TRUE(other.banned(c.f.info.members[1]));
   EXPECT_FALSE(other.banned(c.f.info.members[2]));
 }
+
+// The reports a member remembers are bounded (a peer's rounds feed them without end): after
+// kMaxRemembered others, the memory holds exactly that many, and the latest still expose a
+// liar.
+TEST(AcctDirectory, RememberedReportsStayBounded) {
+  CheckCase c(5, 2000, Aggregation::centered_clip, 32);
+  const std::uint32_t liar = 3;
+  BanList member(CheckConfig{}, kGrace);
+  ProjectionReport filler = c.reports()[0];
+  for (std::uint32_t i = 0; i < BanList::kMaxRemembered + 1000; ++i) {
+    filler.part = i;  // another slot each time (unsigned: remember() stores, never verifies)
+    member.remember(filler);
+  }
+  EXPECT_EQ(member.memory_entries(), BanList::kMaxRemembered);
+  for (const auto& r : c.reports()) member.remember(r);
+  EXPECT_EQ(member.memory_entries(), BanList::kMaxRemembered);
+  const TimePoint t0{};
+  ASSERT_TRUE(member.add_accusation(
+      make_accusation(c.wrong_average(with_lie(c, liar)), c.f.keys[liar]), t0));
+  EXPECT_TRUE(member.banned(c.f.info.members[liar]));
+}

@@ -32,7 +32,6 @@
 // Threading rule: single-threaded (the node's I/O thread); no I/O.
 #pragma once
 
-#include <deque>
 #include <map>
 #include <set>
 #include <string>
@@ -42,6 +41,7 @@
 
 #include "starling/averaging/accountability.hpp"
 #include "starling/core/clock.hpp"
+#include "starling/core/fifo_map.hpp"
 
 namespace starling::averaging::acct {
 
@@ -78,6 +78,8 @@ class BanList {
   void tick(TimePoint now);
   // A report received (or sent) inside a round, kept to expose a member that publishes another.
   static constexpr std::size_t kMaxRemembered = 1u << 16;
+  // Entries held in the largest of the memories above (tests: they stay bounded).
+  std::size_t memory_entries() const;
   void remember(const ProjectionReport& r);
   // Evidence this list found itself (report_conflict), to publish; emptied by the call.
   std::vector<Evidence> take_found() { return std::exchange(found_, {}); }
@@ -125,14 +127,16 @@ class BanList {
   Bytes run_prefix_;
   std::map<PubKey, BanRecord> bans_;
   std::map<Slot, Pending> pending_;
-  std::map<Slot, bool> cleared_;     // slots answered with false_report evidence
-  std::map<Hash32, bool> seen_;      // accusations judged (by their signature's hash)
-  std::set<Hash32> subjects_;        // (accuser, subject) pairs judged
-  std::map<Slot, Votes> votes_;      // directory wrong_average accusations
-  std::map<Hash32, Judged> judged_;  // evidence verified, by its encoding's hash
+  // Memories fed by what peers publish hold the last kMaxRemembered entries each: forgetting
+  // an old one costs a re-verification (or restarts an old round's vote count), never a ban.
+  FifoMap<Slot, bool> cleared_{kMaxRemembered};     // slots answered with false_report evidence
+  FifoMap<Hash32, bool> seen_{kMaxRemembered};      // accusations judged (their signature's hash)
+  FifoMap<Hash32, bool> subjects_{kMaxRemembered};  // (accuser, subject) pairs judged
+  FifoMap<Slot, Votes> votes_{kMaxRemembered};      // directory wrong_average accusations
+  FifoMap<Hash32, Judged> judged_{kMaxRemembered};  // evidence verified, by its encoding's hash
   using ReportSlot = std::tuple<Hash32, std::uint32_t, std::uint32_t, std::uint32_t>;
-  std::map<ReportSlot, ProjectionReport> reports_;  // remembered, by (round, sub, part, member)
-  std::deque<ReportSlot> report_order_;
+  // Remembered reports, by (round, sub-round, part, member).
+  FifoMap<ReportSlot, ProjectionReport> reports_{kMaxRemembered};
   std::vector<Evidence> found_;
 };
 
