@@ -67,6 +67,10 @@ struct TrainOptions {
   // wrong-average | different-parts | false-report | directory-lie
   std::string attack = "none";
   bool verify = false;  // accountability (docs/security.md)
+  // Gradient check (docs/security.md "Gradient check"): members drawn per round whose
+  // contribution every member re-computes (0: off; needs --verify, task fashion)
+  std::uint32_t grad_check = 0;
+  double grad_check_tol = 1e-3;
   // A private run: the run key (starling run-key new), this peer's certificate file
   // (starling run-key sign) and optionally a revocation list to publish (run-key revoke).
   std::string run_key, membership, revocations;

@@ -100,6 +100,11 @@ struct NetCollaborationConfig {
   // progress records are ignored. Gradients then travel uncompressed. Every peer of a run
   // must use the same.
   bool verify = false;
+  // Gradient check (needs `verify`; docs/security.md "Gradient check"): after each checked
+  // round, this many members drawn from the round's seed are every member's targets; the
+  // round's result carries their values on the parts this peer owns (RoundResult::
+  // grad_samples) and convict() bans a target whose re-computation differs. 0: off.
+  std::uint32_t grad_check_targets = 0;
 
   static averaging::MatchmakingConfig default_matchmaking();
 };
@@ -134,6 +139,7 @@ class NetCollaboration final : public training::Collaboration,
                                                    training::RoundOptions options) override;
   awaitable<result<State>> download_state(TimePoint deadline, std::uint64_t want_digest) override;
   void serve_state(std::function<awaitable<result<State>>()> provider) override;
+  void convict(const net::PeerId& peer, std::string reason) override;
   std::uint64_t bytes_sent() const override;
   std::uint64_t bytes_received() const override;
 
