@@ -181,7 +181,9 @@ result<collab::NetCollaborationConfig::Attack> parse_attack(const TrainOptions& 
       {"wrong-average", Attack::wrong_average},
       {"different-parts", Attack::different_parts},
       {"false-report", Attack::false_report},
-      {"directory-lie", Attack::directory_lie}};
+      {"directory-lie", Attack::directory_lie},
+      {"stale", Attack::stale},
+      {"inflated", Attack::inflated}};
   if (o.attack == "label-flip" && o.task != "fashion")
     return make_error(errc::invalid_argument, "--attack label-flip: only with --task fashion");
   std::string names;

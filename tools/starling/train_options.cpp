@@ -92,7 +92,8 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
          "gradient's RMS) gradients claiming 10x the samples, the gradient minus one standard "
          "deviation per coordinate (alie), train on flipped labels (label-flip, task fashion), "
          "join groups and send nothing (stall), publish fake progress records under fresh "
-         "identities (flood); with --verify: return shifted averages as an "
+         "identities (flood), send the previous round's gradient (stale) or claim 4x the "
+         "samples (inflated); with --verify: return shifted averages as an "
          "owner (wrong-average), send one owner other values than committed (different-parts) "
          "or lie in projection reports (false-report), or publish false accusations in the DHT "
          "(directory-lie)")

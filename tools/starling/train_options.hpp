@@ -63,8 +63,8 @@ struct TrainOptions {
   std::string compression = "none";
   std::string aggregation = "mean";
   double clip_tau = 0;  // CenteredClip radius (0: adaptive)
-  // testing robustness: none | sign-flip | random | alie | label-flip | stall | flood |
-  // wrong-average | different-parts | false-report | directory-lie
+  // testing robustness: none | sign-flip | random | alie | label-flip | stall | flood | stale |
+  // inflated | wrong-average | different-parts | false-report | directory-lie
   std::string attack = "none";
   bool verify = false;  // accountability (docs/security.md)
   // Gradient check (docs/security.md "Gradient check"): members drawn per round whose

@@ -78,6 +78,9 @@ struct NetCollaborationConfig {
   // deviation in every coordinate (estimated from its own recent gradients), at its true
   // weight: a shift small enough to pass as an honest peer's noise, in one direction every
   // round. stall: joins groups, then sends nothing (AveragerConfig::test_stall).
+  // stale: sends the gradient of its previous round (a lazy peer reusing old work; its first
+  // round is honest); inflated: declares 4x the samples it computed (the gradient is its own).
+  // Both pass every check but the gradient check.
   enum class Attack : std::uint8_t {
     none,
     sign_flip,
@@ -88,7 +91,9 @@ struct NetCollaborationConfig {
     alie,
     stall,
     directory_lie,
-    flood
+    flood,
+    stale,
+    inflated
   };
   Attack attack = Attack::none;
   // A private run (docs/security.md, "Private runs"): only peers holding a certificate signed
