@@ -21,7 +21,8 @@ std::vector<std::uint32_t> grad_check_targets(const Hash32& seed, std::uint32_t 
     std::uint8_t in[sizeof kTag + 32 + 8];
     std::memcpy(in, kTag, sizeof kTag);
     std::memcpy(in + sizeof kTag, seed.data(), 32);
-    for (int i = 0; i < 8; ++i) in[sizeof kTag + 32 + i] = static_cast<std::uint8_t>(counter >> (8 * i));
+    for (int i = 0; i < 8; ++i)
+      in[sizeof kTag + 32 + i] = static_cast<std::uint8_t>(counter >> (8 * i));
     ++counter;
     std::uint8_t h[8];
     crypto_generichash(h, sizeof h, in, sizeof in, nullptr, 0);

@@ -23,7 +23,8 @@ torch::Tensor GradientChecker::recompute(const std::string& peer, std::uint64_t 
   auto acc = torch::zeros({numel}, torch::kFloat32);
   std::vector<std::uint32_t> idx;
   for (std::uint64_t first = 0; first < samples; first += cfg_.batch_size) {
-    const auto b = static_cast<std::size_t>(std::min<std::uint64_t>(cfg_.batch_size, samples - first));
+    const auto b =
+        static_cast<std::size_t>(std::min<std::uint64_t>(cfg_.batch_size, samples - first));
     idx.clear();
     stream.indices(epoch, first, b, idx);
     auto loss = loss_(idx);
@@ -73,9 +74,10 @@ std::optional<std::string> GradientChecker::check(const training::ContributionSa
   auto re = recompute(s.peer.to_string(), epoch, static_cast<std::uint64_t>(s.weight));
   last_error_ = relative_error(s, re);
   if (last_error_ <= cfg_.rel_tol) return std::nullopt;
-  return fmt::format("its values differ from the re-computed gradient of its {:.0f} samples by "
-                     "{:.3g} (relative; tolerance {})",
-                     s.weight, last_error_, cfg_.rel_tol);
+  return fmt::format(
+      "its values differ from the re-computed gradient of its {:.0f} samples by "
+      "{:.3g} (relative; tolerance {})",
+      s.weight, last_error_, cfg_.rel_tol);
 }
 
 }  // namespace starling::optim

@@ -34,8 +34,8 @@ void PublicSamples::indices(std::uint64_t epoch, std::uint64_t first, std::size_
     if (j / 4 != block) {
       block = j / 4;
       for (int i = 0; i < 8; ++i) in[at + i] = static_cast<char>(block >> (8 * i));
-      crypto_generichash(h, sizeof h, reinterpret_cast<const unsigned char*>(in.data()),
-                         in.size(), nullptr, 0);
+      crypto_generichash(h, sizeof h, reinterpret_cast<const unsigned char*>(in.data()), in.size(),
+                         nullptr, 0);
     }
     std::uint64_t w = 0;
     for (int i = 0; i < 8; ++i) w |= std::uint64_t{h[(j % 4) * 8 + i]} << (8 * i);

@@ -97,11 +97,10 @@ const std::string kPeerB = peer_named(2);
 struct GradCheckFixture : ::testing::Test {
   training::ImageDataset data = synthetic(3000);
   FashionTask validator{data, FashionModel::mlp, 11, 0};
-  GradientChecker checker{*validator.model(),
-                          [this](const std::vector<std::uint32_t>& i) {
-                            return validator.batch_loss(i);
-                          },
-                          kRun, data.size(), GradCheckConfig{1e-3, 8, 50}};
+  GradientChecker checker{
+      *validator.model(),
+      [this](const std::vector<std::uint32_t>& i) { return validator.batch_loss(i); }, kRun,
+      data.size(), GradCheckConfig{1e-3, 8, 50}};
   double error_of(const training::ContributionSample& s) {
     auto re = checker.recompute(s.peer.to_string(), kEpoch, static_cast<std::uint64_t>(s.weight));
     return GradientChecker::relative_error(s, re);
@@ -143,8 +142,9 @@ TEST_F(GradCheckFixture, HonestTrainersPassAndEveryAttackFails) {
   const std::vector<std::pair<const char*, training::ContributionSample>> attacks = {
       {"label-flip", sample_of(kPeerA, f.contribution, w)},
       {"sign-flip", sample_of(kPeerA, -10 * t.contribution, w)},
-      {"random", sample_of(kPeerA, torch::randn_like(t.contribution) * 100 *
-                                       t.contribution.pow(2).mean().sqrt(), w)},
+      {"random",
+       sample_of(kPeerA,
+                 torch::randn_like(t.contribution) * 100 * t.contribution.pow(2).mean().sqrt(), w)},
       {"alie", sample_of(kPeerA, t.contribution - t.batch_sd, w)},
       {"inflated samples", sample_of(kPeerA, h.contribution, w)},
       {"stale", sample_of(kPeerA, st.contribution, w)},

@@ -12,8 +12,9 @@ result<std::unique_ptr<TrainGradCheck>> TrainGradCheck::create(const TrainOption
   if (!o.verify) return bad("--grad-check needs --verify");
   if (task.public_dataset_size() == 0) return bad("--grad-check: only with --task fashion");
   if (o.delay_step || o.diloco_steps > 0 || o.auxiliary)
-    return bad("--grad-check needs synchronous gradient steps (no --delay-step, --diloco-steps "
-               "or --auxiliary)");
+    return bad(
+        "--grad-check needs synchronous gradient steps (no --delay-step, --diloco-steps "
+        "or --auxiliary)");
   if (!(o.grad_check_tol > 0)) return bad("--grad-check-tol must be > 0");
   return std::unique_ptr<TrainGradCheck>(new TrainGradCheck(o, task, peer));
 }
@@ -23,8 +24,8 @@ TrainGradCheck::TrainGradCheck(const TrainOptions& o, TrainTask& task, const std
       mine_(o.run_id, peer, task.public_dataset_size()),
       checker_(
           task.module(),
-          [&task](const std::vector<std::uint32_t>& idx) { return task.batch_loss(idx); },
-          o.run_id, task.public_dataset_size(),
+          [&task](const std::vector<std::uint32_t>& idx) { return task.batch_loss(idx); }, o.run_id,
+          task.public_dataset_size(),
           optim::GradCheckConfig{o.grad_check_tol, 8, std::max<std::size_t>(o.batch_size, 1)}) {}
 
 double TrainGradCheck::forward_backward(std::uint64_t epoch, std::uint64_t position,
