@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <random>
@@ -158,6 +159,32 @@ TEST_F(GradCheckFixture, HonestTrainersPassAndEveryAttackFails) {
     EXPECT_TRUE(checker.check(s, kEpoch).has_value()) << name;
   }
   EXPECT_GT(attack_min, 100 * std::max(honest_max, 1e-7));
+}
+
+// The re-computation's cost against the anchor of training on the same samples (printed, not
+// asserted: a wall-clock ratio).
+TEST_F(GradCheckFixture, ReComputingCostsAboutWhatTrainingDid) {
+  torch::set_num_threads(1);
+  FashionTask trainer(data, FashionModel::mlp, 11, 0);
+  const training::PublicSamples stream(kRun, kPeerA, data.size());
+  constexpr std::uint64_t kSamples = 1024, kBatch = 64;
+  std::vector<std::uint32_t> idx;
+  // The anchor: the trainer's own work on those samples (forward, backward, .grad cleared).
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::uint64_t first = 0; first < kSamples; first += kBatch) {
+    idx.clear();
+    stream.indices(kEpoch, first, kBatch, idx);
+    trainer.forward_backward(idx);
+    for (auto& p : trainer.model()->parameters()) p.mutable_grad().zero_();
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  auto re = checker.recompute(kPeerA, kEpoch, kSamples);
+  const auto t2 = std::chrono::steady_clock::now();
+  const double train_s = std::chrono::duration<double>(t1 - t0).count();
+  const double check_s = std::chrono::duration<double>(t2 - t1).count();
+  std::cout << "training " << kSamples << " samples: " << train_s
+            << " s, re-computing them: " << check_s << " s (x" << check_s / train_s << ")\n";
+  EXPECT_EQ(re.size(0), flat_grads(*trainer.model()).size(0));
 }
 
 TEST_F(GradCheckFixture, ClaimsFarAboveTheMedianFailWithoutReComputing) {
