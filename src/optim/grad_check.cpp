@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "starling/core/log.hpp"
+
 #include <cmath>
 #include <limits>
 
@@ -65,12 +67,17 @@ double GradientChecker::relative_error(const training::ContributionSample& s,
 std::optional<std::string> GradientChecker::check(const training::ContributionSample& s,
                                                   std::uint64_t epoch) {
   last_error_ = std::numeric_limits<double>::infinity();
-  if (!(s.weight > 0)) return std::nullopt;  // contributes nothing
-  if (s.median_weight > 0 && s.weight > cfg_.max_weight_ratio * s.median_weight)
-    return fmt::format("declared {:.0f} samples, over {}x the group's median {:.0f}", s.weight,
-                       cfg_.max_weight_ratio, s.median_weight);
-  if (s.weight != std::floor(s.weight) || s.weight > 1e9)
+  if (s.weight != std::floor(s.weight) || s.weight > 1e12)
     return fmt::format("declared {} samples: not a sample count", s.weight);
+  last_error_ = std::numeric_limits<double>::quiet_NaN();
+  if (!(s.weight > 0)) return std::nullopt;  // contributes nothing
+  if (s.median_weight > 0 && s.weight > cfg_.max_weight_ratio * s.median_weight) {
+    logger("optim")->warn(
+        "gradient check of {} skipped: declared {:.0f} samples, over {}x the "
+        "group's median {:.0f}",
+        s.peer.short_string(), s.weight, cfg_.max_weight_ratio, s.median_weight);
+    return std::nullopt;
+  }
   auto re = recompute(s.peer.to_string(), epoch, static_cast<std::uint64_t>(s.weight));
   last_error_ = relative_error(s, re);
   if (last_error_ <= cfg_.rel_tol) return std::nullopt;

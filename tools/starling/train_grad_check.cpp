@@ -26,7 +26,7 @@ TrainGradCheck::TrainGradCheck(const TrainOptions& o, TrainTask& task, const std
           task.module(),
           [&task](const std::vector<std::uint32_t>& idx) { return task.batch_loss(idx); }, o.run_id,
           task.public_dataset_size(),
-          optim::GradCheckConfig{o.grad_check_tol, 8, std::max<std::size_t>(o.batch_size, 1)}) {}
+          optim::GradCheckConfig{o.grad_check_tol, 32, std::max<std::size_t>(o.batch_size, 1)}) {}
 
 double TrainGradCheck::forward_backward(std::uint64_t epoch, std::uint64_t position,
                                         std::size_t batch) {
