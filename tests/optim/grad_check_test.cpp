@@ -101,7 +101,7 @@ struct GradCheckFixture : ::testing::Test {
   GradientChecker checker{
       *validator.model(),
       [this](const std::vector<std::uint32_t>& i) { return validator.batch_loss(i); }, kRun,
-      data.size(), GradCheckConfig{1e-3, 8, 50}};
+      data.size(), GradCheckConfig{1e-3, 32, 50}};
   double error_of(const training::ContributionSample& s) {
     auto re = checker.recompute(s.peer.to_string(), kEpoch, static_cast<std::uint64_t>(s.weight));
     return GradientChecker::relative_error(s, re);
