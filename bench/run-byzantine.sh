@@ -12,9 +12,13 @@
 # time of honest peer 1 (completed rounds); one
 # `RESULT {json}` line per run. The clean runs (mean, centered-clip, centered-clip + --verify)
 # also give the round-time overhead of centered-clip and of --verify without attackers.
+# With GRAD_CHECK=K the centered-clip + --verify runs add `--grad-check K` (docs/security.md
+# "Gradient check"); each such row then also prints honest peer 1's gradient checks, their
+# time per completed round and its own training compute per epoch (seconds outside step(),
+# evaluations included, over its epochs): the check's cost against the anchor of the same run.
 # Usage: bench/run-byzantine.sh [BUILD]
 #   env: EPOCHS (40), PEERS (7), ATTACKERS (2), ATTACKS (all, space-separated), LOGDIR (if
-#   set, the peers' logs are copied there)
+#   set, the peers' logs are copied there), GRAD_CHECK (0)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build=${1:-$root/build}
@@ -32,6 +36,8 @@ start_bootstrap "$bin" "$dir"
 common=(--initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 --target-batch-size 1024
         --batch-size 64 --threads 1 --lr 0.003 --max-epochs "$epochs" --linger 20 --no-metrics)
 clip=(--aggregation centered-clip --verify)
+grad_check=${GRAD_CHECK:-0}
+((grad_check == 0)) || clip+=(--grad-check "$grad_check")
 export STARLING_LOG=info
 
 # run NAME BAD ATTACK FLAGS...: prints "acc_min acc_max hashes banned_all honest_bans
@@ -72,6 +78,13 @@ run() {
   local med
   med=$(sed -n 's/.*round grads\/[0-9]*: .*all-reduce \([0-9.]*\) s.*/\1/p' "$dir/$name-h1.log" | sort -g |
     awk '{a[NR]=$1} END{print NR ? a[int((NR+1)/2)] : 0}')
+  if ((grad_check > 0)) && [[ " $* " == *" --grad-check "* ]]; then
+    local j=$dir/$name-h1.json
+    awk -v c="$(field "$j" grad_checks)" -v f="$(field "$j" grad_check_failures)" \
+      -v gs="$(field "$j" grad_check_seconds)" -v r="$(field "$j" rounds_ok)" \
+      -v s="$(field "$j" seconds)" -v st="$(field "$j" step_seconds)" -v e="$(field "$j" epoch)" \
+      'BEGIN{printf "    grad check (honest 1): %d checks, %d failed, %.3f s per round re-computing, own compute %.3f s per epoch (x%.2f)\n", c, f, (r > 0 ? gs / r : 0), (e > 0 ? (s - st) / e : 0), ((s - st) > 0 && r > 0 && e > 0 ? (gs / r) / ((s - st) / e) : 0)}' >&2
+  fi
   printf '%s\n' "${accs[@]}" | sort -g | sed -n '1p;$p' | tr '\n' ' '
   echo "$(printf '%s\n' "${hashes[@]}" | sort -u | wc -l) $banned_all $honest_bans $rounds $med"
 }

@@ -10,8 +10,12 @@
 # With CHECK=1 (ctest byzantine_verify) it fails unless every honest peer banned every
 # attacker, no honest peer banned an honest one, the honest peers' parameters are identical
 # and their accuracy is >= MIN_ACC (0.75).
+# With GRAD_CHECK=K every peer runs the gradient check (--grad-check K: K members drawn per
+# round are re-computed by every member), which catches gradient attacks (label-flip,
+# sign-flip, random, alie); the epoch of each honest peer's first failed check and its time
+# spent re-computing are printed too.
 # Usage: scripts/byzantine_verify.sh [BUILD]
-#   (env: EPOCHS (10), ATTACK (wrong-average), ATTACKERS (1), MIN_ACC (0.75))
+#   (env: EPOCHS (10), ATTACK (wrong-average), ATTACKERS (1), MIN_ACC (0.75), GRAD_CHECK (0))
 set -euo pipefail
 build=${1:-build}
 bin=$build/bin/starling
@@ -26,6 +30,8 @@ start_bootstrap "$bin" "$dir"
 common=(--initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 --target-batch-size 1024
         --batch-size 64 --threads 1 --lr 0.003 --max-epochs "$epochs" --linger 20 --no-metrics
         --aggregation centered-clip --verify --run-id byz-verify)
+grad_check=${GRAD_CHECK:-0}
+((grad_check == 0)) || common+=(--grad-check "$grad_check")
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 honest_ids=() bad_ids=() ps=() honest=()
 for i in 1 2 3 4; do
@@ -64,12 +70,19 @@ for i in 1 2 3 4; do
   found=$(awk '/banned peer/{exit} /found .* evidence/{n++} END{print n+0}' "$log")
   printf '  honest %d: accuracy %-8s params %-18s attackers banned %d/%d (first ban at %s, after %d own findings)\n' \
     "$i" "$acc" "${hash:0:16}" "$caught" "$attackers" "${first:-never}" "$found"
+  if ((grad_check > 0)) && [[ -s $dir/h$i.json ]]; then
+    failed_at=$(sed -n 's/.*epoch \([0-9]*\): gradient check of peer .* failed.*/\1/p' "$log" | head -1)
+    printf '    gradient check: %s checks, %s failed (first at epoch %s), %.2f s re-computing of %.1f s in step()\n' \
+      "$(field "$dir/h$i.json" grad_checks)" "$(field "$dir/h$i.json" grad_check_failures)" \
+      "${failed_at:-none}" "$(field "$dir/h$i.json" grad_check_seconds)" \
+      "$(field "$dir/h$i.json" step_seconds)"
+  fi
 done
 distinct=$(printf '%s\n' "${hashes[@]}" | sort -u | wc -l)
 acc_lo=$(printf '%s\n' "${accs[@]}" | sort -g | head -1)
 echo "  honest peers banned by honest peers: $honest_bans; distinct honest parameter hashes: $distinct"
 echo "  load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "RESULT {\"bench\":\"byzantine_verify\",\"attack\":\"$attack\",\"attackers\":$attackers,\"epochs\":$epochs,\"honest_acc_min\":$acc_lo,\"all_attackers_banned\":$all_banned,\"honest_bans\":$honest_bans,\"distinct_hashes\":$distinct,\"load_before\":\"$load0\"}"
+echo "RESULT {\"bench\":\"byzantine_verify\",\"grad_check\":$grad_check,\"attack\":\"$attack\",\"attackers\":$attackers,\"epochs\":$epochs,\"honest_acc_min\":$acc_lo,\"all_attackers_banned\":$all_banned,\"honest_bans\":$honest_bans,\"distinct_hashes\":$distinct,\"load_before\":\"$load0\"}"
 if [[ ${CHECK:-0} == 1 ]]; then
   ((all_banned == 1)) || { echo "an honest peer did not ban every attacker"; ok=0; }
   ((honest_bans == 0)) || { echo "an honest peer was banned"; ok=0; }

@@ -90,6 +90,7 @@ std::shared_ptr<const detail::RoundAcctConfig> Averager::round_acct(
   c->on_evidence = [weak](const acct::Evidence& e) {
     if (auto a = weak.lock()) a->on_evidence(e);
   };
+  c->grad_check_targets = cfg_.accountability.grad_check_targets;
   c->on_report = [bans = impl_->bans](const acct::ProjectionReport& r) { bans->remember(r); };
   using A = AccountabilityConfig::Attack;
   switch (cfg_.accountability.attack) {

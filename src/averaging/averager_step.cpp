@@ -236,6 +236,7 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   res.codec_time = runner->codec_time();
   res.checked_parts = runner->checked_parts();
   res.evidence_found = runner->evidence_found();
+  res.grad_samples = runner->take_grad_samples();
   if (!r) co_return r.error();
 
   if (st->data.output.data() && !direct && !runner->output_retargeted()) {

@@ -53,6 +53,7 @@ struct RoundAcctConfig {
   std::function<void(const acct::Evidence&)> on_forged;  // directory_lie's accusations
   // Every verified report received from another member (BanList::remember).
   std::function<void(const acct::ProjectionReport&)> on_report;
+  std::uint32_t grad_check_targets = 0;  // AccountabilityConfig::grad_check_targets
 };
 
 // What an owner's reduction of a part gives the result's receipt (computed on the pool).
@@ -99,6 +100,11 @@ class RoundAcct {
   // An owner keeps the values it reduced a part from (in counted order) until the check, to
   // answer a lying report.
   void keep_inputs(std::uint32_t sub, std::uint32_t part, std::vector<std::vector<float>> v);
+  // The kept inputs of a part reduced here (counted order), null if none.
+  const std::vector<std::vector<float>>* kept(std::uint32_t sub, std::uint32_t part) const {
+    auto it = kept_.find({sub, part});
+    return it == kept_.end() ? nullptr : &it->second;
+  }
   // The signed receipt of a part reduced here, made once (null: not reduced here).
   std::shared_ptr<const Bytes> result_receipt(std::uint32_t sub, std::uint32_t part,
                                               const Bitset& counted);

@@ -20,6 +20,7 @@
 
 #include "part_codec.hpp"
 #include "round_acct.hpp"
+#include "starling/averaging/grad_check.hpp"
 #include "starling/averaging/round_core.hpp"
 #include "starling/averaging/wire.hpp"
 #include "starling/net/byte_stream.hpp"
@@ -147,6 +148,8 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   // Accountability: statements' evidence found and parts checked by the aggregation check.
   std::size_t evidence_found() const { return acct_ ? acct_->evidence_count() : 0; }
   std::size_t checked_parts() const { return checked_parts_; }
+  // Gradient check: the drawn targets' values on this member's parts (round_runner_grad.cpp).
+  std::vector<ContributionSample> take_grad_samples() { return std::move(grad_samples_); }
 
  private:
   struct OutFrame {
@@ -274,6 +277,8 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   bool committing_ = false;
   AsyncEvent acct_event_{ex_};  // pulsed on every statement received
   std::size_t checked_parts_ = 0;
+  std::vector<ContributionSample> grad_samples_;
+  void collect_grad_samples(const std::vector<SettledPart>& settled);
 };
 
 }  // namespace starling::averaging::detail

@@ -340,6 +340,7 @@ awaitable<void> RoundRunner::acct_phase() {
   if (auto miss = acct_->missing_reports(settled); !miss.empty())
     log->warn("accountability: member {}: reports missing from {} member(s)", self_, miss.size());
   const std::size_t checked = acct_->check(settled);
+  collect_grad_samples(settled);
   co_await acct_answers();
   log->debug(
       "accountability: member {} checked {} of {} parts after {} ms", self_, checked,

@@ -131,6 +131,15 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
   return c;
 }
 
+void NetCollaboration::convict(const net::PeerId& peer, std::string reason) {
+  auto k = averaging::acct::key_of_peer(peer);
+  if (!impl_->bans || !k) return;
+  // The ban list lives on the executor; the optimizer calls from the training thread.
+  asio::post(executor(), [bans = impl_->bans, key = *k, why = std::move(reason)]() mutable {
+    bans->convict(key, std::move(why), Clock::now());
+  });
+}
+
 bool NetCollaboration::banned(const net::PeerId& peer) const {
   if (!impl_->bans) return false;
   auto k = averaging::acct::key_of_peer(peer);

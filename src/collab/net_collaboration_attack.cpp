@@ -51,6 +51,17 @@ bool corrupt_gradient(NetCollaborationConfig::Attack attack, std::span<const flo
       }
       return true;
     }
+    case Attack::stale:  // the previous round's gradient (the first round: its own)
+      if (impl.stale_prev.size() != in.size()) {
+        impl.stale_prev.assign(in.begin(), in.end());
+        return false;
+      }
+      out = impl.stale_prev;
+      impl.stale_prev.assign(in.begin(), in.end());
+      return true;
+    case Attack::inflated:  // its own gradient, claiming 4x the samples
+      weight *= 4;
+      return false;
     default:
       return false;
   }

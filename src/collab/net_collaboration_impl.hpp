@@ -39,6 +39,7 @@ struct NetCollaboration::Impl {
   std::shared_ptr<averaging::acct::BanList> bans;
   std::vector<float> attack_buf;  // NetCollaborationConfig::attack: the corrupted gradient sent
   std::vector<float> alie_mean, alie_sq;    // alie: running moments of this peer's gradients
+  std::vector<float> stale_prev;            // stale: the gradient of this peer's previous round
   std::vector<crypto::KeyPair> flood_keys;  // flood: the fake identities it publishes under
   dht::VersionClock flood_clock;
   ProgressGuard guard;  // the progress view's sanity (progress_guard.hpp)

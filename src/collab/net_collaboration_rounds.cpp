@@ -68,6 +68,7 @@ result<void> NetCollaboration::ensure_grads(const Layout& layout, training::Comp
   ac.accountability.enabled = cfg_.verify;
   ac.accountability.run = cfg_.run_id;
   ac.accountability.bans = impl_->bans;
+  ac.accountability.grad_check_targets = cfg_.grad_check_targets;
   using Attack = NetCollaborationConfig::Attack;
   using AcctAttack = averaging::AccountabilityConfig::Attack;
   if (cfg_.attack == Attack::wrong_average) ac.accountability.attack = AcctAttack::wrong_average;
@@ -272,6 +273,13 @@ awaitable<result<training::RoundResult>> NetCollaboration::average(training::Rou
   out.matchmaking_time = res.matchmaking_time;
   out.allreduce_time = res.allreduce_time;
   out.early = early;
+  for (auto& s : r.value().grad_samples) {
+    auto id = net::PeerId::from_bytes(s.peer.bytes());
+    if (!id) continue;
+    training::ContributionSample t{std::move(id).value(), s.weight, s.median_weight, {}};
+    for (auto& sl : s.slices) t.slices.push_back({sl.offset, std::move(sl.values)});
+    out.grad_samples.push_back(std::move(t));
+  }
   ++rounds_;
   co_return out;
 }

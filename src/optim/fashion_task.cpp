@@ -102,10 +102,18 @@ FashionTask::FashionTask(const training::ImageDataset& train, FashionModel kind,
 double FashionTask::forward_backward(std::size_t batch_size) {
   indices_.clear();
   stream_.next(batch_size, indices_);
-  auto [x, y] = data_.batch(indices_);
-  auto loss = torch::nn::functional::cross_entropy(model_->forward(x), y);
+  return forward_backward(indices_);
+}
+
+double FashionTask::forward_backward(const std::vector<std::uint32_t>& indices) {
+  auto loss = batch_loss(indices);
   loss.backward();
   return loss.item<double>();
+}
+
+torch::Tensor FashionTask::batch_loss(const std::vector<std::uint32_t>& indices) {
+  auto [x, y] = data_.batch(indices);
+  return torch::nn::functional::cross_entropy(model_->forward(x), y);
 }
 
 }  // namespace starling::optim

@@ -217,6 +217,10 @@ void Optimizer::zero_grad() {
     if (p.mutable_grad().defined()) p.mutable_grad().zero_();
 }
 
+std::uint64_t Optimizer::epoch_samples() const {
+  return impl_->local_samples;
+}
+
 std::uint64_t Optimizer::local_epoch() const {
   return impl_->epoch;
 }

@@ -231,6 +231,8 @@ struct Optimizer::Impl {
   // disturbs the view: ProgressTracker::round_failed), step with the own gradients.
   void round_failed(StepReport& rep, const Error& e);
 
+  // The gradient check of the round's drawn members (OptimizerOptions::check_contribution).
+  void check_contributions(const training::RoundResult& r);
   void average_and_step(StepReport& rep, const training::CollaborationView& v);
 
   // Downloads the collaboration's state: it is ahead, or (want_digest != 0) it is at this

@@ -52,6 +52,10 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   // Training thread: downloads state from a peer (one holding `want_digest` if not 0).
   result<training::Collaboration::State> download_state(Duration timeout, Duration wait_bound,
                                                         std::uint64_t want_digest);
+  // Any thread: the gradient check failed for `peer` (Collaboration::convict).
+  void convict(const net::PeerId& peer, std::string reason) {
+    collab_->convict(peer, std::move(reason));
+  }
   // Training thread: the collaboration may begin matchmaking for the coming round now.
   void prepare_round(training::RoundPlan plan);
   // Training thread: the local epoch changed; the served state is outdated, the record is

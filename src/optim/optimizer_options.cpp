@@ -51,6 +51,9 @@ result<void> validate(const OptimizerOptions& o) {
   if (!(o.delay_max_backlog >= 0)) return bad("delay_max_backlog must be >= 0");
   if (o.delay_optimizer_step && o.diloco_steps > 0)
     return bad("delay_optimizer_step is for synchronous steps, not DiLoCo");
+  if (o.check_contribution && (o.delay_optimizer_step || o.diloco_steps > 0 || o.auxiliary))
+    return bad("the gradient check needs synchronous gradient steps (no delay, DiLoCo or "
+               "auxiliary peer)");
   if (!(o.outer.lr > 0) || !(o.outer.momentum >= 0) || !(o.outer.momentum < 1))
     return bad("outer lr must be > 0 and momentum in [0, 1)");
   return success();

@@ -140,6 +140,21 @@ void Optimizer::Impl::round_failed(StepReport& rep, const Error& e) {
   }
 }
 
+void Optimizer::Impl::check_contributions(const training::RoundResult& r) {
+  if (!opt.check_contribution) return;
+  for (const auto& s : r.grad_samples) {
+    const auto t0 = Clock::now();
+    auto why = opt.check_contribution(s, epoch);
+    stats.grad_check_time += Clock::now() - t0;
+    ++stats.grad_checks;
+    if (!why) continue;
+    ++stats.grad_check_failures;
+    log()->warn("epoch {}: gradient check of peer {} failed: {}", epoch, s.peer.short_string(),
+                *why);
+    io->convict(s.peer, "gradient check: " + *why);
+  }
+}
+
 void Optimizer::Impl::average_and_step(StepReport& rep, const training::CollaborationView& v) {
   if (Clock::now() < round_retry_after) return;
   auto round = make_round(contribution().contiguous(), v);
@@ -151,6 +166,7 @@ void Optimizer::Impl::average_and_step(StepReport& rep, const training::Collabor
     return;
   }
   note_round(rep, r.value());
+  check_contributions(r.value());
   apply(round.result);
   publish_master();
   rep.stepped = true;

@@ -21,6 +21,7 @@
 #include "starling/optim/optimizer.hpp"
 #include "starling/training/checkpoint.hpp"
 #include "starling/training/round_budget.hpp"
+#include "train_grad_check.hpp"
 #include "train_metrics.hpp"
 #include "train_options.hpp"
 #include "train_task.hpp"
@@ -150,6 +151,17 @@ int train_main(const TrainOptions& o) {
   const std::uint64_t data_seed =
       o.data_seed != 0 ? o.data_seed : training::seed_from_bytes(as_bytes(peer));
   task.start(data_seed);
+  std::unique_ptr<TrainGradCheck> grad_check;
+  if (o.grad_check > 0 && net.value()->collaboration()) {
+    auto g = TrainGradCheck::create(o, task, peer);
+    if (!g) {
+      std::cerr << "error: " << g.error().message() << "\n";
+      net.value()->stop();
+      return 2;
+    }
+    grad_check = std::move(g).value();
+    grad_check->install(oo.value());
+  }
   auto inner = task.make_optimizer();
   if (!inner) {
     std::cerr << "error: " << inner.error().message() << "\n";
@@ -215,7 +227,9 @@ int train_main(const TrainOptions& o) {
       const auto c0 = Clock::now();
       double loss = 0;
       try {
-        loss = task.forward_backward(o.batch_size);
+        loss = grad_check ? grad_check->forward_backward(opt.local_epoch(), opt.epoch_samples(),
+                                                         o.batch_size)
+                          : task.forward_backward(o.batch_size);
       } catch (const std::exception& e) {  // fashion-moe: no expert answered
         return decltype(opt.step(0))(Error(errc::unavailable, e.what()));
       }
@@ -361,6 +375,11 @@ int train_main(const TrainOptions& o) {
                         {"seconds", secs},
                         {"step_seconds", step_secs},
                         {"param_hash", hash}};
+    if (grad_check) {
+      j["grad_checks"] = final_status.grad_checks;
+      j["grad_check_failures"] = final_status.grad_check_failures;
+      j["grad_check_seconds"] = std::chrono::duration<double>(final_status.grad_check_time).count();
+    }
     if (ev.perplexity) {
       j["heldout_perplexity"] = *ev.perplexity;
       j["heldout_loss"] = ev.loss;

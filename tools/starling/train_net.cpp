@@ -181,7 +181,9 @@ result<collab::NetCollaborationConfig::Attack> parse_attack(const TrainOptions& 
       {"wrong-average", Attack::wrong_average},
       {"different-parts", Attack::different_parts},
       {"false-report", Attack::false_report},
-      {"directory-lie", Attack::directory_lie}};
+      {"directory-lie", Attack::directory_lie},
+      {"stale", Attack::stale},
+      {"inflated", Attack::inflated}};
   if (o.attack == "label-flip" && o.task != "fashion")
     return make_error(errc::invalid_argument, "--attack label-flip: only with --task fashion");
   std::string names;
@@ -227,6 +229,9 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
        cfg.collab.attack == Attack::false_report || cfg.collab.attack == Attack::directory_lie) &&
       !o.verify)
     return make_error(errc::invalid_argument, "--attack " + o.attack + " needs --verify");
+  if (o.grad_check > 0 && !o.verify)
+    return make_error(errc::invalid_argument, "--grad-check needs --verify");
+  cfg.collab.grad_check_targets = o.grad_check;
   ST_TRY(cfg.collab.membership, membership_config(o));
   cfg.relay_service = o.relay;
   cfg.use_relays = o.use_relays;

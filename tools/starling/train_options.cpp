@@ -92,7 +92,8 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
          "gradient's RMS) gradients claiming 10x the samples, the gradient minus one standard "
          "deviation per coordinate (alie), train on flipped labels (label-flip, task fashion), "
          "join groups and send nothing (stall), publish fake progress records under fresh "
-         "identities (flood); with --verify: return shifted averages as an "
+         "identities (flood), send the previous round's gradient (stale) or claim 4x the "
+         "samples (inflated); with --verify: return shifted averages as an "
          "owner (wrong-average), send one owner other values than committed (different-parts) "
          "or lie in projection reports (false-report), or publish false accusations in the DHT "
          "(directory-lie)")
@@ -107,6 +108,14 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_flag("--verify", o.verify,
                "accountability: sign and check every averaging statement, ban peers caught "
                "cheating (gradients travel uncompressed; every peer of a run should use it)");
+  cmd.add_option("--grad-check", o.grad_check,
+                 "gradient check (needs --verify, --task fashion, synchronous steps): batches "
+                 "are drawn from a public per-(run, peer, epoch) stream, and after each round "
+                 "every member re-computes this many members drawn from the round's seed and "
+                 "bans those whose values differ (0: off; costs that many peers' epochs of "
+                 "compute per round)");
+  cmd.add_option("--grad-check-tol", o.grad_check_tol,
+                 "gradient check: the relative difference a member may show");
   cmd.add_flag("--relay", o.relay,
                "serve circuit relay v2 and AutoNAT to peers behind NATs (needs a public address)");
   cmd.add_flag("--use-relays", o.use_relays,

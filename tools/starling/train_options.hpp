@@ -63,10 +63,14 @@ struct TrainOptions {
   std::string compression = "none";
   std::string aggregation = "mean";
   double clip_tau = 0;  // CenteredClip radius (0: adaptive)
-  // testing robustness: none | sign-flip | random | alie | label-flip | stall | flood |
-  // wrong-average | different-parts | false-report | directory-lie
+  // testing robustness: none | sign-flip | random | alie | label-flip | stall | flood | stale |
+  // inflated | wrong-average | different-parts | false-report | directory-lie
   std::string attack = "none";
   bool verify = false;  // accountability (docs/security.md)
+  // Gradient check (docs/security.md "Gradient check"): members drawn per round whose
+  // contribution every member re-computes (0: off; needs --verify, task fashion)
+  std::uint32_t grad_check = 0;
+  double grad_check_tol = 1e-3;
   // A private run: the run key (starling run-key new), this peer's certificate file
   // (starling run-key sign) and optionally a revocation list to publish (run-key revoke).
   std::string run_key, membership, revocations;

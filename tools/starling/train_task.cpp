@@ -34,6 +34,13 @@ class FashionTrainTask final : public TrainTask {
   torch::nn::Module& module() override { return *task_->model(); }
   training::SampleStream& stream() override { return task_->stream(); }
   double forward_backward(std::size_t b) override { return task_->forward_backward(b); }
+  std::uint64_t public_dataset_size() const override { return train_.size(); }
+  double forward_backward_on(const std::vector<std::uint32_t>& idx) override {
+    return task_->forward_backward(idx);
+  }
+  torch::Tensor batch_loss(const std::vector<std::uint32_t>& idx) override {
+    return task_->batch_loss(idx);
+  }
   TaskEvaluation evaluate() override {
     auto ev = optim::evaluate(task_->model(), test_);
     return {ev.accuracy, ev.loss, std::nullopt};
@@ -127,6 +134,13 @@ result<std::unique_ptr<torch::optim::Optimizer>> TrainTask::make_optimizer() {
   auto* raw = lamb.get();
   on_epoch_ = [raw](std::uint64_t e) { raw->set_epoch(e); };
   return std::unique_ptr<torch::optim::Optimizer>(std::move(lamb));
+}
+
+double TrainTask::forward_backward_on(const std::vector<std::uint32_t>&) {
+  throw std::logic_error("this task has no public batches");
+}
+torch::Tensor TrainTask::batch_loss(const std::vector<std::uint32_t>&) {
+  throw std::logic_error("this task has no public batches");
 }
 
 void TrainTask::set_epoch(std::uint64_t epoch) {

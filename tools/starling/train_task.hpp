@@ -39,6 +39,12 @@ class TrainTask {
   virtual training::SampleStream& stream() = 0;
   // Loss of the next batch; its gradient is added to .grad.
   virtual double forward_backward(std::size_t batch_size) = 0;
+  // The gradient check's public batches (train_grad_check.cpp): the training set's size (0:
+  // this task has none), the loss of the given indices with its gradient added to .grad, and
+  // their mean loss with its graph (nothing added to .grad).
+  virtual std::uint64_t public_dataset_size() const { return 0; }
+  virtual double forward_backward_on(const std::vector<std::uint32_t>& indices);
+  virtual torch::Tensor batch_loss(const std::vector<std::uint32_t>& indices);
   virtual TaskEvaluation evaluate() = 0;
   // Everything peers of one run must agree on besides the run id (task, data, vocabulary,
   // model, optimizer), at most 96 bytes: published in the metrics record, and a peer whose

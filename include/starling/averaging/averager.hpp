@@ -18,6 +18,7 @@
 
 #include "starling/averaging/ban_list.hpp"
 #include "starling/averaging/directory.hpp"
+#include "starling/averaging/grad_check.hpp"
 #include "starling/averaging/group_key.hpp"
 #include "starling/averaging/matchmaking_core.hpp"
 #include "starling/averaging/peer_gate.hpp"
@@ -65,6 +66,11 @@ struct AccountabilityConfig {
     directory_lie
   };
   Attack attack = Attack::none;
+  // Gradient check (grad_check.hpp): after each checked round, the members drawn from its
+  // seed (this many, distinct; 0: no check) are this member's targets: StepResult::
+  // grad_samples holds their values on the parts this member owns, for the caller to
+  // re-compute.
+  std::uint32_t grad_check_targets = 0;
 };
 
 struct AveragerConfig {
@@ -161,6 +167,9 @@ struct StepResult {
   Duration codec_time{};  // worker-thread time spent encoding and decoding (compressed schemas)
   // Accountability: parts that passed or failed the aggregation check here, and evidence found.
   std::size_t checked_parts = 0, evidence_found = 0;
+  // Gradient check (AccountabilityConfig::grad_check_targets): the drawn targets' values on
+  // this member's parts (none if the round was not checked or it owns none of theirs).
+  std::vector<ContributionSample> grad_samples;
 };
 
 // A state blob as a donor serves it: the epoch (newer wins) and the bytes.

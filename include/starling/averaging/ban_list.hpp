@@ -76,6 +76,12 @@ class BanList {
   // (the accuser is banned, and the error says so).
   result<Verdict> add_accusation(const Accusation& a, TimePoint now);
   void tick(TimePoint now);
+  // This peer's own verdict without evidence a third party could check (the gradient check:
+  // its re-computation of the peer's values differs, grad_check.hpp): banned here only,
+  // nothing to publish.
+  void convict(const PubKey& k, std::string reason, TimePoint now) {
+    ban(k, std::move(reason), now);
+  }
   // A report received (or sent) inside a round, kept to expose a member that publishes another.
   static constexpr std::size_t kMaxRemembered = 1u << 16;
   // Entries held in the largest of the memories above (tests: they stay bounded).

@@ -78,6 +78,9 @@ struct NetCollaborationConfig {
   // deviation in every coordinate (estimated from its own recent gradients), at its true
   // weight: a shift small enough to pass as an honest peer's noise, in one direction every
   // round. stall: joins groups, then sends nothing (AveragerConfig::test_stall).
+  // stale: sends the gradient of its previous round (a lazy peer reusing old work; its first
+  // round is honest); inflated: declares 4x the samples it computed (the gradient is its own).
+  // Both pass every check but the gradient check.
   enum class Attack : std::uint8_t {
     none,
     sign_flip,
@@ -88,7 +91,9 @@ struct NetCollaborationConfig {
     alie,
     stall,
     directory_lie,
-    flood
+    flood,
+    stale,
+    inflated
   };
   Attack attack = Attack::none;
   // A private run (docs/security.md, "Private runs"): only peers holding a certificate signed
@@ -100,6 +105,11 @@ struct NetCollaborationConfig {
   // progress records are ignored. Gradients then travel uncompressed. Every peer of a run
   // must use the same.
   bool verify = false;
+  // Gradient check (needs `verify`; docs/security.md "Gradient check"): after each checked
+  // round, this many members drawn from the round's seed are every member's targets; the
+  // round's result carries their values on the parts this peer owns (RoundResult::
+  // grad_samples) and convict() bans a target whose re-computation differs. 0: off.
+  std::uint32_t grad_check_targets = 0;
 
   static averaging::MatchmakingConfig default_matchmaking();
 };
@@ -134,6 +144,7 @@ class NetCollaboration final : public training::Collaboration,
                                                    training::RoundOptions options) override;
   awaitable<result<State>> download_state(TimePoint deadline, std::uint64_t want_digest) override;
   void serve_state(std::function<awaitable<result<State>>()> provider) override;
+  void convict(const net::PeerId& peer, std::string reason) override;
   std::uint64_t bytes_sent() const override;
   std::uint64_t bytes_received() const override;
 

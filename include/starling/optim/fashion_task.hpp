@@ -69,6 +69,11 @@ class FashionTask {
   training::SampleStream& stream() noexcept { return stream_; }
   // Loss of the batch (mean over it); gradients of the mean loss are added to .grad.
   double forward_backward(std::size_t batch_size);
+  // The same on the given dataset indices (the gradient check's public batches).
+  double forward_backward(const std::vector<std::uint32_t>& indices);
+  // The mean loss of those samples, with its graph (nothing is added to .grad).
+  torch::Tensor batch_loss(const std::vector<std::uint32_t>& indices);
+  std::size_t dataset_size() const noexcept { return data_.size(); }
 
  private:
   FashionData data_;

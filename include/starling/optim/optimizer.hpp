@@ -69,6 +69,9 @@ class Optimizer {
   void zero_grad();
 
   std::uint64_t local_epoch() const;
+  // Samples accumulated toward local_epoch() so far (the position of the next batch in the
+  // epoch's public sample stream under the gradient check: training/public_samples.hpp).
+  std::uint64_t epoch_samples() const;
   // A digest of the parameters at local_epoch() (StateDigest; peers holding identical
   // parameters have the same value). Published in the progress record, so peers at the same
   // epoch with other parameters (a fork) are found and download the state most peers hold.

@@ -127,6 +127,15 @@ struct OptimizerOptions {
   // Ctrl-C here, so that KeyboardInterrupt is raised within ~20 ms instead of at the end of the
   // round.
   std::function<bool()> interrupted;
+
+  // Gradient check (docs/security.md "Gradient check"; the collaboration draws the members,
+  // collab::NetCollaborationConfig::grad_check_targets): called on the training thread after a
+  // successful round and before its result is applied (the parameters are still the epoch's),
+  // once per drawn member whose values this peer holds, with the round's epoch. Returns why
+  // the member's values differ from the re-computation (it is then banned here:
+  // Collaboration::convict), nullopt when they match. Synchronous gradient steps only.
+  std::function<std::optional<std::string>(const training::ContributionSample&, std::uint64_t)>
+      check_contribution;
 };
 
 // Validates options: run_id set, target > 0, timeouts > 0, stale_after > publish interval...
@@ -170,6 +179,11 @@ struct OptimizerStatus {
   // synchronous rounds, state downloads and applying steps): what the collaboration costs the
   // training loop.
   Duration step_time{0};
+  // Gradient check (OptimizerOptions::check_contribution): members checked, those whose values
+  // differed, and the training thread's time spent re-computing.
+  std::uint64_t grad_checks = 0;
+  std::uint64_t grad_check_failures = 0;
+  Duration grad_check_time{0};
 };
 
 }  // namespace starling::optim

@@ -100,6 +100,20 @@ struct RoundMember {
   double weight = 0;
 };
 
+// Gradient check (docs/security.md "Gradient check"): a member drawn by the round's seed, the
+// weight (samples) it declared, the group's median declared weight, and its values on the
+// ranges of the flat vector this peer owned, for the optimizer to re-compute and compare.
+struct ContributionSample {
+  net::PeerId peer;
+  double weight = 0;
+  double median_weight = 0;
+  struct Slice {
+    std::uint64_t offset = 0;
+    std::vector<float> values;
+  };
+  std::vector<Slice> slices;
+};
+
 struct RoundResult {
   std::vector<RoundMember> members;  // this peer included
   double total_weight = 0;
@@ -108,6 +122,7 @@ struct RoundResult {
   Duration matchmaking_time{0};
   Duration allreduce_time{0};
   bool early = false;  // the group formed ahead of the data (prepare_round)
+  std::vector<ContributionSample> grad_samples;  // gradient check: the drawn members' values
 };
 
 class Collaboration {
@@ -158,6 +173,11 @@ class Collaboration {
   // Makes this peer serve its state to peers that download it. The provider runs on
   // executor() and returns the current state.
   virtual void serve_state(std::function<awaitable<result<State>>()> provider) = 0;
+
+  // The gradient check failed for `peer` here (its values differ from the re-computation):
+  // implementations ban it locally for the run (never published: a third party could only
+  // check it by re-computing). Called from any thread. Default: ignored.
+  virtual void convict(const net::PeerId& peer, std::string reason) {}
 
   // Bytes this peer sent and received for training so far (for statistics).
   virtual std::uint64_t bytes_sent() const { return 0; }
