@@ -49,6 +49,10 @@ result<void> validate(const OptimizerOptions& o) {
   if (o.delay_optimizer_step && o.optimizer_state_in_model)
     return bad("delay_optimizer_step needs an optimizer whose state the format carries");
   if (!(o.delay_max_backlog >= 0)) return bad("delay_max_backlog must be >= 0");
+  if (!(o.worker_momentum >= 0) || !(o.worker_momentum < 1))
+    return bad("worker_momentum must be in [0, 1)");
+  if (o.worker_momentum > 0 && o.diloco_steps > 0)
+    return bad("worker_momentum is for gradient rounds, not DiLoCo");
   if (o.delay_optimizer_step && o.diloco_steps > 0)
     return bad("delay_optimizer_step is for synchronous steps, not DiLoCo");
   if (!(o.outer.lr > 0) || !(o.outer.momentum >= 0) || !(o.outer.momentum < 1))
