@@ -68,7 +68,7 @@ def cclip(G, w, scale, iters, start=None, tau=None):
 
 
 def aggregate(G, w, agg, parts, state):
-    agg = agg.replace("-mom", "")
+    agg = "-".join(o for o in agg.split("-") if not o.startswith("mom"))
     if agg == "mean":
         return (w[:, None] * G).sum(0) / w.sum()
     if agg == "oracle":  # the honest peers' mean: what a perfect filter would give
@@ -104,10 +104,10 @@ def run(attack, agg, seed, args, data):
     torch.manual_seed(seed)
     net = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     params = list(net.parameters())
-    # -mom: worker momentum (Karimireddy et al. 2021): each peer sends the EMA (0.9) of its
+    # -mom[b]: worker momentum (Karimireddy et al. 2021): each peer sends the EMA (b, 0.9) of its
     # gradients and Adam runs without its own first moment (b1 = 0): with the mean this is
     # Adam on the mean gradient exactly; the attacks corrupt the vector sent.
-    mom = "mom" in agg.split("-")
+    mom = next((float(o[3:] or 0.9) for o in agg.split("-") if o.startswith("mom")), 0)
     opt = torch.optim.Adam(params, lr=args.lr, betas=(0.0, 0.999) if mom else (0.9, 0.999))
     wm = [None] * args.peers
     n, m = args.peers, args.attackers
@@ -135,8 +135,8 @@ def run(attack, agg, seed, args, data):
         G = torch.stack(G)
         if mom:
             for i in range(n):
-                wm[i] = 0.1 * G[i] if wm[i] is None else 0.9 * wm[i] + 0.1 * G[i]
-                G[i] = wm[i] / (1 - 0.9 ** (step + 1))
+                wm[i] = (1 - mom) * G[i] if wm[i] is None else mom * wm[i] + (1 - mom) * G[i]
+                G[i] = wm[i] / (1 - mom ** (step + 1))
         w = torch.full((n,), float(per), dtype=torch.float64)
         honest = G[m:]
         for i in range(m):
