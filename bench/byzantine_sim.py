@@ -13,31 +13,19 @@ Attacks (as src/collab/net_collaboration_attack.cpp):
 Aggregations (name: rule; "cc" = CenteredClip from the coordinate-wise median, iterated to a
 fixed point, weights capped at the median; tau = scale x median distance to the median):
   mean, oracle (the honest peers' mean), cc<scale>[-whole][-it<k>][-b<size>]: per part (7
-  contiguous parts, or each cut into parts of at most <size> elements) unless -whole.
+  contiguous parts, or each cut into parts of at most <size> elements) unless -whole; any of
+  them with -mom[b]: worker momentum b (0.9): peers send the moving average of their
+  gradients, Adam beta1 0 (starling train --worker-momentum).
 Prints per attack and aggregation the mean test accuracy over seeds and the ratio to clean.
+Results of 2026-11-29 (4 seeds, ratio to clean): docs/benchmarks.md, hostile peers.
 Usage: bench/byzantine_sim.py [--seeds 3] [--steps 40] [--attacks ...] [--aggs ...]
 """
 import argparse
-import gzip
-import math
-import os
-import struct
 import sys
 
 import torch
 
-DATA = "/usr/share/datasets/fashion-mnist"
-MEAN, STD = 0.2860, 0.3530
-
-
-def load(kind):
-    with gzip.open(os.path.join(DATA, f"{kind}-images-idx3-ubyte.gz")) as f:
-        _, n, r, c = struct.unpack(">IIII", f.read(16))
-        x = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).reshape(n, r * c)
-    with gzip.open(os.path.join(DATA, f"{kind}-labels-idx1-ubyte.gz")) as f:
-        f.read(8)
-        y = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
-    return (x.float() / 255 - MEAN) / STD, y
+from delay_correction import load  # Fashion-MNIST, normalised
 
 
 def flat_grad(net, x, y):
