@@ -93,9 +93,11 @@ struct OptimizerOptions {
   // corrected, committed once the round's result is applied) instead of the gradient itself.
   // The honest contributions then differ by far less than single gradients do, which leaves a
   // hostile minority's shift that hides inside their spread ("a little is enough") much less
-  // room under CenteredClip (docs/security.md). With the mean it is the inner optimizer's
-  // first moment moved before the average: give the inner optimizer none (Adam beta1 = 0;
-  // `starling train --worker-momentum` does). Not with DiLoCo.
+  // room under CenteredClip (docs/security.md). With the mean (every peer in every round, equal
+  // weights) it is the inner optimizer's first moment moved before the average: give the inner
+  // optimizer none (Adam beta1 = 0; `starling train --worker-momentum` does). The average is
+  // the peer's own: not in the state or checkpoints (a restarted or new peer begins a new
+  // one). Not with DiLoCo.
   double worker_momentum = 0;
 
   // The inner optimizer's state is not in the state format's optimizer section: its tensors
