@@ -10,6 +10,8 @@ Attacks (as src/collab/net_collaboration_attack.cpp):
   sign-flip  -10 x the gradient, claiming 10x the samples (the weight cap brings it to 1x)
   alie       gradient - 1 x sd per coordinate, sd from the attacker's own gradients (EMA 0.9)
   alie-paper mean - z sd of the honest gradients, z = Phi^-1((n - s) / n), s = n/2 + 1 - m
+  reverse-mean  -10 x the honest peers' mean, claiming 10x the samples (a sign flip that
+             knows the honest average)
 Aggregations (name: rule; "cc" = CenteredClip from the coordinate-wise median, iterated to a
 fixed point, weights capped at the median; tau = scale x median distance to the median):
   mean, oracle (the honest peers' mean), cc<scale>[-whole][-it<k>][-b<size>]: per part (7
@@ -137,6 +139,9 @@ def run(attack, agg, seed, args, data):
                 ema_m[i] = 0.9 * ema_m[i] + 0.1 * G[i]
                 ema_s[i] = 0.9 * ema_s[i] + 0.1 * G[i] ** 2
                 G[i] = G[i] - (ema_s[i] - ema_m[i] ** 2).clamp_min(0).sqrt()
+            elif attack == "reverse-mean":  # omniscient sign flip: -10 x the honest mean
+                G[i] = -10 * honest.mean(0)
+                w[i] *= 10
             elif attack == "alie-paper":
                 G[i] = honest.mean(0) - z_paper * honest.std(0)
         v = aggregate(G, w, "mean" if attack == "clean" else agg, bounds, state)
