@@ -17,8 +17,10 @@
 # time per completed round and its own training compute per epoch (seconds outside step(),
 # evaluations included, over its epochs): the check's cost against the anchor of the same run.
 # Usage: bench/run-byzantine.sh [BUILD]
-#   env: EPOCHS (40), PEERS (7), ATTACKERS (2), ATTACKS (all, space-separated), LOGDIR (if
-#   set, the peers' logs are copied there), GRAD_CHECK (0)
+#   env: EPOCHS (40), PEERS (7), ATTACKERS (2), ATTACKS (all, space-separated), WORKER_MOMENTUM
+#   (0.9: --worker-momentum of the centered-clip runs; 0 when GRAD_CHECK is set: the check
+#   re-computes the step's gradient, not a moving average), LOGDIR (if set, the peers' logs
+#   are copied there), GRAD_CHECK (0)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build=${1:-$root/build}
@@ -35,8 +37,10 @@ field() { sed -n "s/.*\"$2\":\(\"[^\"]*\"\|[0-9.e+-]*\).*/\1/p" "$1" | tr -d '"'
 start_bootstrap "$bin" "$dir"
 common=(--initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 --target-batch-size 1024
         --batch-size 64 --threads 1 --lr 0.003 --max-epochs "$epochs" --linger 20 --no-metrics)
-clip=(--aggregation centered-clip --verify)
+# Worker momentum with CenteredClip (docs/security.md; WORKER_MOMENTUM=0: gradients averaged).
 grad_check=${GRAD_CHECK:-0}
+if ((grad_check == 0)); then wm=${WORKER_MOMENTUM:-0.9}; else wm=${WORKER_MOMENTUM:-0}; fi
+clip=(--aggregation centered-clip --verify --worker-momentum "$wm")
 ((grad_check == 0)) || clip+=(--grad-check "$grad_check")
 export STARLING_LOG=info
 
@@ -96,18 +100,18 @@ row() {  # row LABEL AGG ATTACK_KIND RESULT_FIELDS...
   ratio=$(awk -v a="$lo" -v r="$ref" 'BEGIN{printf "%.3f", (r > 0 ? a / r : 0)}')
   printf '  %-16s %-20s %8s %8s %8s %7s %8s %7s %7s %9s\n' "$label" "$agg" "$lo" "$hi" "$ratio" \
     "$hs" "$ball" "$hb" "$rd" "$med"
-  echo "RESULT {\"bench\":\"byzantine\",\"attack\":\"$kind\",\"aggregation\":\"$agg\",\"peers\":$peers,\"attackers\":$([[ $kind == none ]] && echo 0 || echo "$attackers"),\"epochs\":$epochs,\"acc_min\":$lo,\"acc_max\":$hi,\"acc_ratio_to_clean\":$ratio,\"distinct_hashes\":$hs,\"all_attackers_banned\":\"$ball\",\"honest_bans\":$hb,\"rounds_to_ban\":$rd,\"allreduce_median_s\":$med,\"load\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >> "$dir/results"
+  echo "RESULT {\"bench\":\"byzantine\",\"attack\":\"$kind\",\"aggregation\":\"$agg\",\"peers\":$peers,\"attackers\":$([[ $kind == none ]] && echo 0 || echo "$attackers"),\"epochs\":$epochs,\"worker_momentum\":$([[ $agg == mean ]] && echo 0 || echo "$wm"),\"acc_min\":$lo,\"acc_max\":$hi,\"acc_ratio_to_clean\":$ratio,\"distinct_hashes\":$hs,\"all_attackers_banned\":\"$ball\",\"honest_bans\":$hb,\"rounds_to_ban\":$rd,\"allreduce_median_s\":$med,\"load\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >> "$dir/results"
 }
 
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-echo "hostile peers: $peers peers, $attackers attacking, $epochs epochs, load before: $load0"
+echo "hostile peers: $peers peers, $attackers attacking, $epochs epochs, centered-clip with worker momentum $wm, load before: $load0"
 printf '  %-16s %-20s %8s %8s %8s %7s %8s %7s %7s %9s\n' attack aggregation "acc min" "acc max" \
   "vs clean" hashes banned "h.bans" "a.rounds" "ar med s"
 read -r lo hi hs ball hb rd med < <(run clean-mean 0 none)
 clean_acc[mean]=$lo
 row "none (clean)" mean none "$lo" "$hi" "$hs" "$ball" "$hb" "$rd" "$med"
 clean_mean_med=$med
-read -r lo hi hs ball hb rd med < <(run clean-cc 0 none --aggregation centered-clip)
+read -r lo hi hs ball hb rd med < <(run clean-cc 0 none --aggregation centered-clip --worker-momentum "$wm")
 row "none (clean)" centered-clip none "$lo" "$hi" "$hs" "$ball" "$hb" "$rd" "$med"
 clean_cc_med=$med
 read -r lo hi hs ball hb rd med < <(run clean-clip 0 none "${clip[@]}")

@@ -52,6 +52,13 @@ double norm_diff(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(s);
 }
 
+// The median the check uses for an adaptive radius: the upper one (d[n / 2]); 0 if empty.
+double check_median(std::vector<double> d) {
+  if (d.empty()) return 0;
+  std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
+  return d[d.size() / 2];
+}
+
 bool near(double a, double b, double rel, double scale) {
   return std::abs(a - b) <= rel * std::max({std::abs(a), std::abs(b), scale, 1e-30});
 }
@@ -204,9 +211,7 @@ FixedPointCheck check_fixed_point(std::span<const ProjectionReport> reports, boo
     } else {
       std::vector<double> d;
       for (const auto& r : reports) d.push_back(r.dist);
-      std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
-      const double med = d.empty() ? 0 : d[d.size() / 2];
-      out.tau_ok = tau >= cfg.tau_slack * cfg.tau_scale * med;
+      out.tau_ok = tau >= cfg.tau_slack * cfg.tau_scale * check_median(std::move(d));
     }
   }
   double total = 0;
@@ -257,14 +262,30 @@ CheckedClip centered_clip_checked(std::span<float> out,
                                   std::span<const double> weights, AggregationConfig cfg,
                                   const CheckConfig& check, std::uint32_t max_iterations_cap) {
   CheckedClip r;
-  for (;;) {
-    r.stats = centered_clip(out, inputs, weights, cfg);
-    r.residual =
-        fixed_point_residual(out, inputs, weights, true, r.stats.tau, cfg.max_weight_ratio);
-    r.within = r.residual <= check.rel_tol * norm(out);
-    if (r.within || cfg.max_iterations >= max_iterations_cap) return r;
-    cfg.max_iterations = std::min(max_iterations_cap, cfg.max_iterations * 2);
-    cfg.tolerance = std::min(cfg.tolerance, check.rel_tol * 1e-2);
+  const bool adaptive = !(cfg.tau > 0);
+  // An adaptive radius comes from the distances to the coordinate-wise median, but members
+  // check it against the distances to the result (tau >= tau_slack x tau_scale x their
+  // median). With clustered values (a tight honest group, far attackers, members with
+  // nothing to send) the two medians can differ by more than the slack: the owner then clips
+  // again with tau_scale x the median distance to its result, until the radius it declares
+  // holds (at most kRetries times).
+  constexpr int kRetries = 4;
+  for (int attempt = 0;; ++attempt) {
+    for (;;) {
+      r.stats = centered_clip(out, inputs, weights, cfg);
+      r.residual =
+          fixed_point_residual(out, inputs, weights, true, r.stats.tau, cfg.max_weight_ratio);
+      r.within = r.residual <= check.rel_tol * norm(out);
+      if (r.within || cfg.max_iterations >= max_iterations_cap) break;
+      cfg.max_iterations = std::min(max_iterations_cap, cfg.max_iterations * 2);
+      cfg.tolerance = std::min(cfg.tolerance, check.rel_tol * 1e-2);
+    }
+    if (!adaptive || attempt == kRetries) return r;
+    std::vector<double> d;
+    for (const auto& g : inputs) d.push_back(norm_diff(g, out));
+    const double med = check_median(std::move(d));
+    if (r.stats.tau >= check.tau_slack * check.tau_scale * med) return r;
+    cfg.tau = check.tau_scale * med;
   }
 }
 

@@ -227,6 +227,7 @@ bool Optimizer::Impl::finish_background_round(StepReport& rep, bool block) {
     return true;
   }
   note_round(rep, b->outcome.value());
+  commit_contribution();
   publish_master();
   rep.stepped = true;
   digest = compute_digest();

@@ -51,6 +51,11 @@ struct Optimizer::Impl {
   std::uint64_t epoch = 0;          // training-thread copy of the local epoch
   std::uint64_t digest = 0;         // training::StateDigest of the parameters at `epoch`
   std::uint64_t local_samples = 0;  // toward `epoch`
+  // OptimizerOptions::worker_momentum: the average committed after the last applied round
+  // (undefined before the first), how many gradients it holds, and the one the last
+  // contribution() computed (committed by commit_contribution() once its round is applied).
+  torch::Tensor momentum, momentum_pending;
+  std::uint64_t momentum_count = 0;
   std::optional<TimePoint> last_step_end;
   // Not before these: a round after a failed one, a download after a failed one. They are
   // apart: a round that failed because the peers moved on is followed by a download at once
@@ -183,6 +188,8 @@ struct Optimizer::Impl {
   // The flat tensor this peer contributes to a round: mean gradient (DeDLOC) or
   // pseudo-gradient (DiLoCo).
   torch::Tensor contribution();
+  // The last contribution() was applied (a round's result, or this peer's own step alone).
+  void commit_contribution();
 
   // Applies the collaboration's (or this peer's own) averaged contribution.
   void apply(const torch::Tensor& averaged);

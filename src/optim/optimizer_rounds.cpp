@@ -1,6 +1,8 @@
 // starling::Optimizer's averaging rounds (training thread): the contribution, the round over
 // it (training::RoundData: the flat contribution in, the group's average out, no copies),
 // early matchmaking, failures and retries, applying the result. See optimizer_impl.hpp.
+#include <cmath>
+
 #include "optimizer_impl.hpp"
 
 namespace starling::optim {
@@ -13,8 +15,20 @@ torch::Tensor Optimizer::Impl::contribution() {
     for (auto& t : pg) flat.push_back(t.detach().to(torch::kCPU, torch::kFloat32).reshape({-1}));
     return torch::cat(flat);
   }
-  if (local_samples == 0) return torch::zeros_like(acc_flat);
-  return acc_flat / static_cast<double>(local_samples);
+  momentum_pending = torch::Tensor();
+  if (local_samples == 0) return torch::zeros_like(acc_flat);  // weight 0: not counted
+  auto g = acc_flat / static_cast<double>(local_samples);
+  if (!(opt.worker_momentum > 0)) return g;
+  const double b = opt.worker_momentum;
+  momentum_pending = momentum.defined() ? momentum * b + g * (1 - b) : g * (1 - b);
+  return momentum_pending / (1 - std::pow(b, static_cast<double>(momentum_count + 1)));
+}
+
+void Optimizer::Impl::commit_contribution() {
+  if (!momentum_pending.defined()) return;
+  momentum = std::move(momentum_pending);
+  momentum_pending = torch::Tensor();
+  ++momentum_count;
 }
 
 void Optimizer::Impl::apply(const torch::Tensor& averaged) {
@@ -41,6 +55,7 @@ void Optimizer::Impl::step_alone(StepReport& rep) {
   rep.group_size = 1;
   rep.group_samples = static_cast<double>(local_samples);
   apply(c);
+  commit_contribution();
   publish_master();
   rep.stepped = true;
   finish_epoch(epoch + 1);
@@ -168,6 +183,7 @@ void Optimizer::Impl::average_and_step(StepReport& rep, const training::Collabor
   note_round(rep, r.value());
   check_contributions(r.value());
   apply(round.result);
+  commit_contribution();
   publish_master();
   rep.stepped = true;
   finish_epoch(epoch + 1, &r.value());

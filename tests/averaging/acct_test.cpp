@@ -340,6 +340,54 @@ TEST(Acct, HonestOwnerIteratesUntilTheCheckHolds) {
   EXPECT_LE(ck.residual, check.rel_tol * std::sqrt(rn));
 }
 
+// A round where the weighted members are not where the unweighted median is: 2 honest
+// members, one that sends zeros with weight 0 (nothing computed yet) and 2 far outliers
+// claiming 10x the samples (capped at the median positive weight, 5.5). The radius from the
+// distances to the coordinate-wise median is below what members accept against the result
+// (tau >= tau_slack x tau_scale x the median distance to it); the honest owner clips again
+// with a radius measured at its result, so its check passes.
+TEST(Acct, HonestOwnerDeclaresAPlausibleRadius) {
+  const std::size_t m = 500;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> mean(m);
+  for (auto& x : mean) x = nd(rng);
+  std::vector<std::vector<float>> g(5, std::vector<float>(m, 0.0f));
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t j = 0; j < m; ++j) g[i][j] = mean[j] + nd(rng);
+  for (std::size_t i = 2; i < 4; ++i)
+    for (std::size_t j = 0; j < m; ++j) g[i][j] = -10 * (mean[j] + 0.1f * nd(rng));
+  const std::vector<double> w{1, 1, 10, 10, 0};
+  std::vector<std::span<const float>> in(g.begin(), g.end());
+  AggregationConfig cfg;
+  cfg.kind = Aggregation::centered_clip;
+  const CheckConfig check;
+  auto reports = [&](std::span<const float> r) {
+    std::vector<ProjectionReport> rs(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const auto p = project(Hash32{}, 0, 0, in[i], r);
+      rs[i].proj = p.proj;
+      rs[i].dist = p.dist;
+      rs[i].weight = w[i];
+    }
+    return rs;
+  };
+  auto l2 = [](std::span<const float> v) {
+    double s = 0;
+    for (float x : v) s += static_cast<double>(x) * x;
+    return std::sqrt(s);
+  };
+  std::vector<float> r(m);
+  const auto plain = centered_clip(r, in, w, cfg);
+  EXPECT_FALSE(check_fixed_point(reports(r), true, plain.tau, l2(r), check).tau_ok);
+  const auto ck = centered_clip_checked(r, in, w, cfg, check);
+  EXPECT_TRUE(ck.within);
+  EXPECT_GT(ck.stats.tau, plain.tau);
+  const auto fp = check_fixed_point(reports(r), true, ck.stats.tau, l2(r), check);
+  EXPECT_TRUE(fp.tau_ok);
+  EXPECT_TRUE(fp.ok()) << fp.statistic << " vs " << fp.bound;
+}
+
 TEST(Acct, DeclaredTauMustBePlausible) {
   CheckCase c(7, 2000, Aggregation::centered_clip, 11);
   const auto rs = c.reports();

@@ -9,6 +9,7 @@
 #include <torch/utils.h>
 
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 #include "optim/fake_collaboration.hpp"
@@ -128,6 +129,42 @@ TEST(Optimizer, AloneAccumulatesToTheTargetThenSteps) {
   auto st = opt->status();
   EXPECT_EQ(st.samples_total, 36u);
   EXPECT_EQ(st.collaboration.num_peers, 1u);
+}
+
+// Worker momentum: each step applies the bias-corrected moving average of the epochs' mean
+// gradients (m = b m + (1 - b) g, m / (1 - b^t)), not the epoch's gradient itself.
+TEST(Optimizer, WorkerMomentumStepsWithTheMovingAverage) {
+  auto m = make_linear(1);
+  auto ref = make_linear(1);
+  auto o = options(8, 8);
+  o.worker_momentum = 0.5;
+  auto opt =
+      Optimizer::create(*m, std::make_unique<torch::optim::SGD>(m->parameters(), 0.1), o).value();
+  torch::optim::SGD ref_opt(ref->parameters(), 0.1);
+  torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(11);
+  std::vector<torch::Tensor> avg;
+  for (int epoch = 0; epoch < 4; ++epoch) {
+    auto [x, y] = batch(gen, 8);
+    backward(m, x, y);
+    ASSERT_TRUE(opt->step());
+    ref_opt.zero_grad();
+    backward(ref, x, y);
+    const double bc = 1 - std::pow(0.5, epoch + 1);
+    auto params = ref->parameters();
+    if (avg.empty())
+      for (auto& p : params) avg.push_back(torch::zeros_like(p));
+    {
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        avg[i] = avg[i] * 0.5 + params[i].grad() * 0.5;
+        params[i].mutable_grad().copy_(avg[i] / bc);
+      }
+    }
+    ref_opt.step();
+    EXPECT_TRUE(torch::allclose(flat_params(*m), flat_params(*ref), 1e-5, 1e-6)) << epoch;
+  }
+  o.worker_momentum = 1;
+  EXPECT_FALSE(Optimizer::create(*m, std::make_unique<torch::optim::SGD>(m->parameters(), 0.1), o));
 }
 
 // Alone in DiLoCo mode: the inner optimizer steps every batch; after H batches the outer step

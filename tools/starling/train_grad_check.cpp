@@ -15,6 +15,10 @@ result<std::unique_ptr<TrainGradCheck>> TrainGradCheck::create(const TrainOption
     return bad(
         "--grad-check needs synchronous gradient steps (no --delay-step, --diloco-steps "
         "or --auxiliary)");
+  if (o.worker_momentum > 0)
+    return bad(
+        "--grad-check re-computes a step's gradient; --worker-momentum sends a moving average "
+        "of them (use one or the other)");
   if (!(o.grad_check_tol > 0)) return bad("--grad-check-tol must be > 0");
   return std::unique_ptr<TrainGradCheck>(new TrainGradCheck(o, task, peer));
 }

@@ -145,6 +145,11 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
                  "with --delay-step: wait for the round in flight once this peer computed this "
                  "many targets' share meanwhile (0: never)")
       ->capture_default_str();
+  cmd.add_option("--worker-momentum", o.worker_momentum,
+                 "each peer averages the moving average of its gradients with this factor "
+                 "(0: off; 0.9 with --aggregation centered-clip against small hidden shifts) "
+                 "and the inner optimizer gets no momentum of its own")
+      ->capture_default_str();
   cmd.add_option("--max-epochs", o.max_epochs, "stop when the collaboration reaches this epoch");
   cmd.add_option("--max-samples", o.max_samples, "stop after contributing this many samples");
   cmd.add_option("--max-seconds", o.max_seconds, "stop after this many seconds");
@@ -284,6 +289,7 @@ result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o) {
   oo.delay_optimizer_step = o.delay_step;
   ST_TRY(oo.delay_correction, optim::parse_delay_correction(o.delay_correction));
   oo.delay_max_backlog = o.max_backlog;
+  oo.worker_momentum = o.worker_momentum;
   ST_TRY(oo.grad_compression, training::parse_compression(o.compression));
   ST_TRY(auto bw, parse_bandwidth(o.max_bandwidth));  // enforced by the node (train_net.cpp)
   (void)bw;

@@ -77,6 +77,7 @@ struct TrainOptions {
   bool delay_step = false;
   std::string delay_correction = "local";
   double max_backlog = 0;
+  double worker_momentum = 0;         // OptimizerOptions::worker_momentum (inner beta1 then 0)
   bool client = false;                // no incoming connections
   bool relay = false;                 // serve circuit relay v2 and AutoNAT to other peers
   bool use_relays = false;            // reachable through relay reservations with the initial peers

@@ -107,19 +107,23 @@ std::string TaskEvaluation::describe() const {
 }
 
 std::string TrainTask::optimizer_identity() const {
-  if (o_.optimizer != "lamb") return "adam";
-  return fmt::format("lamb wd{} clip{} wu{} dc{}", o_.weight_decay, o_.max_grad_norm,
-                     o_.warmup_epochs, o_.decay_epochs);
+  const std::string wm =
+      o_.worker_momentum > 0 ? fmt::format(" wm{}", o_.worker_momentum) : std::string();
+  if (o_.optimizer != "lamb") return "adam" + wm;
+  return fmt::format("lamb wd{} clip{} wu{} dc{}{}", o_.weight_decay, o_.max_grad_norm,
+                     o_.warmup_epochs, o_.decay_epochs, wm);
 }
 
 result<std::unique_ptr<torch::optim::Optimizer>> TrainTask::make_optimizer() {
   auto params = module().parameters();
+  // Worker momentum (--worker-momentum) moves the first moment before the average.
+  const double beta1 = o_.worker_momentum > 0 ? 0.0 : 0.9;
   if (o_.optimizer == "adam") {
     if (o_.warmup_epochs > 0 || o_.decay_epochs > 0)
       return make_error(errc::invalid_argument,
                         "--warmup-epochs / --decay-epochs need --optimizer lamb");
-    return std::unique_ptr<torch::optim::Optimizer>(
-        std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o_.lr)));
+    return std::unique_ptr<torch::optim::Optimizer>(std::make_unique<torch::optim::Adam>(
+        params, torch::optim::AdamOptions(o_.lr).betas({beta1, 0.999})));
   }
   if (!(o_.lr > 0) || o_.weight_decay < 0 || o_.max_grad_norm < 0)
     return make_error(errc::invalid_argument,
@@ -128,6 +132,7 @@ result<std::unique_ptr<torch::optim::Optimizer>> TrainTask::make_optimizer() {
   c.lr = o_.lr;
   c.weight_decay = o_.weight_decay;
   c.max_grad_norm = o_.max_grad_norm;
+  c.beta1 = beta1;
   if (o_.warmup_epochs > 0 || o_.decay_epochs > 0)
     c.schedule = training::LrSchedule{o_.lr, o_.warmup_epochs, o_.decay_epochs, 0.1};
   auto lamb = std::make_unique<optim::Lamb>(params, c);

@@ -87,6 +87,19 @@ struct OptimizerOptions {
   // epoch to many targets of samples. 0: never wait.
   double delay_max_backlog = 0;
 
+  // Worker momentum (Karimireddy et al. 2021, "Learning from History for Byzantine Robust
+  // Optimization"): if > 0, each peer contributes to a round the exponential moving average
+  // of its own mean gradients (m = worker_momentum x m + (1 - worker_momentum) x g, bias-
+  // corrected, committed once the round's result is applied) instead of the gradient itself.
+  // The honest contributions then differ by far less than single gradients do, which leaves a
+  // hostile minority's shift that hides inside their spread ("a little is enough") much less
+  // room under CenteredClip (docs/security.md). With the mean (every peer in every round, equal
+  // weights) it is the inner optimizer's first moment moved before the average: give the inner
+  // optimizer none (Adam beta1 = 0; `starling train --worker-momentum` does). The average is
+  // the peer's own: not in the state or checkpoints (a restarted or new peer begins a new
+  // one). Not with DiLoCo.
+  double worker_momentum = 0;
+
   // The inner optimizer's state is not in the state format's optimizer section: its tensors
   // are buffers of the model (the Python binding registers a Python optimizer's state tensors
   // there), so state transfer and checkpoints carry them with the model. The inner optimizer
