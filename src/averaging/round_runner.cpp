@@ -113,7 +113,15 @@ RoundRunner::~RoundRunner() = default;
 
 awaitable<result<void>> RoundRunner::run() {
   auto self = shared_from_this();
+  ST_CO_TRY(co_await settle());
+  co_return co_await close();
+}
+
+awaitable<result<void>> RoundRunner::settle() {
+  auto self = shared_from_this();
   started_ = Clock::now();
+  times_.start = started_;
+  if (!core_.local_pending()) times_.local = started_;
   ST_CO_TRY(acct_init());
   ST_CO_TRY(core_.start(started_));
   const bool i_am_client = group_.members[self_].client;
@@ -130,6 +138,16 @@ awaitable<result<void>> RoundRunner::run() {
   const auto budget = deadline_ - Clock::now() + cfg_.linger;
   (void)co_await with_timeout(done_.wait(), budget, "all-reduce round");
   if (acct_ && core_.status() == RoundCore::Status::done) co_await acct_phase();
+  co_return success();
+}
+
+bool RoundRunner::closable_later() const {
+  return core_.status() == RoundCore::Status::done && !acct_ && !compressed() &&
+         pool_tasks_ == 0 && receiving_.empty();
+}
+
+awaitable<result<void>> RoundRunner::close() {
+  auto self = shared_from_this();
   ending_ = true;
   const bool ok = core_.status() == RoundCore::Status::done;
   if (ok) {
@@ -159,6 +177,7 @@ awaitable<result<void>> RoundRunner::run() {
   timer_.cancel();
   (void)co_await scope_.close(2s);
   co_await wait_pool_tasks();
+  times_.closed = Clock::now();
   if (core_.status() == RoundCore::Status::running)
     co_return make_error(
         errc::timeout, "all-reduce: round did not finish by its deadline (" + core_.phase() + ")");
@@ -258,6 +277,7 @@ result<void> RoundRunner::provide_local(std::span<const float> local, double wei
   }
   local_ = local;
   auto r = core_.provide_local(local, weight, Clock::now());
+  if (times_.local == TimePoint{}) times_.local = Clock::now();
   pump();
   return r;
 }
@@ -419,17 +439,44 @@ void RoundRunner::fence(std::uint32_t j) {
   P.wake->set();
 }
 
+void RoundRunner::note_times() {
+  const auto ph = core_.phase();
+  if (times_.inputs == TimePoint{} && !core_.local_pending() && ph != "reduce-scatter" &&
+      ph != "failed")
+    times_.inputs = Clock::now();
+  if (times_.done == TimePoint{} && core_.status() == RoundCore::Status::done)
+    times_.done = Clock::now();
+}
+
+// A plain mean of a small part (no codec, no accountability, no test hook) costs less than the
+// two thread switches of a pool task, which on a loaded machine are each a wait for a core.
+bool RoundRunner::reduce_here(const ReduceJob& job) const {
+  if (compressed() || acct_ || cfg_.before_reduce || job.aggregation.kind != Aggregation::mean)
+    return false;
+  return job.out.size() * (job.inputs.size() + 1) <= kInlineReduceValues;
+}
+
 void RoundRunner::pump() {
   balance_plan();
-  for (auto& env : core_.take_outbox()) route(std::move(env));
-  for (auto& job : core_.take_reduce_jobs()) {
-    if (scope_.closed()) break;  // the round is over: a task would not start
-    ++pool_tasks_;
-    scope_.spawn(reduce_part(std::move(job)));
+  for (bool again = true; again;) {
+    again = false;
+    for (auto& env : core_.take_outbox()) route(std::move(env));
+    for (auto& job : core_.take_reduce_jobs()) {
+      if (scope_.closed()) break;  // the round is over: a task would not start
+      if (reduce_here(job)) {
+        run_reduce_job(job);
+        core_.on_reduced(job.subround, job.part, Clock::now());
+        again = true;  // its result is in the outbox now
+        continue;
+      }
+      ++pool_tasks_;
+      scope_.spawn(reduce_part(std::move(job)));
+    }
   }
   for (std::uint32_t j = 0; j < n_; ++j)
     if (j != self_ && core_.failed().test(j) && !p_[j].fenced) fence(j);
   if (core_.status() != RoundCore::Status::running) done_.set();
+  note_times();
   timer_.cancel();
   if (auto ph = core_.phase(); ph != last_phase_) {
     last_phase_ = ph;

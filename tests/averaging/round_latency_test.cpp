@@ -1,0 +1,176 @@
+// Round latency: a step over the caller's buffers returns as soon as its round is done (the
+// streams close after it, in the background) and the next step can start at once; a member
+// still computing learns when another member's data has arrived (PendingStep::on_peer_data),
+// so it can supply its own then. Results stay bit-identical and correct.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "net_harness.hpp"
+
+using namespace starling;
+using namespace starling::averaging;
+using starling::averaging::test::base_config;
+using starling::averaging::test::Cluster;
+
+namespace {
+
+struct Flat {
+  std::vector<float> in, out;
+};
+
+std::shared_ptr<Flat> flat_for(Cluster& c, std::size_t i, float shift) {
+  auto f = std::make_shared<Flat>();
+  f->in = c.flat(i);
+  for (auto& x : f->in) x = x * 0.5f + static_cast<float>(i) + shift;
+  f->out.assign(f->in.size(), std::nanf(""));
+  return f;
+}
+
+void expect_mean(const std::vector<std::shared_ptr<Flat>>& flats, const std::vector<double>& w) {
+  double wsum = 0;
+  for (double x : w) wsum += x;
+  const auto& ref = flats[0]->out;
+  for (const auto& f : flats)
+    ASSERT_EQ(std::memcmp(f->out.data(), ref.data(), ref.size() * sizeof(float)), 0);
+  for (std::size_t e = 0; e < ref.size(); ++e) {
+    double want = 0;
+    for (std::size_t j = 0; j < flats.size(); ++j) want += w[j] / wsum * flats[j]->in[e];
+    ASSERT_NEAR(ref[e], want, 2e-5 * (1 + std::abs(want))) << "element " << e;
+  }
+}
+
+StepOptions options(double weight) {
+  StepOptions so;
+  so.weight = weight;
+  so.timeout = 90s;
+  so.matchmaking_timeout = 20s;
+  so.data_timeout = 60s;
+  return so;
+}
+
+// One step on every node over fresh caller buffers; returns the results (asserted ok).
+std::vector<StepResult> step_flat(Cluster& c, const std::vector<double>& w, float shift,
+                                  std::vector<std::shared_ptr<Flat>>& flats) {
+  std::vector<std::future<result<StepResult>>> f;
+  flats.clear();
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    flats.push_back(flat_for(c, i, shift));
+    f.push_back(test::spawn_future(
+        c.node(i).io, [a = c.node(i).avg, so = options(w[i]),
+                       d = StepData{flats[i]->in, flats[i]->out, flats[i]}]() mutable {
+          return a->step(so, std::move(d));
+        }));
+  }
+  std::vector<StepResult> out;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    EXPECT_EQ(f[i].wait_for(120s), std::future_status::ready);
+    auto r = f[i].get();
+    EXPECT_TRUE(r) << "node " << i << ": " << (r ? "" : r.error().message());
+    if (r) out.push_back(std::move(r).value());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(RoundLatency, AStepOverTheCallersBuffersReturnsAtDoneAndTheStreamsCloseAfter) {
+  const std::size_t n = 3;
+  Cluster c(n, test::test_schema(3000), base_config(), {}, 41);
+  const std::vector<double> w{1, 2, 4};
+  std::vector<std::shared_ptr<Flat>> flats;
+  // Back to back: the next step begins while the last round's streams may still be closing.
+  for (int round = 0; round < 3; ++round) {
+    auto res = step_flat(c, w, static_cast<float>(round), flats);
+    ASSERT_EQ(res.size(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_TRUE(res[i].closed_later) << "node " << i << " round " << round;
+      EXPECT_EQ(res[i].close_time, Duration::zero());
+      EXPECT_GT(res[i].exchange_time, Duration::zero());
+    }
+    expect_mean(flats, w);
+  }
+}
+
+TEST(RoundLatency, ACompressedRoundClosesBeforeTheStepReturns) {
+  // Codecs encode on the pool and keep residuals in the step: no background close.
+  const std::size_t n = 2;
+  auto schema = test::test_schema(3000);
+  schema.codec = "float16";
+  Cluster c(n, schema, base_config(), {}, 42);
+  std::vector<std::shared_ptr<Flat>> flats;
+  auto res = step_flat(c, {1, 1}, 0.0f, flats);
+  ASSERT_EQ(res.size(), n);
+  for (std::size_t i = 0; i < n; ++i) EXPECT_FALSE(res[i].closed_later) << "node " << i;
+  ASSERT_EQ(std::memcmp(flats[0]->out.data(), flats[1]->out.data(),
+                        flats[0]->out.size() * sizeof(float)),
+            0);
+}
+
+TEST(RoundLatency, AMembersDataTellsTheMembersStillComputing) {
+  const std::size_t n = 3;
+  std::mutex m;  // declared before the cluster: its shutdown still reports phases
+  std::condition_variable cv;
+  std::set<std::size_t> in_round, told;
+  Cluster c(n, test::test_schema(3000), base_config(), {}, 43);
+  c.on_phase = [&](std::size_t i, const std::string& ph) {
+    if (ph.rfind("matchmaking", 0) == 0) return;
+    std::lock_guard lock(m);
+    in_round.insert(i);
+    cv.notify_all();
+  };
+  std::vector<std::shared_ptr<PendingStep>> p;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto r = c.node(i).run(
+        [a = c.node(i).avg, so = options(1.0)]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
+          co_return a->begin(so);
+        });
+    ASSERT_TRUE(r) << r.error().message();
+    p.push_back(r.value());
+    c.node(i).run([&, i, step = p.back()]() -> awaitable<result<void>> {
+      step->on_peer_data([&, i] {
+        std::lock_guard lock(m);
+        told.insert(i);
+        cv.notify_all();
+      });
+      co_return success();
+    });
+  }
+  {
+    std::unique_lock lock(m);
+    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return in_round.size() >= n; }));
+    EXPECT_TRUE(told.empty()) << "told before anyone had data";
+  }
+  const std::vector<double> w{2, 1, 1};
+  std::vector<std::shared_ptr<Flat>> flats;
+  for (std::size_t i = 0; i < n; ++i) flats.push_back(flat_for(c, i, 0.0f));
+  std::vector<std::future<result<StepResult>>> f(n);
+  auto run = [&](std::size_t i) {
+    f[i] = test::spawn_future(
+        c.node(i).io, [q = p[i], wi = w[i], d = StepData{flats[i]->in, flats[i]->out, flats[i]}]() {
+          return q->run(wi, d);
+        });
+  };
+  run(0);
+  {
+    // Members 1 and 2 learn that member 0's data is there before they supply theirs.
+    std::unique_lock lock(m);
+    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return told.size() >= 2; }));
+    EXPECT_FALSE(told.contains(0)) << "member 0 had its own data first";
+  }
+  EXPECT_FALSE(p[0]->peer_data());
+  EXPECT_TRUE(p[1]->peer_data());
+  EXPECT_TRUE(p[2]->peer_data());
+  run(1);
+  run(2);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(f[i].wait_for(120s), std::future_status::ready);
+    auto r = f[i].get();
+    ASSERT_TRUE(r) << "node " << i << ": " << r.error().message();
+  }
+  expect_mean(flats, w);
+}
