@@ -164,6 +164,10 @@ bool NetCollaboration::peers_supplied(const std::string& key) const {
 }
 
 void NetCollaboration::cancel_prepared_round() {
+  {
+    std::lock_guard lk(impl_->supplied_mu);
+    impl_->supplied_key.clear();
+  }
   if (!impl_->prepared) return;
   auto p = std::move(*impl_->prepared);
   impl_->prepared.reset();

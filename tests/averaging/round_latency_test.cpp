@@ -131,7 +131,7 @@ TEST(RoundLatency, AMembersDataTellsTheMembersStillComputing) {
         });
     ASSERT_TRUE(r) << r.error().message();
     p.push_back(r.value());
-    c.node(i).run([&, i, step = p.back()]() -> awaitable<result<void>> {
+    auto hooked = c.node(i).run([&, i, step = p.back()]() -> awaitable<result<void>> {
       step->on_peer_data([&, i] {
         std::lock_guard lock(m);
         told.insert(i);
@@ -139,6 +139,7 @@ TEST(RoundLatency, AMembersDataTellsTheMembersStillComputing) {
       });
       co_return success();
     });
+    ASSERT_TRUE(hooked);
   }
   {
     std::unique_lock lock(m);
