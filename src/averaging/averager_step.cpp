@@ -309,8 +309,7 @@ awaitable<void> Averager::close_round(std::shared_ptr<detail::RoundRunner> runne
                                       std::shared_ptr<PendingStep::State> st, Bytes group_id) {
   auto self = shared_from_this();
   auto r = co_await runner->close();
-  if (!r)
-    logger("averaging")->info("all-reduce: closing a done round: {}", r.error().message());
+  if (!r) logger("averaging")->info("all-reduce: closing a done round: {}", r.error().message());
   if (auto it = impl_->rounds.find(group_id); it != impl_->rounds.end() && it->second == runner)
     impl_->rounds.erase(it);
   st.reset();

@@ -142,8 +142,8 @@ awaitable<result<void>> RoundRunner::settle() {
 }
 
 bool RoundRunner::closable_later() const {
-  return core_.status() == RoundCore::Status::done && !acct_ && !compressed() &&
-         pool_tasks_ == 0 && receiving_.empty();
+  return core_.status() == RoundCore::Status::done && !acct_ && !compressed() && pool_tasks_ == 0 &&
+         receiving_.empty();
 }
 
 awaitable<result<void>> RoundRunner::close() {

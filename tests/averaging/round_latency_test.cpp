@@ -4,54 +4,24 @@
 // so it can supply its own then. Results stay bit-identical and correct.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <condition_variable>
-#include <cstring>
 #include <mutex>
 #include <set>
 
-#include "net_harness.hpp"
+#include "flat_steps.hpp"
 
 using namespace starling;
 using namespace starling::averaging;
 using starling::averaging::test::base_config;
 using starling::averaging::test::Cluster;
 
+using starling::averaging::test::data_of;
+using starling::averaging::test::expect_mean;
+using starling::averaging::test::Flat;
+using starling::averaging::test::flat_for;
+using starling::averaging::test::flat_options;
+
 namespace {
-
-struct Flat {
-  std::vector<float> in, out;
-};
-
-std::shared_ptr<Flat> flat_for(Cluster& c, std::size_t i, float shift) {
-  auto f = std::make_shared<Flat>();
-  f->in = c.flat(i);
-  for (auto& x : f->in) x = x * 0.5f + static_cast<float>(i) + shift;
-  f->out.assign(f->in.size(), std::nanf(""));
-  return f;
-}
-
-void expect_mean(const std::vector<std::shared_ptr<Flat>>& flats, const std::vector<double>& w) {
-  double wsum = 0;
-  for (double x : w) wsum += x;
-  const auto& ref = flats[0]->out;
-  for (const auto& f : flats)
-    ASSERT_EQ(std::memcmp(f->out.data(), ref.data(), ref.size() * sizeof(float)), 0);
-  for (std::size_t e = 0; e < ref.size(); ++e) {
-    double want = 0;
-    for (std::size_t j = 0; j < flats.size(); ++j) want += w[j] / wsum * flats[j]->in[e];
-    ASSERT_NEAR(ref[e], want, 2e-5 * (1 + std::abs(want))) << "element " << e;
-  }
-}
-
-StepOptions options(double weight) {
-  StepOptions so;
-  so.weight = weight;
-  so.timeout = 90s;
-  so.matchmaking_timeout = 20s;
-  so.data_timeout = 60s;
-  return so;
-}
 
 // One step on every node over fresh caller buffers; returns the results (asserted ok).
 std::vector<StepResult> step_flat(Cluster& c, const std::vector<double>& w, float shift,
@@ -61,10 +31,8 @@ std::vector<StepResult> step_flat(Cluster& c, const std::vector<double>& w, floa
   for (std::size_t i = 0; i < c.size(); ++i) {
     flats.push_back(flat_for(c, i, shift));
     f.push_back(test::spawn_future(
-        c.node(i).io, [a = c.node(i).avg, so = options(w[i]),
-                       d = StepData{flats[i]->in, flats[i]->out, flats[i]}]() mutable {
-          return a->step(so, std::move(d));
-        }));
+        c.node(i).io, [a = c.node(i).avg, so = flat_options(w[i]),
+                       d = data_of(flats[i])]() mutable { return a->step(so, std::move(d)); }));
   }
   std::vector<StepResult> out;
   for (std::size_t i = 0; i < c.size(); ++i) {
@@ -106,9 +74,9 @@ TEST(RoundLatency, ACompressedRoundClosesBeforeTheStepReturns) {
   auto res = step_flat(c, {1, 1}, 0.0f, flats);
   ASSERT_EQ(res.size(), n);
   for (std::size_t i = 0; i < n; ++i) EXPECT_FALSE(res[i].closed_later) << "node " << i;
-  ASSERT_EQ(std::memcmp(flats[0]->out.data(), flats[1]->out.data(),
-                        flats[0]->out.size() * sizeof(float)),
-            0);
+  ASSERT_EQ(
+      std::memcmp(flats[0]->out.data(), flats[1]->out.data(), flats[0]->out.size() * sizeof(float)),
+      0);
 }
 
 TEST(RoundLatency, AMembersDataTellsTheMembersStillComputing) {
@@ -126,7 +94,8 @@ TEST(RoundLatency, AMembersDataTellsTheMembersStillComputing) {
   std::vector<std::shared_ptr<PendingStep>> p;
   for (std::size_t i = 0; i < n; ++i) {
     auto r = c.node(i).run(
-        [a = c.node(i).avg, so = options(1.0)]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
+        [a = c.node(i).avg,
+         so = flat_options(1.0)]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
           co_return a->begin(so);
         });
     ASSERT_TRUE(r) << r.error().message();
@@ -152,9 +121,7 @@ TEST(RoundLatency, AMembersDataTellsTheMembersStillComputing) {
   std::vector<std::future<result<StepResult>>> f(n);
   auto run = [&](std::size_t i) {
     f[i] = test::spawn_future(
-        c.node(i).io, [q = p[i], wi = w[i], d = StepData{flats[i]->in, flats[i]->out, flats[i]}]() {
-          return q->run(wi, d);
-        });
+        c.node(i).io, [q = p[i], wi = w[i], d = data_of(flats[i])]() { return q->run(wi, d); });
   };
   run(0);
   {

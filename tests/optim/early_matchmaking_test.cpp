@@ -188,8 +188,7 @@ TEST(EarlyMatchmaking, AMembersDataTellsTheOthersTheirPreparedRoundIsWaiting) {
   std::vector<std::thread> threads;
   outs.push_back(start_average(t, 0, "grads/0", threads));
   const bool told = test::wait_until(
-      [&] { return t.c(1)->peers_supplied("grads/0") && t.c(2)->peers_supplied("grads/0"); },
-      60s);
+      [&] { return t.c(1)->peers_supplied("grads/0") && t.c(2)->peers_supplied("grads/0"); }, 60s);
   EXPECT_TRUE(told) << "the members still computing were not told";
   EXPECT_FALSE(t.c(0)->peers_supplied("grads/0")) << "node 0 supplied its own data first";
   EXPECT_FALSE(t.c(1)->peers_supplied("grads/1"));
