@@ -1,11 +1,15 @@
 // Steps over the caller's flat buffers (StepData) in tests: node i's input and output, the
-// step options, and the check that every member got the same exact weighted mean.
+// step options, the check that every member got the same exact weighted mean; early steps
+// (begin_on) and the nodes whose round started (RoundStarted).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "net_harness.hpp"
 
@@ -50,6 +54,35 @@ inline StepOptions flat_options(double weight) {
   so.matchmaking_timeout = 20s;
   so.data_timeout = 60s;
   return so;
+}
+
+// Counts the nodes whose round started (a phase that is not matchmaking). Declare it before
+// the cluster it hooks: the cluster's shutdown still reports phases.
+struct RoundStarted {
+  std::mutex m;
+  std::condition_variable cv;
+  std::set<std::size_t> nodes;
+  void hook(Cluster& c) {
+    c.on_phase = [this](std::size_t i, const std::string& ph) {
+      if (ph.rfind("matchmaking", 0) == 0) return;
+      std::lock_guard lock(m);
+      nodes.insert(i);
+      cv.notify_all();
+    };
+  }
+  bool wait_for(std::size_t n, Duration d) {
+    std::unique_lock lock(m);
+    return cv.wait_for(lock, d, [&] { return nodes.size() >= n; });
+  }
+};
+
+inline std::shared_ptr<PendingStep> begin_on(Cluster& c, std::size_t i, StepOptions o) {
+  auto r =
+      c.node(i).run([a = c.node(i).avg, o]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
+        co_return a->begin(o);
+      });
+  if (!r) throw std::runtime_error("begin: " + r.error().message());
+  return r.value();
 }
 
 }  // namespace starling::averaging::test

@@ -13,7 +13,9 @@
 using namespace starling;
 using namespace starling::averaging;
 using starling::averaging::test::base_config;
+using starling::averaging::test::begin_on;
 using starling::averaging::test::Cluster;
+using starling::averaging::test::RoundStarted;
 
 using starling::averaging::test::data_of;
 using starling::averaging::test::expect_mean;
@@ -81,25 +83,15 @@ TEST(RoundLatency, ACompressedRoundClosesBeforeTheStepReturns) {
 
 TEST(RoundLatency, AMembersDataTellsTheMembersStillComputing) {
   const std::size_t n = 3;
-  std::mutex m;  // declared before the cluster: its shutdown still reports phases
+  RoundStarted started;  // before the cluster: its shutdown still reports phases
+  std::mutex m;
   std::condition_variable cv;
-  std::set<std::size_t> in_round, told;
+  std::set<std::size_t> told;
   Cluster c(n, test::test_schema(3000), base_config(), {}, 43);
-  c.on_phase = [&](std::size_t i, const std::string& ph) {
-    if (ph.rfind("matchmaking", 0) == 0) return;
-    std::lock_guard lock(m);
-    in_round.insert(i);
-    cv.notify_all();
-  };
+  started.hook(c);
   std::vector<std::shared_ptr<PendingStep>> p;
   for (std::size_t i = 0; i < n; ++i) {
-    auto r = c.node(i).run(
-        [a = c.node(i).avg,
-         so = flat_options(1.0)]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
-          co_return a->begin(so);
-        });
-    ASSERT_TRUE(r) << r.error().message();
-    p.push_back(r.value());
+    p.push_back(begin_on(c, i, flat_options(1.0)));
     auto hooked = c.node(i).run([&, i, step = p.back()]() -> awaitable<result<void>> {
       step->on_peer_data([&, i] {
         std::lock_guard lock(m);
@@ -110,9 +102,9 @@ TEST(RoundLatency, AMembersDataTellsTheMembersStillComputing) {
     });
     ASSERT_TRUE(hooked);
   }
+  ASSERT_TRUE(started.wait_for(n, 60s));
   {
-    std::unique_lock lock(m);
-    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return in_round.size() >= n; }));
+    std::lock_guard lock(m);
     EXPECT_TRUE(told.empty()) << "told before anyone had data";
   }
   const std::vector<double> w{2, 1, 1};
