@@ -124,8 +124,40 @@ rounds() {
   echo "$(grep -c . <<<"$t") round lines, median matchmaking $(cut -d' ' -f1 <<<"$t" | median) s," \
     "all-reduce $(cut -d' ' -f2 <<<"$t" | median) s"
 }
+# The round's time line, medians in ms over every round line (older binaries: "-"): data =
+# group formed -> this trainer's data (its computing, when the group formed early); others =
+# its data -> the others' data for the parts it owns (waiting for the slowest member); exchange
+# = both -> round done (the all-reduce's own latency); close = done -> streams closed (0 when
+# they close after the step returned); apply = round line -> the trainer's next epoch line
+# (handing the result to the training thread and the optimizer step); period = one epoch
+# (consecutive epoch lines of a trainer).
+breakdown() {
+  local f v
+  for f in "$dir/$1"[0-9].log; do
+    awk '
+      function t(s,  a) { split(s, a, ":"); return (a[1] * 3600 + a[2] * 60 + a[3]) * 1000 }
+      / round [a-z]*\/[0-9]*: [0-9]* peers.*; data / {
+        r = t($1)
+        for (i = 1; i <= NF; i++) {
+          if ($i == "data") d = $(i + 1); if ($i == "others") o = $(i + 1)
+          if ($i == "exchange") x = $(i + 1); if ($i == "close") c = $(i + 1)
+        }
+        print "data", d; print "others", o; print "exchange", x; print "close", c
+      }
+      / epoch [0-9]* -> [0-9]*: averaged/ {
+        e = t($1); if (r) print "apply", e - r; if (last) print "period", e - last; last = e; r = 0
+      }' "$f"
+  done > "$dir/$1.breakdown"
+  for v in data others exchange close apply period; do
+    printf ' %s %s' "$v" "$(awk -v k=$v '$1 == k {print $2}' "$dir/$1.breakdown" | median)"
+  done
+}
 echo "  round latency (collaborating trainers' logs):"
 for c in $configs; do echo "    $c: $(rounds "$c")"; done
+echo "  round time line, median ms (data: computing after the group formed; others: waiting for"
+echo "  the slowest member's data; exchange: the all-reduce after both; close: closing its streams;"
+echo "  apply: round result -> next epoch on the training thread; period: one epoch):"
+for c in $configs; do echo "    $c:$(breakdown "$c")"; done
 echo "  plain synchronous data-parallel (ring all-reduce, float32): $dp bytes/peer/epoch"
 echo "  load average (1 min) after each window: $(tr '\n' ' ' < "$dir/loads")"
 ratio() { awk -v a="$1" -v b="$(anchor "$2")" 'BEGIN{print a/b}'; }

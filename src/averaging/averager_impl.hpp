@@ -31,6 +31,8 @@ struct PendingStep::State {
   std::shared_ptr<detail::MatchSession> match;  // while matchmaking
   std::shared_ptr<detail::RoundRunner> runner;  // while the round runs
   std::optional<result<StepResult>> outcome;    // set when the step is over
+  std::function<void()> on_peer_data;           // PendingStep::on_peer_data()
+  bool peer_data = false;
   AsyncEvent done;
 };
 

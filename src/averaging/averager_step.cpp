@@ -9,6 +9,7 @@
 
 #include "averager_impl.hpp"
 #include "starling/core/blocking.hpp"
+#include "starling/core/log.hpp"
 #include "starling/core/thread_pool.hpp"
 
 namespace starling::averaging {
@@ -26,6 +27,22 @@ struct ScatterTask {
   const std::vector<float>* flat;
   void operator()() const { scatter_flat(*views, 0, *flat); }
 };
+// RoundRunnerConfig::on_peer_data: marks the step and tells its caller (a named function
+// object, not a lambda in a coroutine: GCC 12).
+struct PeerDataHook {
+  std::weak_ptr<PendingStep::State> st;
+  void operator()() const {
+    auto s = st.lock();
+    if (!s || s->peer_data) return;
+    s->peer_data = true;
+    if (s->on_peer_data) s->on_peer_data();
+  }
+};
+
+Duration since(TimePoint from, TimePoint to) {
+  return from == TimePoint{} || to == TimePoint{} || to < from ? Duration::zero() : to - from;
+}
+
 struct CopyTask {
   std::span<const float> from;
   std::span<float> to;
@@ -191,6 +208,7 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   rcfg.upload_rate = cfg_.upload_pace * static_cast<double>(cfg_.bandwidth);
   rcfg.upload_burst = cfg_.upload_burst;
   rcfg.acct = round_acct(opts.round);
+  rcfg.on_peer_data = PeerDataHook{st};
   // Error feedback: this step starts from the residual of earlier steps and commits the new
   // one only if it succeeds (on failure nothing was applied, so nothing was lost).
   std::vector<float> residual_out, result_residual_out;
@@ -225,12 +243,33 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   st->grouped = true;
   impl_->rounds[group.group_id] = runner;
   impl_->round_registered.pulse();
-  auto r = co_await runner->run();
-  impl_->rounds.erase(group.group_id);
+  // Once the round is done, the result is the caller's: with the caller's own buffers (kept
+  // alive by the step's state) and nothing left that writes them, the streams close after
+  // the step returned (the others' last frames still arrive: close() drains and waits).
+  auto r = co_await runner->settle();
+  bool later = false;
+  if (r) {
+    later = st->data.input.data() && (direct || runner->output_retargeted()) &&
+            runner->closable_later();
+    if (later) {
+      impl_->steps.spawn(close_round(runner, st, group.group_id));
+    } else {
+      r = co_await runner->close();
+      impl_->rounds.erase(group.group_id);
+    }
+  } else {
+    impl_->rounds.erase(group.group_id);
+  }
   st->runner.reset();
   impl_->last_members.clear();
   if (r && matched && key_.config().dims == 0) impl_->last_members = group.members;
   res.allreduce_time = Clock::now() - t1;
+  const auto& tl = runner->times();
+  res.data_wait = since(tl.start, tl.local);
+  res.peer_wait = since(tl.local, tl.inputs);
+  res.exchange_time = since(std::max(tl.local, tl.inputs), tl.done);
+  res.close_time = later ? Duration::zero() : since(tl.done, tl.closed);
+  res.closed_later = later;
   res.bytes_sent = runner->bytes_sent();
   res.bytes_received = runner->bytes_received();
   res.codec_time = runner->codec_time();
@@ -263,6 +302,18 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   res.group = std::move(group);
   res.total_time = Clock::now() - t0;
   co_return res;
+}
+
+// The rest of a done round whose step returned already (step_body): drains, closes its
+// streams and forgets it; `st` keeps the caller's buffers alive meanwhile.
+awaitable<void> Averager::close_round(std::shared_ptr<detail::RoundRunner> runner,
+                                      std::shared_ptr<PendingStep::State> st, Bytes group_id) {
+  auto self = shared_from_this();
+  auto r = co_await runner->close();
+  if (!r) logger("averaging")->info("all-reduce: closing a done round: {}", r.error().message());
+  if (auto it = impl_->rounds.find(group_id); it != impl_->rounds.end() && it->second == runner)
+    impl_->rounds.erase(it);
+  st.reset();
 }
 
 // A private run: every other member of a group must be admitted by the gate (the leader admits
@@ -358,6 +409,14 @@ awaitable<bool> PendingStep::wait(TimePoint until) {
   (void)co_await with_timeout(st->done.wait(), std::max<Duration>(until - Clock::now(), 1ms),
                               "averaging step end");
   co_return st->outcome.has_value();
+}
+
+void PendingStep::on_peer_data(std::function<void()> f) {
+  st_->on_peer_data = std::move(f);
+}
+
+bool PendingStep::peer_data() const {
+  return st_->peer_data;
 }
 
 bool PendingStep::grouped() const {

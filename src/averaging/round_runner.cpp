@@ -1,5 +1,6 @@
 // RoundRunner: the round's lifecycle (streams opened and accepted, timers, the core's outbox
-// and reductions pumped, the end drained and closed). Per-stream I/O: round_runner_io.cpp.
+// and reductions pumped). The end (drained and closed): round_runner_end.cpp; balanced progress
+// across the writers: round_runner_balance.cpp; per-stream I/O: round_runner_io.cpp.
 #include "round_runner.hpp"
 
 #include <cmath>
@@ -113,7 +114,15 @@ RoundRunner::~RoundRunner() = default;
 
 awaitable<result<void>> RoundRunner::run() {
   auto self = shared_from_this();
+  ST_CO_TRY(co_await settle());
+  co_return co_await close();
+}
+
+awaitable<result<void>> RoundRunner::settle() {
+  auto self = shared_from_this();
   started_ = Clock::now();
+  times_.start = started_;
+  if (!core_.local_pending()) times_.local = started_;
   ST_CO_TRY(acct_init());
   ST_CO_TRY(core_.start(started_));
   const bool i_am_client = group_.members[self_].client;
@@ -130,69 +139,12 @@ awaitable<result<void>> RoundRunner::run() {
   const auto budget = deadline_ - Clock::now() + cfg_.linger;
   (void)co_await with_timeout(done_.wait(), budget, "all-reduce round");
   if (acct_ && core_.status() == RoundCore::Status::done) co_await acct_phase();
-  ending_ = true;
-  const bool ok = core_.status() == RoundCore::Status::done;
-  if (ok) {
-    // Our last messages (Fin2 for a non-client) must reach everyone: drain, then half-close.
-    const TimePoint until = Clock::now() + cfg_.linger;
-    while (!drained() && Clock::now() < until) {
-      progress_.reset();
-      (void)co_await with_timeout(progress_.wait(), until - Clock::now(), "drain");
-    }
-    for (auto& p : p_) {
-      if (p.fenced) continue;
-      p.wake->set();
-      for (auto& s : p.streams) (void)co_await with_timeout(s->close_write(), 1s, "close write");
-    }
-    // Resetting now could discard our last frames at a slower peer: wait for every peer to
-    // finish and close its side too (bounded).
-    const TimePoint eof_until = Clock::now() + cfg_.linger;
-    while (readers_ > 0 && Clock::now() < eof_until) {
-      progress_.reset();
-      (void)co_await with_timeout(progress_.wait(), eof_until - Clock::now(), "peers' EOF");
-    }
-  }
-  for (auto& p : p_) {
-    for (auto& s : p.streams) s->reset();
-    p.wake->set();
-  }
-  timer_.cancel();
-  (void)co_await scope_.close(2s);
-  co_await wait_pool_tasks();
-  if (core_.status() == RoundCore::Status::running)
-    co_return make_error(
-        errc::timeout, "all-reduce: round did not finish by its deadline (" + core_.phase() + ")");
-  if (!ok) co_return core_.error();
   co_return success();
 }
 
-awaitable<void> RoundRunner::wait_pool_tasks() {
-  const TimePoint until = std::max(deadline_, Clock::now()) + cfg_.linger;
-  while (pool_tasks_ > 0 && Clock::now() < until) {
-    pool_idle_.reset();
-    (void)co_await with_timeout(pool_idle_.wait(), until - Clock::now(), "pool tasks");
-  }
-  if (pool_tasks_ == 0) co_return;
-  gate_->closed.store(true);
-  logger("averaging")
-      ->warn(
-          "all-reduce: {} pool task(s) still queued or running after the round's deadline; "
-          "they will not touch its buffers",
-          pool_tasks_);
-  // Tasks already inside finish a bounded computation (one part): wait for them.
-  const TimePoint hard = Clock::now() + 10s;
-  while (gate_->inside.load() > 0 && Clock::now() < hard) {
-    pool_idle_.reset();
-    (void)co_await with_timeout(pool_idle_.wait(), 5ms, "pool tasks inside");
-  }
-  if (gate_->inside.load() > 0)
-    logger("averaging")->error("all-reduce: a pool task is still reducing after 10 s");
-}
-
-bool RoundRunner::drained() const {
-  for (std::uint32_t j = 0; j < n_; ++j)
-    if (!p_[j].fenced && p_[j].send && (!p_[j].queue.empty() || p_[j].writing)) return false;
-  return true;
+bool RoundRunner::closable_later() const {
+  return core_.status() == RoundCore::Status::done && !acct_ && !compressed() && pool_tasks_ == 0 &&
+         receiving_.empty();
 }
 
 awaitable<void> RoundRunner::connect(std::uint32_t j) {
@@ -258,6 +210,7 @@ result<void> RoundRunner::provide_local(std::span<const float> local, double wei
   }
   local_ = local;
   auto r = core_.provide_local(local, weight, Clock::now());
+  if (times_.local == TimePoint{}) times_.local = Clock::now();
   pump();
   return r;
 }
@@ -365,51 +318,6 @@ void RoundRunner::stream_ended(std::uint32_t j) {
   pump();
 }
 
-void RoundRunner::balance_plan() {
-  if (core_.subround() == balance_sub_) return;
-  balance_sub_ = core_.subround();
-  const bool i_am_client = group_.members[self_].client;
-  for (auto& P : p_) P.flow_total = P.flow_sent = P.parts_total = 0;
-  for (const auto& part : core_.plan().parts) {
-    if (part.owner != self_) {
-      p_[part.owner].flow_total += part.size();  // our values of its part
-      p_[part.owner].parts_total += part.size();
-      continue;
-    }
-    for (std::uint32_t j = 0; j < n_; ++j)  // our result to everyone we talk to
-      if (j != self_ && !(i_am_client && group_.members[j].client)) p_[j].flow_total += part.size();
-  }
-}
-
-bool RoundRunner::balance_ahead(std::uint32_t j) const {
-  const auto& P = p_[j];
-  if (cfg_.round.balance_slack == 0 || P.flow_total == 0) return false;
-  double slowest = 1.0;
-  bool any = false;
-  for (std::uint32_t k = 0; k < n_; ++k) {
-    const auto& Q = p_[k];
-    if (k == j || k == self_ || Q.fenced || !Q.send || Q.flow_total == 0 ||
-        Q.flow_sent >= Q.flow_total || (Q.queue.empty() && !Q.busy))
-      continue;  // no flow, done, or nothing ready to send: not held back by the link
-    slowest = std::min(slowest, static_cast<double>(Q.flow_sent) / Q.flow_total);
-    any = true;
-  }
-  const double lead = static_cast<double>(P.flow_sent) - slowest * P.flow_total;
-  return any && lead > static_cast<double>(cfg_.round.balance_slack * cfg_.round.part_elems);
-}
-
-void RoundRunner::log_flow(std::uint32_t j, std::uint64_t before) const {
-  const auto& P = p_[j];
-  const char* what = nullptr;
-  if (before < P.parts_total && P.flow_sent >= P.parts_total) what = "parts";
-  if (before < P.flow_total && P.flow_sent >= P.flow_total) what = "parts and results";
-  if (!what) return;
-  logger("averaging")
-      ->debug(
-          "all-reduce: member {} sent its {} to {} after {} ms", self_, what, j,
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
-}
-
 void RoundRunner::fence(std::uint32_t j) {
   auto& P = p_[j];
   P.fenced = true;
@@ -419,17 +327,44 @@ void RoundRunner::fence(std::uint32_t j) {
   P.wake->set();
 }
 
+void RoundRunner::note_times() {
+  const auto ph = core_.phase();
+  if (times_.inputs == TimePoint{} && !core_.local_pending() && ph != "reduce-scatter" &&
+      ph != "failed")
+    times_.inputs = Clock::now();
+  if (times_.done == TimePoint{} && core_.status() == RoundCore::Status::done)
+    times_.done = Clock::now();
+}
+
+// A plain mean of a small part (no codec, no accountability, no test hook) costs less than the
+// two thread switches of a pool task, which on a loaded machine are each a wait for a core.
+bool RoundRunner::reduce_here(const ReduceJob& job) const {
+  if (compressed() || acct_ || cfg_.before_reduce || job.aggregation.kind != Aggregation::mean)
+    return false;
+  return job.out.size() * (job.inputs.size() + 1) <= kInlineReduceValues;
+}
+
 void RoundRunner::pump() {
   balance_plan();
-  for (auto& env : core_.take_outbox()) route(std::move(env));
-  for (auto& job : core_.take_reduce_jobs()) {
-    if (scope_.closed()) break;  // the round is over: a task would not start
-    ++pool_tasks_;
-    scope_.spawn(reduce_part(std::move(job)));
+  for (bool again = true; again;) {
+    again = false;
+    for (auto& env : core_.take_outbox()) route(std::move(env));
+    for (auto& job : core_.take_reduce_jobs()) {
+      if (scope_.closed()) break;  // the round is over: a task would not start
+      if (reduce_here(job)) {
+        run_reduce_job(job);
+        core_.on_reduced(job.subround, job.part, Clock::now());
+        again = true;  // its result is in the outbox now
+        continue;
+      }
+      ++pool_tasks_;
+      scope_.spawn(reduce_part(std::move(job)));
+    }
   }
   for (std::uint32_t j = 0; j < n_; ++j)
     if (j != self_ && core_.failed().test(j) && !p_[j].fenced) fence(j);
   if (core_.status() != RoundCore::Status::running) done_.set();
+  note_times();
   timer_.cancel();
   if (auto ph = core_.phase(); ph != last_phase_) {
     last_phase_ = ph;

@@ -56,6 +56,16 @@ struct RoundRunnerConfig {
   // ids; every member of the group must run it.
   std::shared_ptr<const RoundAcctConfig> acct;
   bool stall = false;  // test-only: after the hellos, send nothing (AveragerConfig::test_stall)
+  // Called once when another member's part arrives while this member's data is still pending:
+  // the others have reached the target, so the caller may supply its data now.
+  std::function<void()> on_peer_data;
+};
+
+// A round's milestones (Clock; unset: not reached): the runner started, this member's data
+// came, the inputs of every part it owns were in (the others' data; for a member owning no
+// part, its own), the core was done, the round closed.
+struct RoundTimes {
+  TimePoint start{}, local{}, inputs{}, done{}, closed{};
 };
 
 // A token bucket shared by a round's writers: `rate` bytes/s, at most `burst` bytes at once.
@@ -120,6 +130,16 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
 
   // Runs the round to its end and closes its streams. The error is the core's.
   awaitable<result<void>> run();
+  // run() in two halves: settle() runs the round until the core is done or failed (or the
+  // deadline passed); close() then drains, closes the streams, waits for the pool tasks and
+  // returns the round's outcome. An error from settle() means no stream was opened.
+  awaitable<result<void>> settle();
+  awaitable<result<void>> close();
+  // After settle(): the core is done and close() will touch neither the output nor the input
+  // any more except to send what is already there (no accountability, no codec, no pool task),
+  // so the caller may use the result while close() runs in the background.
+  bool closable_later() const;
+  const RoundTimes& times() const { return times_; }
   // An inbound stream from member `from` whose Hello was read by `reader`; reads it until the
   // round ends. Returns at once if the stream is not acceptable.
   awaitable<void> serve_inbound(std::uint32_t from, net::ByteStreamPtr stream,
@@ -189,6 +209,9 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   awaitable<void> timer_loop();
   void pump();
   awaitable<void> reduce_part(ReduceJob job);
+  // Values read and written by a reduction small enough to run on the I/O thread (~1 MB).
+  static constexpr std::size_t kInlineReduceValues = 256 * 1024;
+  bool reduce_here(const ReduceJob& job) const;
   bool compressed() const { return cfg_.codecs && cfg_.codecs->compressed(); }
   void stream_lost(std::uint32_t j, const Error& e, bool blame);
   // A stream of j ended cleanly; once all of j's streams have, the core learns j closed.
@@ -279,6 +302,9 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   std::size_t checked_parts_ = 0;
   std::vector<ContributionSample> grad_samples_;
   void collect_grad_samples(const std::vector<SettledPart>& settled);
+  RoundTimes times_;
+  bool peer_data_told_ = false;
+  void note_times();
 };
 
 }  // namespace starling::averaging::detail

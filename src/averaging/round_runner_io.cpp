@@ -252,6 +252,11 @@ awaitable<void> RoundRunner::reader(std::uint32_t j, net::ByteStreamPtr s,
       co_return;
     }
     RoundMessage msg = std::get<RoundMessage>(std::move(f.value().msg));
+    if (std::holds_alternative<PartMsg>(msg) && core_.local_pending() && !peer_data_told_ &&
+        cfg_.on_peer_data) {
+      peer_data_told_ = true;
+      cfg_.on_peer_data();
+    }
     FloatBuffer buf;
     // An uncompressed result goes straight into the output when the core expects it.
     std::span<float> direct;

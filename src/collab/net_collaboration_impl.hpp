@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -66,6 +67,10 @@ struct NetCollaboration::Impl {
     std::shared_ptr<averaging::PendingStep> step;
   };
   std::optional<Prepared> prepared;
+  // The prepared round's key once another member's data reached it (peers_supplied(); read
+  // from the training thread).
+  mutable std::mutex supplied_mu;
+  std::string supplied_key;
   std::shared_ptr<averaging::PendingStep> cancelled;
   // The step average() runs now (its key), and the key abandon_round() ended.
   std::shared_ptr<averaging::PendingStep> running;

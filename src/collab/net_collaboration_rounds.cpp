@@ -145,6 +145,13 @@ void NetCollaboration::prepare_round(const training::RoundPlan& plan) {
     log()->info("round {}: no early matchmaking: {}", key, begun.error().message());
     return;
   }
+  // Another member's data arriving first tells the training thread to supply ours now.
+  begun.value()->on_peer_data([weak = weak_from_this(), key] {
+    auto self = weak.lock();
+    if (!self) return;
+    std::lock_guard lk(self->impl_->supplied_mu);
+    self->impl_->supplied_key = key;
+  });
   impl_->prepared = Impl::Prepared{key, *so.min_group_size, so.expected_group_size.value_or(0),
                                    impl_->grads, std::move(begun).value()};
   ++impl_->early.prepared;
@@ -152,7 +159,16 @@ void NetCollaboration::prepare_round(const training::RoundPlan& plan) {
                secs(lead), plan.options.expected_members, *so.min_group_size);
 }
 
+bool NetCollaboration::peers_supplied(const std::string& key) const {
+  std::lock_guard lk(impl_->supplied_mu);
+  return !key.empty() && impl_->supplied_key == key;
+}
+
 void NetCollaboration::cancel_prepared_round() {
+  {
+    std::lock_guard lk(impl_->supplied_mu);
+    impl_->supplied_key.clear();
+  }
   if (!impl_->prepared) return;
   auto p = std::move(*impl_->prepared);
   impl_->prepared.reset();
@@ -248,9 +264,13 @@ awaitable<result<training::RoundResult>> NetCollaboration::average(training::Rou
   const auto& res = r.value();
   std::string note = early ? "group formed early" : "";
   if (expected > 0) note += fmt::format("{}all {} expected", note.empty() ? "" : ", ", expected);
-  log()->info("round {}: {} peers{}, matchmaking {:.2f} s, all-reduce {:.2f} s, {} bytes sent",
-              options.key, res.group.members.size(), note.empty() ? "" : " (" + note + ")",
-              secs(res.matchmaking_time), secs(res.allreduce_time), res.bytes_sent);
+  log()->info(
+      "round {}: {} peers{}, matchmaking {:.2f} s, all-reduce {:.2f} s, {} bytes sent; data "
+      "{:.1f} ms, others {:.1f} ms, exchange {:.1f} ms, close {:.1f} ms{}",
+      options.key, res.group.members.size(), note.empty() ? "" : " (" + note + ")",
+      secs(res.matchmaking_time), secs(res.allreduce_time), res.bytes_sent,
+      1e3 * secs(res.data_wait), 1e3 * secs(res.peer_wait), 1e3 * secs(res.exchange_time),
+      1e3 * secs(res.close_time), res.closed_later ? " (in the background)" : "");
   impl_->sent += res.bytes_sent;
   impl_->received += res.bytes_received;
   if (avg != impl_->grads || impl_->stopped)

@@ -145,6 +145,14 @@ result<StepReport> Optimizer::step(std::size_t batch_size) {
     return d;
   });
 
+  // The group prepared for this epoch's round formed and another member sent its data (it
+  // counted the target reached): this peer's data ends the group's wait now, rather than
+  // when its own view of the others' progress (records that lag) says so.
+  if (decision.action == training::Action::accumulate && !applied && m.io && !m.bg &&
+      m.local_samples > 0 && now >= m.round_retry_after && m.io->peers_supplied(m.round_key())) {
+    decision.action = training::Action::average_and_step;
+    ++m.stats.rounds_joined_early;
+  }
   rep.action = decision.action;
   switch (decision.action) {
     case training::Action::accumulate:

@@ -157,6 +157,7 @@ struct Optimizer::Impl {
   // mode master was just published into them, in DiLoCo mode they equal the anchors).
   std::uint64_t compute_digest();
 
+  Duration step_time_at_epoch{0};  // stats.step_time when the last synchronous step ended
   static std::vector<net::PeerId> member_ids(const training::RoundResult& r) {
     std::vector<net::PeerId> ids;
     for (const auto& m : r.members) ids.push_back(m.peer);

@@ -58,6 +58,8 @@ class OptimizerIo : public std::enable_shared_from_this<OptimizerIo> {
   }
   // Training thread: the collaboration may begin matchmaking for the coming round now.
   void prepare_round(training::RoundPlan plan);
+  // Training thread: another member of the round prepared for `key` sent its data already.
+  bool peers_supplied(const std::string& key) const { return collab_->peers_supplied(key); }
   // Training thread: the local epoch changed; the served state is outdated, the record is
   // published at once and a round prepared for the old epoch is dropped.
   void state_changed(std::uint64_t epoch);

@@ -171,11 +171,13 @@ void Optimizer::Impl::check_contributions(const training::RoundResult& r) {
 }
 
 void Optimizer::Impl::average_and_step(StepReport& rep, const training::CollaborationView& v) {
-  if (Clock::now() < round_retry_after) return;
+  const TimePoint t_in = Clock::now();
+  if (t_in < round_retry_after) return;
   auto round = make_round(contribution().contiguous(), v);
   auto t0 = Clock::now();
   auto r = run_round(round, true);  // the parameters do not change meanwhile
-  rep.averaging_time = Clock::now() - t0;
+  const TimePoint t1 = Clock::now();
+  rep.averaging_time = t1 - t0;
   if (!r) {
     round_failed(rep, r.error());
     return;
@@ -185,7 +187,19 @@ void Optimizer::Impl::average_and_step(StepReport& rep, const training::Collabor
   apply(round.result);
   commit_contribution();
   publish_master();
+  const TimePoint t2 = Clock::now();
   rep.stepped = true;
   finish_epoch(epoch + 1, &r.value());
+  // The training thread's side of a synchronous step (debug): before the round (the
+  // contribution), the round as the training thread waited for it, applying it, finishing the
+  // epoch, and the time spent in step() during this epoch before it (accumulating, deciding).
+  const TimePoint t3 = Clock::now();
+  auto ms = [](Duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  log()->debug(
+      "epoch {}: step: contribution {:.1f} ms, round {:.1f} ms, apply {:.1f} ms, finish {:.1f} "
+      "ms; earlier steps of the epoch {:.1f} ms",
+      epoch - 1, ms(t0 - t_in), ms(t1 - t0), ms(t2 - t1), ms(t3 - t2),
+      ms(stats.step_time - step_time_at_epoch));
+  step_time_at_epoch = stats.step_time;
 }
 }  // namespace starling::optim

@@ -9,42 +9,16 @@
 #include <mutex>
 #include <set>
 
-#include "net_harness.hpp"
+#include "flat_steps.hpp"
 
 using namespace starling;
 using namespace starling::averaging;
 using starling::averaging::test::base_config;
+using starling::averaging::test::begin_on;
 using starling::averaging::test::Cluster;
+using starling::averaging::test::RoundStarted;
 
 namespace {
-
-// Counts the nodes whose round started (a phase that is not matchmaking).
-struct RoundStarted {
-  std::mutex m;
-  std::condition_variable cv;
-  std::set<std::size_t> nodes;
-  void hook(Cluster& c) {
-    c.on_phase = [this](std::size_t i, const std::string& ph) {
-      if (ph.rfind("matchmaking", 0) == 0) return;
-      std::lock_guard lock(m);
-      nodes.insert(i);
-      cv.notify_all();
-    };
-  }
-  bool wait_for(std::size_t n, Duration d) {
-    std::unique_lock lock(m);
-    return cv.wait_for(lock, d, [&] { return nodes.size() >= n; });
-  }
-};
-
-std::shared_ptr<PendingStep> begin_on(Cluster& c, std::size_t i, StepOptions o) {
-  auto r =
-      c.node(i).run([a = c.node(i).avg, o]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
-        co_return a->begin(o);
-      });
-  if (!r) throw std::runtime_error("begin: " + r.error().message());
-  return r.value();
-}
 
 std::future<result<StepResult>> run_on(Cluster& c, std::size_t i, std::shared_ptr<PendingStep> p,
                                        double w) {

@@ -10,55 +10,18 @@
 #include <mutex>
 #include <set>
 
-#include "net_harness.hpp"
+#include "flat_steps.hpp"
 
 using namespace starling;
 using namespace starling::averaging;
 using starling::averaging::test::base_config;
 using starling::averaging::test::Cluster;
 
-namespace {
-
-struct Flat {
-  std::vector<float> in, out;
-};
-
-// Node i's input: its tensors' values scaled and shifted (so they differ from the tensors).
-std::shared_ptr<Flat> flat_for(Cluster& c, std::size_t i) {
-  auto f = std::make_shared<Flat>();
-  f->in = c.flat(i);
-  for (auto& x : f->in) x = x * 0.25f + static_cast<float>(i);
-  f->out.assign(f->in.size(), std::nanf(""));
-  return f;
-}
-
-StepData data_of(const std::shared_ptr<Flat>& f) {
-  return StepData{f->in, f->out, f};
-}
-
-void expect_mean(const std::vector<std::shared_ptr<Flat>>& flats, const std::vector<double>& w) {
-  double wsum = 0;
-  for (double x : w) wsum += x;
-  const auto& ref = flats[0]->out;
-  for (const auto& f : flats)
-    ASSERT_EQ(std::memcmp(f->out.data(), ref.data(), ref.size() * sizeof(float)), 0);
-  for (std::size_t e = 0; e < ref.size(); ++e) {
-    double want = 0;
-    for (std::size_t j = 0; j < flats.size(); ++j) want += w[j] / wsum * flats[j]->in[e];
-    ASSERT_NEAR(ref[e], want, 2e-5 * (1 + std::abs(want))) << "element " << e;
-  }
-}
-
-StepOptions options(double weight) {
-  StepOptions so;
-  so.weight = weight;
-  so.timeout = 90s;
-  so.matchmaking_timeout = 20s;
-  so.data_timeout = 60s;
-  return so;
-}
-
-}  // namespace
+using starling::averaging::test::data_of;
+using starling::averaging::test::expect_mean;
+using starling::averaging::test::Flat;
+using starling::averaging::test::flat_for;
+using starling::averaging::test::flat_options;
 
 TEST(StepData, FlatBuffersAreAveragedInPlaceAndTheTensorsStayUntouched) {
   const std::size_t n = 3;
@@ -71,9 +34,8 @@ TEST(StepData, FlatBuffersAreAveragedInPlaceAndTheTensorsStayUntouched) {
     flats.push_back(flat_for(c, i));
     before.push_back(c.flat(i));
     f.push_back(test::spawn_future(
-        c.node(i).io, [a = c.node(i).avg, so = options(w[i]), d = data_of(flats[i])]() mutable {
-          return a->step(so, std::move(d));
-        }));
+        c.node(i).io, [a = c.node(i).avg, so = flat_options(w[i]),
+                       d = data_of(flats[i])]() mutable { return a->step(so, std::move(d)); }));
   }
   for (std::size_t i = 0; i < n; ++i) {
     ASSERT_EQ(f[i].wait_for(120s), std::future_status::ready);
@@ -100,9 +62,9 @@ TEST(StepData, DataThatComesAfterTheGroupFormedIsAveragedIntoTheCallersOutput) {
   const std::vector<double> w{3, 1, 1};
   std::vector<std::shared_ptr<PendingStep>> p;
   for (std::size_t i = 0; i < n; ++i) {
-    auto r =
-        c.node(i).run([a = c.node(i).avg,
-                       so = options(1.0)]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
+    auto r = c.node(i).run(
+        [a = c.node(i).avg,
+         so = flat_options(1.0)]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
           co_return a->begin(so);
         });
     ASSERT_TRUE(r) << r.error().message();
@@ -133,7 +95,7 @@ TEST(StepData, BuffersOfTheWrongSizeAreRefused) {
   auto small = std::make_shared<Flat>();
   small->in.assign(c.schema().numel() - 1, 1.0f);
   small->out.assign(c.schema().numel(), 0.0f);
-  StepOptions so = options(1.0);
+  StepOptions so = flat_options(1.0);
   so.timeout = 5s;
   auto r = c.node(0).run(
       [a = c.node(0).avg, so, d = data_of(small)]() mutable { return a->step(so, std::move(d)); });
@@ -157,7 +119,7 @@ TEST(AveragerStop, EndsTheStepInFlightAndWaitsForIt) {
     in_round.insert(i);
     cv.notify_all();
   };
-  auto so = options(1.0);
+  auto so = flat_options(1.0);
   so.min_group_size = 2;
   so.matchmaking_timeout = 60s;
   so.timeout = 120s;
@@ -200,9 +162,9 @@ TEST(AveragerStop, AbandonsAGroupedRoundAndWaitsForIt) {
   };
   std::vector<std::shared_ptr<PendingStep>> p;
   for (std::size_t i = 0; i < n; ++i) {
-    auto r =
-        c.node(i).run([a = c.node(i).avg,
-                       so = options(1.0)]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
+    auto r = c.node(i).run(
+        [a = c.node(i).avg,
+         so = flat_options(1.0)]() -> awaitable<result<std::shared_ptr<PendingStep>>> {
           co_return a->begin(so);
         });
     ASSERT_TRUE(r) << r.error().message();

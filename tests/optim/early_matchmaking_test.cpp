@@ -95,30 +95,39 @@ awaitable<result<RoundResult>> average_on(Collab c, std::shared_ptr<Outcome> out
   co_return r;
 }
 
-// Every node of the trio averages `key` at once (node i: values i + 1, weight 10 (i + 1)).
-std::vector<Outcome> average_all(const Trio& t, const std::string& key) {
-  std::vector<std::shared_ptr<Outcome>> outs;
-  std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < 3; ++i) {
-    auto out = std::make_shared<Outcome>();
-    out->w.assign(kW, static_cast<float>(i + 1));
-    out->b.assign(kB, static_cast<float>(i + 1));
-    outs.push_back(out);
-    RoundOptions o;
-    o.key = key;
-    o.weight = 10.0 * static_cast<double>(i + 1);
-    o.deadline = Clock::now() + 60s;
-    o.expected_members = 3;
-    threads.emplace_back([c = t.c(i), out, o] {
-      auto r = block_on(
-          c->executor(), [c, out, o] { return average_on(c, out, o); }, 90s);
-      out->r = std::move(r);
-    });
-  }
+// Node i averages `key` on a thread of its own (values i + 1, weight 10 (i + 1)).
+std::shared_ptr<Outcome> start_average(const Trio& t, std::size_t i, const std::string& key,
+                                       std::vector<std::thread>& threads) {
+  auto out = std::make_shared<Outcome>();
+  out->w.assign(kW, static_cast<float>(i + 1));
+  out->b.assign(kB, static_cast<float>(i + 1));
+  RoundOptions o;
+  o.key = key;
+  o.weight = 10.0 * static_cast<double>(i + 1);
+  o.deadline = Clock::now() + 60s;
+  o.expected_members = 3;
+  threads.emplace_back([c = t.c(i), out, o] {
+    auto r = block_on(
+        c->executor(), [c, out, o] { return average_on(c, out, o); }, 90s);
+    out->r = std::move(r);
+  });
+  return out;
+}
+
+std::vector<Outcome> join_all(std::vector<std::thread>& threads,
+                              const std::vector<std::shared_ptr<Outcome>>& outs) {
   for (auto& th : threads) th.join();
   std::vector<Outcome> v;
   for (auto& o : outs) v.push_back(std::move(*o));
   return v;
+}
+
+// Every node of the trio averages `key` at once.
+std::vector<Outcome> average_all(const Trio& t, const std::string& key) {
+  std::vector<std::shared_ptr<Outcome>> outs;
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < 3; ++i) outs.push_back(start_average(t, i, key, threads));
+  return join_all(threads, outs);
 }
 
 // The weighted mean of the trio's values: (10 x 1 + 20 x 2 + 30 x 3) / 60.
@@ -168,6 +177,23 @@ TEST(EarlyMatchmaking, PreparedRoundGroupsBeforeTheDataAndTheRoundUsesIt) {
   expect_stats(t, 1, 1, 0);
   // The next round (not prepared) is an ordinary one.
   expect_mean(average_all(t, "grads/1"), false);
+}
+
+TEST(EarlyMatchmaking, AMembersDataTellsTheOthersTheirPreparedRoundIsWaiting) {
+  Trio t;
+  ASSERT_TRUE(prepare_all_until_grouped(t, "grads/0"));
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_FALSE(t.c(i)->peers_supplied("grads/0"));
+  // Node 0's data goes out; nodes 1 and 2 (still "computing") learn it from its parts.
+  std::vector<std::shared_ptr<Outcome>> outs;
+  std::vector<std::thread> threads;
+  outs.push_back(start_average(t, 0, "grads/0", threads));
+  const bool told = test::wait_until(
+      [&] { return t.c(1)->peers_supplied("grads/0") && t.c(2)->peers_supplied("grads/0"); }, 60s);
+  EXPECT_TRUE(told) << "the members still computing were not told";
+  EXPECT_FALSE(t.c(0)->peers_supplied("grads/0")) << "node 0 supplied its own data first";
+  EXPECT_FALSE(t.c(1)->peers_supplied("grads/1"));
+  for (std::size_t i = 1; i < 3; ++i) outs.push_back(start_average(t, i, "grads/0", threads));
+  expect_mean(join_all(threads, outs), true);
 }
 
 TEST(EarlyMatchmaking, StalePreparedRoundIsCancelledAndTheNextRoundWorks) {

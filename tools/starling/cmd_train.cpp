@@ -370,6 +370,7 @@ int train_main(const TrainOptions& o) {
                         {"bytes_received", final_status.bytes_received},
                         {"rounds_ok", final_status.rounds_ok},
                         {"rounds_failed", final_status.rounds_failed},
+                        {"rounds_joined_early", final_status.rounds_joined_early},
                         {"samples_dropped", final_status.samples_dropped},
                         {"state_downloads", final_status.state_downloads},
                         {"seconds", secs},

@@ -35,6 +35,7 @@ class ThreadPool;
 namespace starling::averaging {
 namespace detail {
 class MatchSession;
+class RoundRunner;
 struct RoundAcctConfig;
 }  // namespace detail
 
@@ -165,6 +166,13 @@ struct StepResult {
   std::uint64_t bytes_sent = 0, bytes_received = 0;
   Duration matchmaking_time{}, allreduce_time{}, total_time{};
   Duration codec_time{};  // worker-thread time spent encoding and decoding (compressed schemas)
+  // The round's time line: this member's data came `data_wait` after the group formed (its
+  // computing, when the group formed early); the inputs of the parts it owns (the others'
+  // data) `peer_wait` after that; the round was done `exchange_time` after both; closing its
+  // streams took `close_time` (zero when the close finishes after the step returned).
+  Duration data_wait{}, peer_wait{}, exchange_time{}, close_time{};
+  // The step returned as soon as the round was done; its streams close in the background.
+  bool closed_later = false;
   // Accountability: parts that passed or failed the aggregation check here, and evidence found.
   std::size_t checked_parts = 0, evidence_found = 0;
   // Gradient check (AccountabilityConfig::grad_check_targets): the drawn targets' values on
@@ -231,6 +239,11 @@ class PendingStep {
   awaitable<bool> wait(TimePoint until);
   // The group has formed (this member is in a round, waiting for data or running).
   bool grouped() const;
+  // `f` runs (executor thread) once another member's data arrives while this member's is
+  // still pending: the others reached the target, so supplying the data now ends the wait.
+  void on_peer_data(std::function<void()> f);
+  // Another member's data arrived before this member's (see on_peer_data()).
+  bool peer_data() const;
   // The step is over (run() would return at once).
   bool finished() const;
 
@@ -332,6 +345,8 @@ class Averager : public std::enable_shared_from_this<Averager> {
   friend class PendingStep;
   awaitable<void> run_step(std::shared_ptr<PendingStep::State> st);
   awaitable<result<StepResult>> step_body(std::shared_ptr<PendingStep::State> st);
+  awaitable<void> close_round(std::shared_ptr<detail::RoundRunner> runner,
+                              std::shared_ptr<PendingStep::State> st, Bytes group_id);
   awaitable<result<void>> supply(std::shared_ptr<PendingStep::State> st, double weight,
                                  StepData data);
   std::span<const float> step_input(const PendingStep::State& st) const;

@@ -138,6 +138,7 @@ class NetCollaboration final : public training::Collaboration,
   awaitable<result<void>> publish_progress(Bytes value, Duration ttl) override;
   awaitable<result<std::vector<training::ProgressEntry>>> fetch_progress() override;
   void prepare_round(const training::RoundPlan& plan) override;
+  bool peers_supplied(const std::string& key) const override;
   void cancel_prepared_round() override;
   void abandon_round(const std::string& key) override;
   awaitable<result<training::RoundResult>> average(training::RoundData data,

@@ -184,6 +184,9 @@ struct OptimizerStatus {
   std::uint64_t bytes_received = 0;
   std::uint64_t rounds_ok = 0;
   std::uint64_t rounds_failed = 0;
+  // Rounds this peer joined because another member of the prepared group sent its data first
+  // (before its own view of the progress counted the target reached).
+  std::uint64_t rounds_joined_early = 0;
   std::uint64_t state_downloads = 0;
   // Samples this peer computed that went into no round: accumulated toward an epoch the
   // collaboration left without it (dropped when the state download replaced that epoch).

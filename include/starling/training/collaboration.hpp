@@ -153,6 +153,10 @@ class Collaboration {
   // with errc::unavailable instead of at its deadline. A round whose group formed goes on:
   // its members count on this one.
   virtual void abandon_round(const std::string& key) {}
+  // Any thread: the group of the round prepared for `key` formed and another member sent it
+  // its data (that member counted the target reached), so this peer's data would end the
+  // group's wait now.
+  virtual bool peers_supplied(const std::string& key) const { return false; }
   // Writes into data.output the weighted average (sum w_i x_i / sum w_i) of the inputs of the
   // group that formed for options.key. If the total weight is 0, the plain average.
   // Errors: timeout (no group before the deadline), unavailable (no other peer), cancelled,
