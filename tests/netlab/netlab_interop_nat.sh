@@ -165,8 +165,11 @@ if [[ -n $jsb_circuit ]]; then
     note "(c2) no direct connection: js B acted as Noise initiator on the punched connection (js defect)"
     check "(c2) ... Starling A, the initiator, got js's Noise message 1 where message 2 belongs" \
       grep -qE "noise handshake \(outbound\) .*->$ab_hp .*message 2 truncated \(32 bytes" "$T_TMP/ac.log"
-    check "(c2) ... js B: EncryptionFailedError on each attempt" \
-      grep -q "DCUtR on attempt 3 of 3 - EncryptionFailedError" "$T_TMP/jsb.err"
+    # js retries on its own schedule: a late attempt may find the DCUtR stream already closed
+    # by Starling A (StreamStateError) instead of reaching the handshake; what fails the
+    # handshakes it reaches is Noise (the roles). (No direct connection: the branch above.)
+    check "(c2) ... js B: EncryptionFailedError on its attempts" \
+      grep -qE "DCUtR on attempt [0-9]+ of 3 - EncryptionFailedError" "$T_TMP/jsb.err"
     n=$(grep -c "^ping $jsb_id [0-9]*: rtt" "$T_TMP/ac.log" || true)
     check "(c2) ... the relayed connection keeps carrying Starling A's pings" \
       wait_for_line "$T_TMP/ac.log" "^ping $jsb_id $((n + 2)): rtt .* via relayed" 10
