@@ -52,8 +52,8 @@ void expect_weighted_mean(Cluster& c, const std::vector<std::size_t>& ok,
 
 TEST(EarlyMatchmaking, GroupFormsEarlyDataComesLate) {
   const std::size_t n = 4;
+  RoundStarted started;  // before the cluster: its shutdown may still report phases into it
   Cluster c(n, test::test_schema(4000), base_config(), {}, 21);
-  RoundStarted started;
   started.hook(c);
   StepOptions so;
   so.weight = 1.0;  // an estimate: the real weights come with the data
@@ -112,8 +112,8 @@ TEST_P(EarlyNeverSupplied, MemberIsDroppedOthersFinish) {
   const bool cancel = GetParam();
   const std::size_t n = 3;
   auto cfg = base_config();
+  RoundStarted started;  // before the cluster (see above)
   Cluster c(n, test::test_schema(3000), cfg, {}, cancel ? 31 : 32);
-  RoundStarted started;
   started.hook(c);
   const std::vector<double> w{1, 3, 5};
   auto g = c.group(w);
