@@ -127,8 +127,7 @@ rounds() {
 # The round's time line, medians in ms over every round line (older binaries: "-"): data =
 # group formed -> this trainer's data (its computing, when the group formed early); others =
 # its data -> the others' data for the parts it owns (waiting for the slowest member); exchange
-# = both -> round done (the all-reduce's own latency); close = done -> streams closed (0 when
-# they close after the step returned); apply = round line -> the trainer's next epoch line
+# = both -> round done (the all-reduce's own latency); close = done -> streams closed; apply = round line -> the trainer's next epoch line
 # (handing the result to the training thread and the optimizer step); period = one epoch
 # (consecutive epoch lines of a trainer).
 breakdown() {

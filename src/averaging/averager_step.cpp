@@ -243,23 +243,9 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   st->grouped = true;
   impl_->rounds[group.group_id] = runner;
   impl_->round_registered.pulse();
-  // Once the round is done, the result is the caller's: with the caller's own buffers (kept
-  // alive by the step's state) and nothing left that writes them, the streams close after
-  // the step returned (the others' last frames still arrive: close() drains and waits).
   auto r = co_await runner->settle();
-  bool later = false;
-  if (r) {
-    later = st->data.input.data() && (direct || runner->output_retargeted()) &&
-            runner->closable_later();
-    if (later) {
-      impl_->steps.spawn(close_round(runner, st, group.group_id));
-    } else {
-      r = co_await runner->close();
-      impl_->rounds.erase(group.group_id);
-    }
-  } else {
-    impl_->rounds.erase(group.group_id);
-  }
+  if (r) r = co_await runner->close();
+  impl_->rounds.erase(group.group_id);
   st->runner.reset();
   impl_->last_members.clear();
   if (r && matched && key_.config().dims == 0) impl_->last_members = group.members;
@@ -268,8 +254,7 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   res.data_wait = since(tl.start, tl.local);
   res.peer_wait = since(tl.local, tl.inputs);
   res.exchange_time = since(std::max(tl.local, tl.inputs), tl.done);
-  res.close_time = later ? Duration::zero() : since(tl.done, tl.closed);
-  res.closed_later = later;
+  res.close_time = since(tl.done, tl.closed);
   res.bytes_sent = runner->bytes_sent();
   res.bytes_received = runner->bytes_received();
   res.codec_time = runner->codec_time();
@@ -302,18 +287,6 @@ awaitable<result<StepResult>> Averager::step_body(std::shared_ptr<PendingStep::S
   res.group = std::move(group);
   res.total_time = Clock::now() - t0;
   co_return res;
-}
-
-// The rest of a done round whose step returned already (step_body): drains, closes its
-// streams and forgets it; `st` keeps the caller's buffers alive meanwhile.
-awaitable<void> Averager::close_round(std::shared_ptr<detail::RoundRunner> runner,
-                                      std::shared_ptr<PendingStep::State> st, Bytes group_id) {
-  auto self = shared_from_this();
-  auto r = co_await runner->close();
-  if (!r) logger("averaging")->info("all-reduce: closing a done round: {}", r.error().message());
-  if (auto it = impl_->rounds.find(group_id); it != impl_->rounds.end() && it->second == runner)
-    impl_->rounds.erase(it);
-  st.reset();
 }
 
 // A private run: every other member of a group must be admitted by the gate (the leader admits

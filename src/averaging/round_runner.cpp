@@ -142,11 +142,6 @@ awaitable<result<void>> RoundRunner::settle() {
   co_return success();
 }
 
-bool RoundRunner::closable_later() const {
-  return core_.status() == RoundCore::Status::done && !acct_ && !compressed() && pool_tasks_ == 0 &&
-         receiving_.empty();
-}
-
 awaitable<void> RoundRunner::connect(std::uint32_t j) {
   auto s = co_await host_.open_stream(peers_[j], cfg_.protocol, cfg_.open_timeout);
   if (!s) {

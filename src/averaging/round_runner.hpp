@@ -138,7 +138,6 @@ class RoundRunner : public std::enable_shared_from_this<RoundRunner> {
   // After settle(): the core is done and close() will touch neither the output nor the input
   // any more except to send what is already there (no accountability, no codec, no pool task),
   // so the caller may use the result while close() runs in the background.
-  bool closable_later() const;
   const RoundTimes& times() const { return times_; }
   // An inbound stream from member `from` whose Hello was read by `reader`; reads it until the
   // round ends. Returns at once if the stream is not acceptable.

@@ -266,11 +266,11 @@ awaitable<result<training::RoundResult>> NetCollaboration::average(training::Rou
   if (expected > 0) note += fmt::format("{}all {} expected", note.empty() ? "" : ", ", expected);
   log()->info(
       "round {}: {} peers{}, matchmaking {:.2f} s, all-reduce {:.2f} s, {} bytes sent; data "
-      "{:.1f} ms, others {:.1f} ms, exchange {:.1f} ms, close {:.1f} ms{}",
+      "{:.1f} ms, others {:.1f} ms, exchange {:.1f} ms, close {:.1f} ms",
       options.key, res.group.members.size(), note.empty() ? "" : " (" + note + ")",
       secs(res.matchmaking_time), secs(res.allreduce_time), res.bytes_sent,
       1e3 * secs(res.data_wait), 1e3 * secs(res.peer_wait), 1e3 * secs(res.exchange_time),
-      1e3 * secs(res.close_time), res.closed_later ? " (in the background)" : "");
+      1e3 * secs(res.close_time));
   impl_->sent += res.bytes_sent;
   impl_->received += res.bytes_received;
   if (avg != impl_->grads || impl_->stopped)

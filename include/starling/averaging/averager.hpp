@@ -169,10 +169,8 @@ struct StepResult {
   // The round's time line: this member's data came `data_wait` after the group formed (its
   // computing, when the group formed early); the inputs of the parts it owns (the others'
   // data) `peer_wait` after that; the round was done `exchange_time` after both; closing its
-  // streams took `close_time` (zero when the close finishes after the step returned).
+  // streams took `close_time`.
   Duration data_wait{}, peer_wait{}, exchange_time{}, close_time{};
-  // The step returned as soon as the round was done; its streams close in the background.
-  bool closed_later = false;
   // Accountability: parts that passed or failed the aggregation check here, and evidence found.
   std::size_t checked_parts = 0, evidence_found = 0;
   // Gradient check (AccountabilityConfig::grad_check_targets): the drawn targets' values on
@@ -345,8 +343,6 @@ class Averager : public std::enable_shared_from_this<Averager> {
   friend class PendingStep;
   awaitable<void> run_step(std::shared_ptr<PendingStep::State> st);
   awaitable<result<StepResult>> step_body(std::shared_ptr<PendingStep::State> st);
-  awaitable<void> close_round(std::shared_ptr<detail::RoundRunner> runner,
-                              std::shared_ptr<PendingStep::State> st, Bytes group_id);
   awaitable<result<void>> supply(std::shared_ptr<PendingStep::State> st, double weight,
                                  StepData data);
   std::span<const float> step_input(const PendingStep::State& st) const;
