@@ -56,11 +56,13 @@ result<void> validate(const OptimizerOptions& o) {
   if (o.delay_optimizer_step && o.diloco_steps > 0)
     return bad("delay_optimizer_step is for synchronous steps, not DiLoCo");
   if (o.check_contribution && (o.delay_optimizer_step || o.diloco_steps > 0 || o.auxiliary))
-    return bad("the gradient check needs synchronous gradient steps (no delay, DiLoCo or "
-               "auxiliary peer)");
+    return bad(
+        "the gradient check needs synchronous gradient steps (no delay, DiLoCo or "
+        "auxiliary peer)");
   if (o.check_contribution && o.worker_momentum > 0)
-    return bad("the gradient check re-computes a step's gradient; worker_momentum sends a "
-               "moving average of them (use one or the other)");
+    return bad(
+        "the gradient check re-computes a step's gradient; worker_momentum sends a "
+        "moving average of them (use one or the other)");
   if (!(o.outer.lr > 0) || !(o.outer.momentum >= 0) || !(o.outer.momentum < 1))
     return bad("outer lr must be > 0 and momentum in [0, 1)");
   return success();
