@@ -6,8 +6,10 @@ compare aggregation rules at equal steps against the clean run (no attacker, pla
 the same seed.
 
 Attacks (as src/collab/net_collaboration_attack.cpp):
-  none       attackers send honest gradients
+  none       attackers send honest gradients (the aggregation's cost without attack)
   sign-flip  -10 x the gradient, claiming 10x the samples (the weight cap brings it to 1x)
+  random     noise 100x the RMS of what it would send, claiming 10x the samples
+  label-flip its gradient on the labels 9 - y (as `starling train --attack label-flip`)
   alie       gradient - 1 x sd per coordinate, sd from the attacker's own gradients (EMA 0.9)
   alie-paper mean - z sd of the honest gradients, z = Phi^-1((n - s) / n), s = n/2 + 1 - m
   reverse-mean  -10 x the honest peers' mean, claiming 10x the samples (a sign flip that
@@ -15,7 +17,10 @@ Attacks (as src/collab/net_collaboration_attack.cpp):
 Aggregations (name: rule; "cc" = CenteredClip from the coordinate-wise median, iterated to a
 fixed point, weights capped at the median; tau = scale x median distance to the median):
   mean, oracle (the honest peers' mean), cc<scale>[-whole][-it<k>][-b<size>]: per part (7
-  contiguous parts, or each cut into parts of at most <size> elements) unless -whole; any of
+  contiguous parts, or each cut into parts of at most <size> elements) unless -whole;
+  -taper<c>: a member's factor min(1, tau/d) falls linearly to 0 from c/2 x tau to c x tau
+  (Starling's AggregationConfig::cut); -drop<c>: after the fixed point, members farther than
+  c x tau get weight 0 and the clip runs again, until the dropped set is stable; any of
   them with -mom[b]: worker momentum b (0.9): peers send the moving average of their
   gradients, Adam beta1 0 (starling train --worker-momentum).
 Prints per attack and aggregation the mean test accuracy over seeds and the ratio to clean.
@@ -36,7 +41,16 @@ def flat_grad(net, x, y):
     return torch.cat([p.grad.reshape(-1) for p in net.parameters()]).double()
 
 
-def cclip(G, w, scale, iters, start=None, tau=None):
+def coef(d, tau, cut):
+    """CenteredClip's weight factor min(1, tau/d); with cut > 0 (-taper) it falls linearly
+    from 1 x that at cut/2 x tau to 0 at cut x tau (robust.hpp, clip_coef)."""
+    c = torch.where(d > tau, tau / d.clamp_min(1e-30), torch.ones_like(d))
+    if cut > 0:
+        c = c * ((cut * tau - d) / (0.5 * cut * tau)).clamp(0, 1)
+    return c
+
+
+def cclip(G, w, scale, iters, start=None, tau=None, cut=0.0):
     """CenteredClip of rows G (k x d) with weights w, from the coordinate median (or start)."""
     v = G.median(dim=0).values if G.shape[0] % 2 else G.sort(dim=0).values[
         G.shape[0] // 2 - 1: G.shape[0] // 2 + 1].mean(dim=0)
@@ -49,11 +63,28 @@ def cclip(G, w, scale, iters, start=None, tau=None):
     W = w.sum()
     for _ in range(iters):
         d = (G - v).norm(dim=1)
-        c = torch.where(d > tau, tau / d.clamp_min(1e-30), torch.ones_like(d))
+        c = coef(d, tau, cut)
         step = ((w * c / W)[:, None] * (G - v)).sum(dim=0)
         v = v + step
         if step.norm() <= 1e-5 * max(v.norm().item(), 1e-30):
             break
+    return v, tau
+
+
+def cclip_drop(G, w, scale, iters, cut, rounds=10):
+    """-drop<c>: CenteredClip, then weight 0 for members farther than c x tau from the result,
+    clipped again from the coordinate median with the same tau, until the dropped set is
+    stable (at most `rounds` times)."""
+    v, tau = cclip(G, w, scale, iters)
+    drop = torch.zeros(G.shape[0], dtype=torch.bool)
+    for _ in range(rounds):
+        new = (G - v).norm(dim=1) > cut * tau
+        if new.sum() * 2 >= G.shape[0]:  # never a majority
+            break
+        if torch.equal(new, drop):
+            break
+        drop = new
+        v, _ = cclip(G, torch.where(drop, torch.zeros_like(w), w), scale, iters, tau=tau)
     return v
 
 
@@ -78,13 +109,21 @@ def aggregate(G, w, agg, parts, state):
             block = int(o[1:])
     if block:  # each owner's share cut into parts of at most `block` elements
         parts = [(a, min(a + block, b)) for a0, b in parts for a in range(a0, b, block)]
+    cut = next((float(o[5:]) for o in opts if o.startswith("taper")), 0.0)
+    drop = next((float(o[4:]) for o in opts if o.startswith("drop")), 0.0)
+
+    def one(Gp, start):
+        if drop:
+            return cclip_drop(Gp, w, scale, iters, drop)
+        return cclip(Gp, w, scale, iters, start, cut=cut)[0]
+
     prev = state.get("prev") if "hist" in opts else None
     if whole:
-        out = cclip(G, w, scale, iters, prev)
+        out = one(G, prev)
     else:
         out = torch.empty(G.shape[1], dtype=G.dtype)
         for a, b in parts:
-            out[a:b] = cclip(G[:, a:b], w, scale, iters, None if prev is None else prev[a:b])
+            out[a:b] = one(G[:, a:b], None if prev is None else prev[a:b])
     state["prev"] = out
     return out
 
@@ -121,7 +160,8 @@ def run(attack, agg, seed, args, data):
         for i in range(n):
             idx = perm[pos:pos + per]
             pos += per
-            G.append(flat_grad(net, xtr[idx], ytr[idx]))
+            y = 9 - ytr[idx] if attack == "label-flip" and i < m else ytr[idx]
+            G.append(flat_grad(net, xtr[idx], y))
         G = torch.stack(G)
         if mom:
             for i in range(n):
@@ -139,6 +179,10 @@ def run(attack, agg, seed, args, data):
                 ema_m[i] = 0.9 * ema_m[i] + 0.1 * G[i]
                 ema_s[i] = 0.9 * ema_s[i] + 0.1 * G[i] ** 2
                 G[i] = G[i] - (ema_s[i] - ema_m[i] ** 2).clamp_min(0).sqrt()
+            elif attack == "random":  # noise 100x the RMS of what it would send
+                rms = G[i].pow(2).mean().sqrt()
+                G[i] = torch.randn(G.shape[1], generator=g, dtype=G.dtype) * 100 * rms
+                w[i] *= 10
             elif attack == "reverse-mean":  # omniscient sign flip: -10 x the honest mean
                 G[i] = -10 * honest.mean(0)
                 w[i] *= 10

@@ -204,6 +204,7 @@ FixedPointCheck check_fixed_point(std::span<const ProjectionReport> reports, boo
   out.bound = cfg.sigmas * (cfg.rel_tol * result_norm + cfg.abs_tol);
   std::vector<double> w;
   for (const auto& r : reports) w.push_back(r.weight);
+  const double cut = clip ? cfg.cut : 0.0;
   if (clip) {
     w = cap_weights(w, cfg.max_weight_ratio);
     if (cfg.fixed_tau > 0) {
@@ -218,12 +219,16 @@ FixedPointCheck check_fixed_point(std::span<const ProjectionReport> reports, boo
   for (double x : w) total += x;
   if (!(total > 0)) w.assign(w.size(), 1.0);
   double sum = 0, wsum = 0;
+  std::size_t counted = 0;
   for (std::size_t i = 0; i < reports.size(); ++i) {
-    const double d = reports[i].dist;
-    const double c = !clip || d <= tau ? 1.0 : tau / d;
+    const double c = clip ? clip_coef(reports[i].dist, tau, cut) : 1.0;
+    counted += c > 0;
     sum += w[i] * c * reports[i].proj;
     wsum += w[i] * c;
   }
+  // A cut may leave out a minority only (an honest adaptive radius cannot leave out more:
+  // AggregationConfig::cut); a radius that leaves out more is implausible.
+  if (cut > 0 && 2 * counted <= reports.size()) out.tau_ok = false;
   if (wsum > 0) {
     out.statistic = sum / wsum;
   } else {
@@ -235,7 +240,7 @@ FixedPointCheck check_fixed_point(std::span<const ProjectionReport> reports, boo
 double fixed_point_residual(std::span<const float> result,
                             const std::vector<std::span<const float>>& inputs,
                             std::span<const double> weights, bool clip, double tau,
-                            double max_weight_ratio) {
+                            double max_weight_ratio, double cut) {
   std::vector<double> w(weights.begin(), weights.end());
   if (clip) w = cap_weights(w, max_weight_ratio);
   double total = 0;
@@ -244,8 +249,7 @@ double fixed_point_residual(std::span<const float> result,
   std::vector<double> acc(result.size(), 0.0);
   double wsum = 0;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const double d = norm_diff(inputs[i], result);
-    const double c = !clip || d <= tau ? 1.0 : tau / d;
+    const double c = clip ? clip_coef(norm_diff(inputs[i], result), tau, cut) : 1.0;
     if (w[i] * c == 0) continue;
     wsum += w[i] * c;
     for (std::size_t j = 0; j < result.size(); ++j)
@@ -263,18 +267,20 @@ CheckedClip centered_clip_checked(std::span<float> out,
                                   const CheckConfig& check, std::uint32_t max_iterations_cap) {
   CheckedClip r;
   const bool adaptive = !(cfg.tau > 0);
+  const double cut = effective_cut(cfg);
+  double tau = cfg.tau;  // <= 0: adaptive, from the distances to the coordinate-wise median
   // An adaptive radius comes from the distances to the coordinate-wise median, but members
   // check it against the distances to the result (tau >= tau_slack x tau_scale x their
   // median). With clustered values (a tight honest group, far attackers, members with
   // nothing to send) the two medians can differ by more than the slack: the owner then clips
   // again with tau_scale x the median distance to its result, until the radius it declares
-  // holds (at most kRetries times).
+  // holds (at most kRetries times). The cut stays the adaptive radius's.
   constexpr int kRetries = 4;
   for (int attempt = 0;; ++attempt) {
     for (;;) {
-      r.stats = centered_clip(out, inputs, weights, cfg);
+      r.stats = centered_clip_with(out, inputs, weights, cfg, tau, cut);
       r.residual =
-          fixed_point_residual(out, inputs, weights, true, r.stats.tau, cfg.max_weight_ratio);
+          fixed_point_residual(out, inputs, weights, true, r.stats.tau, cfg.max_weight_ratio, cut);
       r.within = r.residual <= check.rel_tol * norm(out);
       if (r.within || cfg.max_iterations >= max_iterations_cap) break;
       cfg.max_iterations = std::min(max_iterations_cap, cfg.max_iterations * 2);
@@ -285,8 +291,15 @@ CheckedClip centered_clip_checked(std::span<float> out,
     for (const auto& g : inputs) d.push_back(norm_diff(g, out));
     const double med = check_median(std::move(d));
     if (r.stats.tau >= check.tau_slack * check.tau_scale * med) return r;
-    cfg.tau = check.tau_scale * med;
+    tau = check.tau_scale * med;
   }
+}
+
+void apply_aggregation(CheckConfig& check, const AggregationConfig& agg) {
+  check.max_weight_ratio = agg.max_weight_ratio;
+  check.fixed_tau = agg.tau;
+  check.tau_scale = agg.tau_scale;
+  check.cut = effective_cut(agg);
 }
 
 const char* to_string(EvidenceKind k) {

@@ -38,10 +38,7 @@ result<void> Averager::setup_accountability() {
     return make_error(errc::invalid_argument,
                       "averager: accountability key is not the host's Ed25519 identity");
   acct::CheckConfig check = a.check;
-  const auto& agg = cfg_.round.aggregation;
-  check.max_weight_ratio = agg.max_weight_ratio;
-  check.fixed_tau = agg.tau;
-  check.tau_scale = agg.tau_scale;
+  acct::apply_aggregation(check, cfg_.round.aggregation);
   impl_->bans = a.bans ? a.bans : std::make_shared<acct::BanList>(check, a.grace);
   impl_->bans->set_run_prefix(run_prefix(a.run));
   // Peers without accountability speak other protocols: they never share a round with us.
@@ -82,10 +79,7 @@ std::shared_ptr<const detail::RoundAcctConfig> Averager::round_acct(
   c->key = *impl_->acct_key;
   c->context = to_bytes(cfg_.accountability.run + "/" + round + "/" + key_.to_string() + "/");
   c->check = cfg_.accountability.check;
-  const auto& agg = cfg_.round.aggregation;
-  c->check.max_weight_ratio = agg.max_weight_ratio;
-  c->check.fixed_tau = agg.tau;
-  c->check.tau_scale = agg.tau_scale;
+  acct::apply_aggregation(c->check, cfg_.round.aggregation);
   std::weak_ptr<Averager> weak = std::const_pointer_cast<Averager>(shared_from_this());
   c->on_evidence = [weak](const acct::Evidence& e) {
     if (auto a = weak.lock()) a->on_evidence(e);

@@ -26,6 +26,9 @@ result<void> validate(const AggregationConfig& c) {
   if (!std::isfinite(c.tolerance) || c.tolerance < 0) return bad("tolerance must be >= 0");
   if (!std::isfinite(c.max_weight_ratio) || c.max_weight_ratio < 0)
     return bad("max_weight_ratio must be finite and >= 0");
+  if (!std::isfinite(c.cut) || c.cut < 0) return bad("cut must be finite and >= 0");
+  if (c.cut > 0 && !(c.cut * c.tau_scale > 2))
+    return bad("cut x tau_scale must exceed 2 (or cut 0: no cut)");
   return success();
 }
 
@@ -53,6 +56,18 @@ std::vector<double> cap_weights(std::span<const double> w, double max_ratio) {
   return out;
 }
 
+double effective_cut(const AggregationConfig& cfg) {
+  return cfg.tau > 0 ? 0.0 : cfg.cut;
+}
+
+double clip_coef(double d, double tau, double cut) {
+  if (!(d > tau)) return 1.0;
+  if (!(tau > 0)) return 0.0;
+  double c = tau / d;
+  if (cut > 0) c *= std::clamp((cut * tau - d) / (0.5 * cut * tau), 0.0, 1.0);
+  return c;
+}
+
 void coordinate_median(std::span<double> out, const std::vector<std::span<const float>>& inputs) {
   std::vector<double> col(inputs.size());
   for (std::size_t j = 0; j < out.size(); ++j) {
@@ -61,8 +76,13 @@ void coordinate_median(std::span<double> out, const std::vector<std::span<const 
   }
 }
 
-ClipStats centered_clip(std::span<float> out, const std::vector<std::span<const float>>& inputs,
-                        std::span<const double> weights, const AggregationConfig& cfg) {
+namespace {
+
+// The CenteredClip iteration from the coordinate-wise median; tau <= 0: the adaptive radius
+// (cfg.tau_scale x the median distance to that median).
+ClipStats clip_from_median(std::span<float> out, const std::vector<std::span<const float>>& inputs,
+                           std::span<const double> weights, const AggregationConfig& cfg,
+                           double tau, double cut) {
   ClipStats st;
   const std::size_t n = inputs.size(), m = out.size();
   if (n == 0) {
@@ -91,7 +111,6 @@ ClipStats centered_clip(std::span<float> out, const std::vector<std::span<const 
     }
   };
   distances();
-  double tau = cfg.tau;
   if (!(tau > 0)) {
     std::vector<double> d = dist;
     tau = cfg.tau_scale * median_of(d);
@@ -101,13 +120,11 @@ ClipStats centered_clip(std::span<float> out, const std::vector<std::span<const 
   std::vector<double> coef(n);
   for (std::uint32_t it = 0; it < cfg.max_iterations; ++it) {
     if (it > 0) distances();
-    st.clipped = 0;
+    st.clipped = st.dropped = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      double c = 1.0;
-      if (dist[i] > tau) {
-        c = tau > 0 ? tau / dist[i] : 0.0;
-        ++st.clipped;
-      }
+      const double c = clip_coef(dist[i], tau, cut);
+      st.clipped += c < 1.0;
+      st.dropped += c == 0.0;
       coef[i] = w[i] * c / total;
     }
     std::fill(step.begin(), step.end(), 0.0);
@@ -128,6 +145,20 @@ ClipStats centered_clip(std::span<float> out, const std::vector<std::span<const 
   }
   for (std::size_t j = 0; j < m; ++j) out[j] = static_cast<float>(v[j]);
   return st;
+}
+
+}  // namespace
+
+ClipStats centered_clip(std::span<float> out, const std::vector<std::span<const float>>& inputs,
+                        std::span<const double> weights, const AggregationConfig& cfg) {
+  return clip_from_median(out, inputs, weights, cfg, cfg.tau, effective_cut(cfg));
+}
+
+ClipStats centered_clip_with(std::span<float> out,
+                             const std::vector<std::span<const float>>& inputs,
+                             std::span<const double> weights, const AggregationConfig& cfg,
+                             double tau, double cut) {
+  return clip_from_median(out, inputs, weights, cfg, tau, cut);
 }
 
 }  // namespace starling::averaging

@@ -77,9 +77,7 @@ result<std::shared_ptr<NetCollaboration>> NetCollaboration::create(
       averaging::blake2b_256(as_bytes("starling/collab/progress/" + c->cfg_.run_id)));
   if (c->cfg_.verify) {
     averaging::acct::CheckConfig check;
-    check.max_weight_ratio = c->cfg_.aggregation.max_weight_ratio;
-    check.fixed_tau = c->cfg_.aggregation.tau;
-    check.tau_scale = c->cfg_.aggregation.tau_scale;
+    averaging::acct::apply_aggregation(check, c->cfg_.aggregation);
     // A wrong_average verdict waits kAcctGrace for the owner's false_report answer (members
     // of the round raise one only when the owner did not answer within the round; peers that
     // read it from the directory must also read the answer); meanwhile the suspect is left

@@ -82,6 +82,7 @@ TEST(CenteredClip, OneAttackerMovesTheResultByAtMostItsClippedPull) {
     cfg.kind = Aggregation::centered_clip;
     cfg.tolerance = 1e-9;
     cfg.max_iterations = 200;
+    cfg.cut = 0;  // the clipped pull itself (the cut removes it: FarMembersCountZeroBeyondTheCut)
     std::vector<float> out(500);
     auto st = centered_clip(out, spans(v), w, cfg);
     // Fixed point: W_h (mean_h - v) = -w_a clip(g_a - v) as long as no honest member is
@@ -167,6 +168,103 @@ TEST(CenteredClip, ConfigurationIsValidated) {
   c = {};
   c.max_weight_ratio = -2;
   EXPECT_FALSE(validate(c));
+  c = {};
+  c.cut = 2;  // could drop members within the median distance
+  EXPECT_FALSE(validate(c));
+  c.tau_scale = 1.5;
+  EXPECT_TRUE(validate(c));
+  c = {};
+  c.cut = 0;
+  EXPECT_TRUE(validate(c));
+  c.cut = -1;
+  EXPECT_FALSE(validate(c));
+}
+
+TEST(CenteredClip, ClipCoefTapersToZeroAtTheCut) {
+  const double tau = 2.0, cut = 6.0;
+  EXPECT_EQ(clip_coef(1.0, tau, cut), 1.0);
+  EXPECT_DOUBLE_EQ(clip_coef(4.0, tau, cut), 0.5);  // clipped, before the taper
+  EXPECT_DOUBLE_EQ(clip_coef(6.0, tau, cut), 1.0 / 3);
+  EXPECT_DOUBLE_EQ(clip_coef(9.0, tau, cut), (2.0 / 9) * 0.5);  // half way down the taper
+  EXPECT_EQ(clip_coef(12.0, tau, cut), 0.0);
+  EXPECT_EQ(clip_coef(1e9, tau, cut), 0.0);
+  EXPECT_DOUBLE_EQ(clip_coef(1e9, tau, 0.0), tau / 1e9);  // no cut: the plain clip
+  // Continuous: a rounding difference in d is a rounding difference in the factor, at the
+  // radius, where the taper starts and at the cut.
+  for (double d : {tau, 0.5 * cut * tau, cut * tau})
+    EXPECT_NEAR(clip_coef(d * (1 + 1e-12), tau, cut), clip_coef(d * (1 - 1e-12), tau, cut), 1e-11)
+        << d;
+  EXPECT_EQ(clip_coef(0.0, 0.0, cut), 1.0);  // radius 0: only identical values count
+  EXPECT_EQ(clip_coef(1.0, 0.0, cut), 0.0);
+  AggregationConfig c;
+  EXPECT_EQ(effective_cut(c), c.cut);
+  c.tau = 1;  // a fixed radius has no cut
+  EXPECT_EQ(effective_cut(c), 0.0);
+}
+
+// Two members sending -10x an honest vector: with the cut they count 0 and the result is the
+// CenteredClip of the honest members alone (here: their mean, every one within tau); without
+// it each still pulls by tau / 7.
+TEST(CenteredClip, FarMembersCountZeroBeyondTheCut) {
+  auto v = honest(5, 400, 0.05f, 21);
+  const auto honest_mean = weighted_mean(v, std::vector<double>(5, 1.0), 5);
+  for (int a = 0; a < 2; ++a) {
+    v.push_back(v[a]);
+    for (auto& x : v.back()) x *= -10.0f;
+  }
+  std::vector<double> w(7, 1.0);
+  w[5] = w[6] = 10;  // claimed 10x the samples: capped at the median
+  AggregationConfig cfg;
+  cfg.kind = Aggregation::centered_clip;
+  cfg.tolerance = 1e-9;
+  cfg.max_iterations = 500;
+  std::vector<float> out(400);
+  auto st = centered_clip(out, spans(v), w, cfg);
+  EXPECT_EQ(st.dropped, 2u);
+  EXPECT_LT(dist(out, honest_mean), 1e-4 * st.tau);
+  cfg.cut = 0;
+  std::vector<float> pulled(400);
+  st = centered_clip(pulled, spans(v), w, cfg);
+  EXPECT_EQ(st.dropped, 0u);
+  EXPECT_GT(dist(pulled, honest_mean), 0.1 * st.tau);
+}
+
+// A member whose distance at the result falls inside the taper (between cut/2 and cut x tau)
+// counts with a factor between 0 and tau/d; the iteration still converges (it descends a
+// bounded objective), where a rule that drops it and re-clips could flip it in and out.
+TEST(CenteredClip, AMemberInsideTheTaperConverges) {
+  auto v = honest(6, 300, 0.05f, 22);
+  std::vector<float> a = v[0];
+  std::mt19937_64 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& x : a) x += 0.2f * nd(rng);  // about 4 x the honest distances away
+  v.push_back(a);
+  std::vector<double> w(7, 1.0);
+  AggregationConfig cfg;
+  cfg.kind = Aggregation::centered_clip;
+  cfg.tolerance = 1e-10;
+  cfg.max_iterations = 1000;
+  std::vector<float> out(300);
+  const auto st = centered_clip(out, spans(v), w, cfg);
+  EXPECT_LT(st.iterations, cfg.max_iterations);
+  const std::vector<double> r(out.begin(), out.end());
+  const double d = dist(a, r);
+  EXPECT_GT(d, 0.5 * cfg.cut * st.tau);
+  EXPECT_LT(d, cfg.cut * st.tau);
+  const double c = clip_coef(d, st.tau, cfg.cut);
+  EXPECT_GT(c, 0.0);
+  EXPECT_LT(c, 0.99 * st.tau / d);
+  // The fixed point: sum_i c_i (g_i - r) = 0 (to the iteration's tolerance).
+  std::vector<double> acc(300, 0.0);
+  double cs = 0;
+  for (const auto& g : v) {
+    const double ci = clip_coef(dist(g, r), st.tau, cfg.cut);
+    cs += ci;
+    for (std::size_t j = 0; j < 300; ++j) acc[j] += ci * (g[j] - r[j]);
+  }
+  double n2 = 0;
+  for (double x : acc) n2 += x * x;
+  EXPECT_LT(std::sqrt(n2) / cs, 1e-6 * st.tau);
 }
 
 // ButterflyClip: every owner clips its parts; the members still finish with bit-identical

@@ -221,6 +221,7 @@ result<std::unique_ptr<TrainNetwork>> start_train_network(const TrainOptions& o)
   cfg.collab.client_mode = o.client;
   ST_TRY(cfg.collab.aggregation.kind, averaging::parse_aggregation(o.aggregation));
   cfg.collab.aggregation.tau = o.clip_tau;
+  cfg.collab.aggregation.cut = o.clip_cut;
   ST_TRY(averaging::validate(cfg.collab.aggregation));
   cfg.collab.attack = attack;
   using Attack = collab::NetCollaborationConfig::Attack;

@@ -84,7 +84,13 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
                  "(bounds what a hostile peer can do; every peer of a run should use the same)")
       ->capture_default_str();
   cmd.add_option("--clip-tau", o.clip_tau,
-                 "centered-clip radius per part (0: adaptive, twice the median distance)")
+                 "centered-clip radius per part (0: adaptive, the median distance to the "
+                 "coordinate-wise median)")
+      ->capture_default_str();
+  cmd.add_option("--clip-cut", o.clip_cut,
+                 "centered-clip with an adaptive radius: members farther than this x the "
+                 "radius count 0, tapered from half of it (0: none; > 2; every peer of a run "
+                 "must use the same)")
       ->capture_default_str();
   cmd.add_option(
          "--attack", o.attack,

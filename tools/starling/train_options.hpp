@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "starling/averaging/robust.hpp"
 #include "starling/monitor/aggregator.hpp"
 #include "starling/monitor/metrics_record.hpp"
 #include "starling/optim/optimizer_options.hpp"
@@ -62,7 +63,8 @@ struct TrainOptions {
   std::uint64_t data_seed = 0;   // 0: derived from the identity (each peer its own stream)
   std::string compression = "none";
   std::string aggregation = "mean";
-  double clip_tau = 0;  // CenteredClip radius (0: adaptive)
+  double clip_tau = 0;                                   // CenteredClip radius (0: adaptive)
+  double clip_cut = averaging::AggregationConfig{}.cut;  // AggregationConfig::cut
   // testing robustness: none | sign-flip | random | alie | label-flip | stall | flood | stale |
   // inflated | wrong-average | different-parts | false-report | directory-lie
   std::string attack = "none";

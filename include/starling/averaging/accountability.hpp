@@ -172,13 +172,18 @@ struct CheckConfig {
   double abs_tol = 1e-6;
   double norm_tol = 1e-5;    // relative: a declared result norm must match its values
   double report_tol = 1e-6;  // relative: a report must match the values it was computed from
-  // The run's AggregationConfig: a CenteredClip result must use tau == fixed_tau (> 0), or
-  // (adaptive) tau >= tau_slack x tau_scale x the median of the members' distances to it.
+  // The run's AggregationConfig (apply_aggregation): a CenteredClip result must use
+  // tau == fixed_tau (> 0), or (adaptive) tau >= tau_slack x tau_scale x the median of the
+  // members' distances to it; with a cut, members count clip_coef(d, tau, cut) and more than
+  // half of them must count (> 0).
   double max_weight_ratio = 1.0;
   double fixed_tau = 0;
   double tau_scale = 1.0;
   double tau_slack = 0.5;
+  double cut = AggregationConfig{}.cut;  // effective_cut() of the run's aggregation
 };
+// Copies the run's aggregation parameters into `check`.
+void apply_aggregation(CheckConfig& check, const AggregationConfig& agg);
 
 // The round's seed: BLAKE2b over the round id and the nonces in member order.
 Hash32 round_seed(const Hash32& round, std::span<const Hash32> nonces);
@@ -193,7 +198,9 @@ struct Projection {
 Projection project(const Hash32& seed, std::uint32_t subround, std::uint32_t part,
                    std::span<const float> g, std::span<const float> r);
 // The statistic sum_i w_i c_i p_i / sum_i w_i c_i and its bound; with `clip`, weights capped
-// like the owner's and c_i = min(1, tau/d_i) (1 at d_i == 0), else weights as given and c_i = 1.
+// like the owner's and c_i = clip_coef(d_i, tau, cfg.cut) (robust.hpp: min(1, tau/d_i),
+// tapered to 0 at the cut), else weights as given and c_i = 1. With a cut, a radius under
+// which half the members or more count 0 is implausible (tau_ok false).
 struct FixedPointCheck {
   double statistic = 0;
   double bound = 0;
@@ -204,11 +211,12 @@ FixedPointCheck check_fixed_point(std::span<const ProjectionReport> reports, boo
                                   double result_norm, const CheckConfig& cfg);
 
 // The owner's side. |sum_i w_i c_i (g_i - r)| / sum_i w_i c_i: the full residual whose
-// projection the members check (clip: CenteredClip's with radius tau; else the mean's).
+// projection the members check (clip: CenteredClip's with radius tau and cut; else the
+// mean's).
 double fixed_point_residual(std::span<const float> result,
                             const std::vector<std::span<const float>>& inputs,
                             std::span<const double> weights, bool clip, double tau,
-                            double max_weight_ratio);
+                            double max_weight_ratio, double cut);
 // CenteredClip (robust.hpp) with its iteration limit doubled until the residual is within
 // check.rel_tol x |result| (at most max_iterations_cap), so an honest owner passes the
 // aggregation check. Returns the stats of the last run and the residual.
