@@ -23,7 +23,9 @@ fixed point, weights capped at the median; tau = scale x median distance to the 
   c x tau get weight 0 and the clip runs again, until the dropped set is stable; any of
   them with -mom[b]: worker momentum b (0.9): peers send the moving average of their
   gradients, Adam beta1 0 (starling train --worker-momentum).
-Prints per attack and aggregation the mean test accuracy over seeds and the ratio to clean.
+Prints per attack and aggregation the mean test accuracy over seeds and the ratio to clean;
+with -taper, how many honest members per part and step the taper reached (beyond cut/2 x tau)
+or left out, and how many attackers it left out.
 Results of 2026-11-29 (4 seeds, ratio to clean): docs/benchmarks.md, hostile peers.
 Usage: bench/byzantine_sim.py [--seeds 3] [--steps 40] [--attacks ...] [--aggs ...]
 """
@@ -115,7 +117,16 @@ def aggregate(G, w, agg, parts, state):
     def one(Gp, start):
         if drop:
             return cclip_drop(Gp, w, scale, iters, drop)
-        return cclip(Gp, w, scale, iters, start, cut=cut)[0]
+        v, tau = cclip(Gp, w, scale, iters, start, cut=cut)
+        if cut > 0:  # who the taper reached at the result: honest rows tapered or out, attackers out
+            d = (Gp - v).norm(dim=1)
+            m = state["attackers"]
+            st = state.setdefault("taper", [0, 0, 0, 0])
+            st[0] += int((d[m:] > 0.5 * cut * tau).sum())
+            st[1] += int((d[m:] >= cut * tau).sum())
+            st[2] += int((d[:m] >= cut * tau).sum())
+            st[3] += 1
+        return v
 
     prev = state.get("prev") if "hist" in opts else None
     if whole:
@@ -194,6 +205,7 @@ def run(attack, agg, seed, args, data):
             p.grad = v[a:a + p.numel()].reshape(p.shape).float()
             a += p.numel()
         opt.step()
+    run.taper = state.get("taper")
     with torch.no_grad():
         return (net(xte).argmax(1) == yte).float().mean().item()
 
@@ -218,10 +230,18 @@ def main():
     print(f"clean (mean, no attacker): {c:.4f} {['%.4f' % x for x in clean]}", flush=True)
     for attack in args.attacks.split(","):
         for agg in args.aggs.split(","):
-            accs = [run(attack, agg, s, args, data) for s in range(args.seeds)]
+            accs, taper = [], [0, 0, 0, 0]
+            for s in range(args.seeds):
+                accs.append(run(attack, agg, s, args, data))
+                taper = [a + b for a, b in zip(taper, run.taper or [0] * 4)]
             r = [x / y for x, y in zip(accs, clean)]
+            extra = ""
+            if taper[3]:  # per part and step, over the seeds
+                extra = (f" | per part-step: honest tapered {taper[0] / taper[3]:.4f}, honest out "
+                         f"{taper[1] / taper[3]:.4f}, attackers out {taper[2] / taper[3]:.3f}")
             print(f"{attack:10s} {agg:16s} acc {sum(accs)/len(accs):.4f} ratio "
-                  f"{sum(r)/len(r):.3f} min {min(r):.3f} {['%.3f' % x for x in r]}", flush=True)
+                  f"{sum(r)/len(r):.3f} min {min(r):.3f} {['%.3f' % x for x in r]}{extra}",
+                  flush=True)
 
 
 if __name__ == "__main__":

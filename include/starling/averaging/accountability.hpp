@@ -23,9 +23,10 @@
 //   bad_result_norm      a signed result whose values do not have the norm it declares;
 //   wrong_average        the owner's signed result and every counted member's signed report,
 //                        whose clipped weighted mean sum_i w_i c_i p_i / sum_i w_i c_i, with
-//                        c_i = min(1, tau/d_i) (CenteredClip's fixed-point equation projected
-//                        on z; c_i = 1 for the mean) exceeds the bound, or whose declared tau
-//                        is implausibly small: the owner did not return the aggregate. Pending:
+//                        c_i = clip_coef(d_i, tau, cut) (CenteredClip's fixed-point equation
+//                        projected on z; c_i = 1 for the mean) exceeds the bound, or whose
+//                        declared tau is implausibly small (or leaves out a majority): the
+//                        owner did not return the aggregate. Pending:
 //                        the owner may answer with false_report evidence against a member;
 //   false_report         a member's signed part and values, the signed result and values, and
 //                        the member's report, which the values contradict: the member lied;
