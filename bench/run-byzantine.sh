@@ -20,7 +20,8 @@
 #   env: EPOCHS (40), PEERS (7), ATTACKERS (2), ATTACKS (all, space-separated), WORKER_MOMENTUM
 #   (0.9: --worker-momentum of the centered-clip runs; 0 when GRAD_CHECK is set: the check
 #   re-computes the step's gradient, not a moving average), LOGDIR (if set, the peers' logs
-#   are copied there), GRAD_CHECK (0)
+#   are copied there), GRAD_CHECK (0), CLIP_FLAGS (extra flags of the centered-clip + verify
+#   runs, e.g. "--clip-cut 0": CenteredClip without its cut)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build=${1:-$root/build}
@@ -41,6 +42,8 @@ common=(--initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 --target-batch-siz
 grad_check=${GRAD_CHECK:-0}
 if ((grad_check == 0)); then wm=${WORKER_MOMENTUM:-0.9}; else wm=${WORKER_MOMENTUM:-0}; fi
 clip=(--aggregation centered-clip --verify --worker-momentum "$wm")
+# shellcheck disable=SC2206 # CLIP_FLAGS: extra flags of every centered-clip run, word-split
+[[ -z ${CLIP_FLAGS:-} ]] || clip+=($CLIP_FLAGS)
 ((grad_check == 0)) || clip+=(--grad-check "$grad_check")
 export STARLING_LOG=info
 
