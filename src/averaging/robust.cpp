@@ -76,13 +76,10 @@ void coordinate_median(std::span<double> out, const std::vector<std::span<const 
   }
 }
 
-namespace {
-
-// The CenteredClip iteration from the coordinate-wise median; tau <= 0: the adaptive radius
-// (cfg.tau_scale x the median distance to that median).
-ClipStats clip_from_median(std::span<float> out, const std::vector<std::span<const float>>& inputs,
-                           std::span<const double> weights, const AggregationConfig& cfg,
-                           double tau, double cut) {
+ClipStats centered_clip_with(std::span<float> out,
+                             const std::vector<std::span<const float>>& inputs,
+                             std::span<const double> weights, const AggregationConfig& cfg,
+                             double tau, double cut) {
   ClipStats st;
   const std::size_t n = inputs.size(), m = out.size();
   if (n == 0) {
@@ -147,18 +144,9 @@ ClipStats clip_from_median(std::span<float> out, const std::vector<std::span<con
   return st;
 }
 
-}  // namespace
-
 ClipStats centered_clip(std::span<float> out, const std::vector<std::span<const float>>& inputs,
                         std::span<const double> weights, const AggregationConfig& cfg) {
-  return clip_from_median(out, inputs, weights, cfg, cfg.tau, effective_cut(cfg));
-}
-
-ClipStats centered_clip_with(std::span<float> out,
-                             const std::vector<std::span<const float>>& inputs,
-                             std::span<const double> weights, const AggregationConfig& cfg,
-                             double tau, double cut) {
-  return clip_from_median(out, inputs, weights, cfg, tau, cut);
+  return centered_clip_with(out, inputs, weights, cfg, cfg.tau, effective_cut(cfg));
 }
 
 }  // namespace starling::averaging

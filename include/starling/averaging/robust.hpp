@@ -77,7 +77,8 @@ struct ClipStats {
 // [-2 / cut, 1]: every step lowers it, so it converges (no dropped set flips back and forth).
 ClipStats centered_clip(std::span<float> out, const std::vector<std::span<const float>>& inputs,
                         std::span<const double> weights, const AggregationConfig& cfg);
-// The same with the given radius (> 0) and cut, whatever cfg says of them.
+// The same with the given radius (> 0; else the adaptive one) and cut, whatever cfg says of
+// them.
 ClipStats centered_clip_with(std::span<float> out,
                              const std::vector<std::span<const float>>& inputs,
                              std::span<const double> weights, const AggregationConfig& cfg,
