@@ -75,7 +75,7 @@ collab() {
     ((i == 1)) && extra=(--eval-every "$ev" --target-accuracy "$target" --stop-at-target)
     STARLING_LOG=${TTA_LOG:-warn} "$bin" train --identity "$dir/$m$i.key" --run-id "tta-$m" \
       --initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 "${recipe[@]}" --max-seconds "$deadline" \
-      --report "$dir/$m$i.json" "${extra[@]}" "$@" > "$dir/$m$i.out" 2> "$dir/$m$i.log" &
+      --report "$dir/$m$i.json" "${extra[@]}" "$@" ${TTA_COLLAB_FLAGS:-} > "$dir/$m$i.out" 2> "$dir/$m$i.log" &
     ps+=($!)
     pids+=($!)
   done

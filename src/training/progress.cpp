@@ -187,6 +187,17 @@ void ProgressTracker::end_background_round(bool stepped) {
 void ProgressTracker::start(TimePoint now) {
   hold_alone_until_ = now + config_.startup_grace;
   settle_from_ = hold_alone_until_;
+  started_ = now;
+}
+
+void ProgressTracker::publish_took(Duration took) {
+  if (publish_timed_ || !started_ || !settle_from_ || config_.startup_grace_min <= Duration::zero())
+    return;
+  publish_timed_ = true;
+  const auto adapted = std::clamp(
+      std::chrono::duration_cast<Duration>(took * config_.grace_per_publish),
+      config_.startup_grace_min, std::max(config_.startup_grace_min, config_.startup_grace));
+  settle_from_ = std::min(*settle_from_, *started_ + adapted);
 }
 
 void ProgressTracker::round_failed(TimePoint now) {
@@ -431,7 +442,11 @@ Duration ProgressTracker::fetch_interval(const CollaborationView& v, TimePoint n
   for (const auto& [id, h] : peers_)
     if (live(h, now) && h.record.epoch + 1 == epoch_)
       next = std::min(next, 2 * config_.min_refresh);
-  return std::clamp(next, config_.min_refresh, config_.max_refresh);
+  next = std::clamp(next, config_.min_refresh, config_.max_refresh);
+  // Until the view settled, the fetch that settles it begins as soon as it may.
+  if (settle_from_ && !(confirming_fetch_ && confirming_fetch_->first >= *settle_from_))
+    next = std::min(next, std::max<Duration>(*settle_from_ - now, Duration::zero()));
+  return next;
 }
 
 Duration ProgressTracker::next_fetch(TimePoint now) const {
