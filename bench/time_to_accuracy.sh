@@ -19,7 +19,9 @@
 #        delayed-stale, delayed-predict, delayed-local: delayed updates with the staleness
 #        correction none, predict or local rather than the default; delayed-bounded: delayed
 #        updates that wait for a round outlasting one target's share of computing, --max-backlog 1),
-#        TTA_DILOCO_STEPS (8), TTA_KEEP=DIR keeps the logs.
+#        TTA_DILOCO_STEPS (16), TTA_ALONE_ALT (256: alone again at this target batch, the
+#        other side of fairness: DiLoCo's local steps are of 64 samples; empty: not run),
+#        TTA_COLLAB_FLAGS (more flags for every collaborating trainer), TTA_KEEP=DIR keeps the logs.
 set -euo pipefail
 bin=$1
 deadline=${2:-180}
@@ -27,7 +29,8 @@ target=${TTA_TARGET:-0.85}
 k=${TTA_PEERS:-4}
 eval_every=${TTA_EVAL:-2}
 modes=${TTA_MODES:-sync delayed f16 diloco}
-h=${TTA_DILOCO_STEPS:-8}
+h=${TTA_DILOCO_STEPS:-16}
+alt=${TTA_ALONE_ALT-256}
 cores=$(nproc)
 dir=$(mktemp -d)
 pids=()
@@ -38,7 +41,8 @@ cleanup() {
 }
 trap cleanup EXIT
 field() { sed -n "s/.*\"$2\":\(\"[^\"]*\"\|[0-9.e+-]*\).*/\1/p" "$1" | tr -d '"'; }
-recipe=(--target-batch-size 1024 --batch-size 64 --threads 1 --lr 0.003 --linger 0 --no-metrics)
+base=(--batch-size 64 --threads 1 --lr 0.003 --linger 0 --no-metrics)
+recipe=(--target-batch-size 1024 "${base[@]}")
 
 # best LOG: "accuracy epoch" of the best evaluation printed in a trainer's log.
 best() {
@@ -61,6 +65,13 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
   > "$dir/alone.out" 2> "$dir/alone.log" || true
 read -r alone_s alone_ep alone_ev < <(outcome alone "$dir/alone.json" "$dir/alone.log")
 echo "alone $(cut -d' ' -f1 /proc/loadavg)" >> "$dir/loads"
+if [[ -n $alt ]]; then
+  "$bin" train --identity "$dir/alone.key" --run-id tta-alone-alt "${base[@]}" \
+    --target-batch-size "$alt" --eval-every $((eval_every * 1024 / alt)) --target-accuracy "$target" \
+    --stop-at-target --max-seconds "$deadline" --report "$dir/alone-alt.json" \
+    > "$dir/alone-alt.out" 2> "$dir/alone-alt.log" || true
+  read -r alt_s alt_ep alt_ev < <(outcome alone "$dir/alone-alt.json" "$dir/alone-alt.log")
+fi
 
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/bootstrap_node.sh"
 start_bootstrap "$bin" "$dir"
@@ -72,22 +83,35 @@ collab() {
   [[ $m == diloco ]] && ev=1
   for i in $(seq "$k"); do
     local extra=()
-    ((i == 1)) && extra=(--eval-every "$ev" --target-accuracy "$target" --stop-at-target)
+    # While trainer 1 evaluates, the others are stopped (SIGSTOP): otherwise they would
+    # compute on both cores meanwhile and that computing would escape "training s"
+    # (TTA_PAUSE=0: not stopped, the figures before 2026-11-29 21:40).
+    ((i == 1)) && extra=(--eval-every "$ev" --target-accuracy "$target" --stop-at-target
+      --eval-pause-file "$dir/$m.pause")
     STARLING_LOG=${TTA_LOG:-warn} "$bin" train --identity "$dir/$m$i.key" --run-id "tta-$m" \
       --initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 "${recipe[@]}" --max-seconds "$deadline" \
       --report "$dir/$m$i.json" "${extra[@]}" "$@" ${TTA_COLLAB_FLAGS:-} > "$dir/$m$i.out" 2> "$dir/$m$i.log" &
     ps+=($!)
     pids+=($!)
   done
+  if ((${TTA_PAUSE:-1})); then
+    echo "${ps[@]:1}" > "$dir/$m.pause.tmp" && mv "$dir/$m.pause.tmp" "$dir/$m.pause"
+  fi
   wait "${ps[0]}" || true
   for p in "${ps[@]:1}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${ps[@]:1}"; do
     timeout 15 tail --pid="$p" -f /dev/null || kill -9 "$p" 2>/dev/null || true
   done
   echo "$m $(cut -d' ' -f1 /proc/loadavg)" >> "$dir/loads"
+  # How long after trainer 1's clock started the last trainer's started (processes loading
+  # libtorch and the data set together on shared cores): trainer 1 waits for it.
+  local starts=""
+  for i in $(seq "$k"); do starts+=" $(field "$dir/$m$i.json" started_unix)"; done
+  lag[$m]=$(echo "$starts" | awk '{ m = 0; for (i = 2; i <= NF; ++i) if ($i - $1 > m) m = $i - $1;
+    if (NF < 2) print "-"; else printf "%.2f", m }')
 }
 
-declare -A res
+declare -A res lag
 for m in $modes; do
   case $m in
     sync) collab sync ;;
@@ -122,11 +146,15 @@ row() {
   fi
 }
 row "alone (1 process, 1 thread)" $alone_s $alone_ep $alone_ev
+[[ -n $alt ]] && row "alone, target batch $alt" $alt_s $alt_ep $alt_ev
 echo "  ideal: alone's training s / $share = $ideal s"
 for m in $modes; do
   # shellcheck disable=SC2086
   row "$k peers, $m" ${res[$m]}
 done
+line="  the last trainer's clock started after trainer 1's by (s):"
+for m in $modes; do line+=" $m ${lag[$m]}"; done
+echo "$line"
 echo "  load average (1 min) after each: $(tr '\n' ' ' < "$dir/loads")"
 # Accuracy at equal epochs: trainer 1 of every mode evaluated every EVAL epochs until it
 # stopped; compare them at the last epoch all of them evaluated (DiLoCo's epochs are outer
@@ -152,6 +180,7 @@ if [[ -n $common ]]; then
 fi
 json="{\"bench\":\"time_to_accuracy\",\"target\":$target,\"peers\":$k,\"cores\":$cores,\"deadline\":$deadline"
 num() { [[ $1 == - ]] && echo null || echo "$1"; }
+[[ -n $alt ]] && json+=",\"alone_alt_target\":$alt,\"alone_alt_training_seconds\":$(num "$(train_of "$alt_s" "${alt_ev:-0}")")"
 json+=",\"alone_seconds\":$(num "$alone_s"),\"alone_training_seconds\":$(num "$alone_t"),\"ideal_seconds\":$(num "$ideal")"
 for m in $modes; do
   read -r s ep evs <<<"${res[$m]}"

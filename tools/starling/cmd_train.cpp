@@ -21,6 +21,7 @@
 #include "starling/optim/optimizer.hpp"
 #include "starling/training/checkpoint.hpp"
 #include "starling/training/round_budget.hpp"
+#include "train_eval_pause.hpp"
 #include "train_grad_check.hpp"
 #include "train_metrics.hpp"
 #include "train_options.hpp"
@@ -197,6 +198,10 @@ int train_main(const TrainOptions& o) {
   Progress progress;
   progress.every = seconds(std::max(0.1, o.progress_every));
   const auto t0 = Clock::now();
+  // The same instant on the wall clock, in the report: a harness compares the starts of
+  // processes (bench/time_to_accuracy.sh: how long trainer 1 waited for the last to start).
+  const double started_unix =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::uint64_t last_eval_epoch = opt.local_epoch();
   // Time to accuracy: wall time from the start (evaluations included) and the time spent in
   // evaluations, at the first evaluation that reached the target.
@@ -276,7 +281,10 @@ int train_main(const TrainOptions& o) {
         rep.value().epoch >= last_eval_epoch + o.eval_every) {
       last_eval_epoch = rep.value().epoch;
       const auto e0 = Clock::now();
-      const auto ev = evaluate(task, opt);
+      const auto ev = [&] {
+        EvalPause pause(o.eval_pause_file);
+        return evaluate(task, opt);
+      }();
       eval_time += Clock::now() - e0;
       const double at = std::chrono::duration<double>(Clock::now() - t0).count();
       std::cerr << (progress.tty ? "\n" : "")
@@ -374,6 +382,7 @@ int train_main(const TrainOptions& o) {
                         {"samples_dropped", final_status.samples_dropped},
                         {"state_downloads", final_status.state_downloads},
                         {"seconds", secs},
+                        {"started_unix", started_unix},
                         {"step_seconds", step_secs},
                         {"param_hash", hash}};
     if (grad_check) {

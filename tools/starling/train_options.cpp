@@ -165,6 +165,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
                  "report when an evaluation first reaches this test accuracy (needs --eval-every)")
       ->check(CLI::Range(0.0, 1.0));
   cmd.add_flag("--stop-at-target", o.stop_at_target, "stop once --target-accuracy is reached");
+  cmd.add_option("--eval-pause-file", o.eval_pause_file,
+                 "benchmarks: stop the processes whose ids this file lists while evaluating "
+                 "(SIGSTOP, then SIGCONT), so that evaluation time is time nobody computed");
   cmd.add_option("--progress-every", o.progress_every,
                  "seconds between progress lines when stderr is not a terminal")
       ->capture_default_str();

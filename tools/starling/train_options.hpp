@@ -38,7 +38,7 @@ struct TrainOptions {
   std::string checkpoint_dir;
   std::uint32_t diloco_steps = 0;
   double outer_lr = 0.7;        // DiLoCo outer step (OuterOptions)
-  double outer_momentum = 0.9;  // Nesterov; 0: plain averaging step
+  double outer_momentum = 0.5;  // Nesterov (the library's default is 0.9; docs/training.md)
   std::string config;
   // The built-in task.
   std::string task = "fashion";    // fashion (Fashion-MNIST) | lm (language model on WordNet)
@@ -97,6 +97,7 @@ struct TrainOptions {
   // epoch); with stop_at_target the trainer stops there.
   double target_accuracy = 0;
   bool stop_at_target = false;
+  std::string eval_pause_file;  // benchmarks: processes stopped while evaluating
   double progress_every = 2;  // seconds between progress lines when stderr is not a tty
   std::string report;         // write a JSON summary here at the end
   double averaging_timeout = 30;
