@@ -4,13 +4,16 @@
 #  - alone: one `starling train` process (no network), the same recipe and threads as each
 #    collaborating trainer (MLP, target batch 1024, batch 64, Adam lr 0.003, 1 thread);
 #  - per mode (sync, delayed updates, float16 compression, DiLoCo): a `starling dht` bootstrap
-#    node and PEERS `starling train` processes; trainer 1 evaluates every EVAL epochs and stops
-#    at the first evaluation at or above the target; the others are stopped then.
-# The time is trainer 1's wall time from its start to that evaluation (process start, joining
-# the DHT and evaluations included: what a user waits), and the same minus the time trainer 1
-# spent evaluating ("training s": on this small model one evaluation of the 10,000 test images
-# costs about as much as 4 epochs, and a real run evaluates elsewhere or rarely). Ratios use
-# the training seconds. The ideal is alone x (cores used alone) / (cores the peers share) =
+#    node and PEERS `starling train` processes; trainer 1 evaluates every EVAL epochs (DiLoCo:
+#    every outer epoch) and stops at the first evaluation at or above the target; the others
+#    are stopped then. While trainer 1 evaluates, the other trainers are stopped (SIGSTOP,
+#    `--eval-pause-file`), so no one computes during the time subtracted below.
+# The time is trainer 1's wall time from its clock's start (after loading the data and joining
+# the DHT, as alone's) to that evaluation, evaluations included, and the same minus the time
+# trainer 1 spent evaluating ("training s": on this small model one evaluation of the 10,000
+# test images costs about as much as 4 epochs, and a real run evaluates elsewhere or rarely).
+# Ratios use the training seconds. Also printed: how long after trainer 1's clock the last
+# trainer's started (trainer 1 waits for it; reports' `started_unix`). The ideal is alone x (cores used alone) / (cores the peers share) =
 # alone / min(PEERS, nproc). A mode that does not reach the target by DEADLINE seconds prints
 # "not reached" with its best accuracy and epoch.
 # Prints a table and one line `RESULT {json}`.

@@ -188,15 +188,16 @@ void ProgressTracker::start(TimePoint now) {
   hold_alone_until_ = now + config_.startup_grace;
   settle_from_ = hold_alone_until_;
   started_ = now;
+  started_epoch_ = epoch_;
 }
 
 void ProgressTracker::publish_took(Duration took) {
-  if (publish_timed_ || !started_ || !settle_from_ || config_.startup_grace_min <= Duration::zero())
+  if (adapted_grace_ || !started_ || !settle_from_ || config_.startup_grace_min <= Duration::zero())
     return;
-  publish_timed_ = true;
   const auto adapted = std::clamp(
       std::chrono::duration_cast<Duration>(took * config_.grace_per_publish),
       config_.startup_grace_min, std::max(config_.startup_grace_min, config_.startup_grace));
+  adapted_grace_ = adapted;
   settle_from_ = std::min(*settle_from_, *started_ + adapted);
 }
 
@@ -295,6 +296,13 @@ void ProgressTracker::observe(const net::PeerId& peer, const PeerProgress& recor
   auto it = peers_.find(peer);
   if (it == peers_.end()) {
     peers_.emplace(peer, Held{record, observed_at});
+    // A peer first seen at the starting epoch, before this one's first epoch change, may
+    // have started later than the others (processes start unevenly): peers started with it
+    // publish within the adapted wait, so the view settles no sooner than that wait after
+    // now (and at most startup_grace after start()).
+    if (adapted_grace_ && settle_from_ && epoch_ == started_epoch_ && record.epoch == epoch_)
+      settle_from_ = std::min(*started_ + config_.startup_grace,
+                              std::max(*settle_from_, now + *adapted_grace_));
     return;
   }
   // Newer if it has a later sequence number (same run of the peer) or was written later on

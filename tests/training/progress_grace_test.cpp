@@ -92,3 +92,25 @@ TEST(StartupGrace, TheSettlingFetchBeginsAsSoonAsItMay) {
   t.fetched(t0() + 700ms, t.epoch_generation());
   EXPECT_GE(t.next_fetch(t0() + 800ms), t.config().min_refresh);
 }
+
+// Processes start unevenly: a peer first seen after the others (it started later) moves the
+// moment the view settles to its sighting plus the adapted wait, so peers started with it are
+// in the first round too; at most startup_grace after start(), and not after a step.
+TEST(StartupGrace, ALatePeerExtendsTheWaitUntilItsPeersCanBeSeen) {
+  auto t = started(500ms, 10ms);                               // settles at 500 ms
+  t.observe(make_peer(), rec(0, 0, 10, 1), 0s, t0() + 300ms);  // first seen at 300 ms
+  EXPECT_FALSE(round_after_fetch_at(t, 700ms));
+  EXPECT_TRUE(round_after_fetch_at(t, 800ms));
+  auto bounded = started(500ms, 10ms);
+  bounded.observe(make_peer(), rec(0, 0, 10, 1), 0s, t0() + 1800ms);  // 2.3 s, bounded at 2 s
+  EXPECT_FALSE(round_after_fetch_at(bounded, 1900ms));
+  EXPECT_TRUE(round_after_fetch_at(bounded, 2s));
+  // After this peer's first step, a newcomer at the old epoch changes nothing.
+  auto stepped = started(500ms, 10ms);
+  EXPECT_TRUE(round_after_fetch_at(stepped, 500ms));
+  stepped.set_epoch(1);
+  stepped.report_samples(100, 1s);
+  for (int i = 0; i < 3; ++i) stepped.observe(make_peer(), rec(1, 50, 10, 3), 0s, t0() + 600ms);
+  stepped.observe(make_peer(), rec(0, 0, 10, 1), 0s, t0() + 600ms);
+  EXPECT_EQ(stepped.decide(t0() + 601ms).action, Action::average_and_step);
+}

@@ -115,8 +115,10 @@ struct ProgressConfig {
   // record is published (publish_took()), the view settles from start() +
   // clamp(grace_per_publish x that publication's duration, startup_grace_min, startup_grace)
   // instead of start() + startup_grace. A peer started with this one publishes in about the
-  // same time, so its record is stored well before that fetch. Stepping alone still waits
-  // for the whole startup_grace. 0: the fixed startup_grace.
+  // same time, so its record is stored well before that fetch. A peer first seen at the
+  // starting epoch before any step (it started later) moves that point to its sighting plus
+  // the adapted wait (at most start() + startup_grace). Stepping alone still waits for the
+  // whole startup_grace. 0: the fixed startup_grace.
   Duration startup_grace_min{0};
   double grace_per_publish = 10;
   // This peer computes no gradients (it only helps averaging).
@@ -312,9 +314,10 @@ class ProgressTracker {
   std::uint64_t published_digest_ = 0;
   std::uint64_t generation_ = 0;  // incremented by every epoch change
   std::optional<TimePoint> hold_alone_until_;
-  std::optional<TimePoint> settle_from_;  // start() + startup_grace
-  std::optional<TimePoint> started_;      // start()
-  bool publish_timed_ = false;
+  std::optional<TimePoint> settle_from_;   // start() + startup_grace
+  std::optional<TimePoint> started_;       // start()
+  std::optional<Duration> adapted_grace_;  // set by publish_took()
+  std::uint64_t started_epoch_ = 0;
   std::optional<std::pair<TimePoint, std::uint64_t>> confirming_fetch_;  // began, generation
 };
 
