@@ -8,8 +8,9 @@
 #    every outer epoch) and stops at the first evaluation at or above the target; the others
 #    are stopped then. While trainer 1 evaluates, the other trainers are stopped (SIGSTOP,
 #    `--eval-pause-file`), so no one computes during the time subtracted below.
-# The time is trainer 1's wall time from its clock's start (after loading the data and joining
-# the DHT, as alone's) to that evaluation, evaluations included, and the same minus the time
+# All trainers start their clocks together (`--start-barrier`: each waits, once ready, until
+# all are). The time is trainer 1's wall time from its clock's start (after loading the data
+# and joining the DHT, as alone's) to that evaluation, evaluations included, and the same minus the time
 # trainer 1 spent evaluating ("training s": on this small model one evaluation of the 10,000
 # test images costs about as much as 4 epochs, and a real run evaluates elsewhere or rarely).
 # Ratios use the training seconds. Also printed: how long after trainer 1's clock the last
@@ -82,7 +83,8 @@ start_bootstrap "$bin" "$dir"
 # collab MODE FLAGS...: PEERS trainers; trainer 1 evaluates and stops at the target.
 collab() {
   local m=$1; shift
-  local ps=() ev=$eval_every
+  local ps=() ev=$eval_every bar="$dir/$m.barrier"
+  mkdir -p "$bar"
   [[ $m == diloco ]] && ev=1
   for i in $(seq "$k"); do
     local extra=()
@@ -93,21 +95,30 @@ collab() {
       --eval-pause-file "$dir/$m.pause")
     STARLING_LOG=${TTA_LOG:-warn} "$bin" train --identity "$dir/$m$i.key" --run-id "tta-$m" \
       --initial-peers "$boot" --listen /ip4/127.0.0.1/tcp/0 "${recipe[@]}" --max-seconds "$deadline" \
-      --report "$dir/$m$i.json" "${extra[@]}" "$@" ${TTA_COLLAB_FLAGS:-} > "$dir/$m$i.out" 2> "$dir/$m$i.log" &
+      --report "$dir/$m$i.json" --start-barrier "$bar" "${extra[@]}" "$@" ${TTA_COLLAB_FLAGS:-} \
+      > "$dir/$m$i.out" 2> "$dir/$m$i.log" &
     ps+=($!)
     pids+=($!)
   done
   if ((${TTA_PAUSE:-1})); then
     echo "${ps[@]:1}" > "$dir/$m.pause.tmp" && mv "$dir/$m.pause.tmp" "$dir/$m.pause"
   fi
+  # The trainers start their clocks together once all are ready (data loaded, DHT joined):
+  # processes that load libtorch together on shared cores are ready up to ~1 s apart under
+  # load, and trainer 1 would wait for the last (the trainers wait at most 120 s).
+  for _ in $(seq 1200); do
+    (($(find "$bar" -name 'ready.*' | wc -l) >= k)) && break
+    sleep 0.1
+  done
+  touch "$bar/go"
   wait "${ps[0]}" || true
   for p in "${ps[@]:1}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${ps[@]:1}"; do
     timeout 15 tail --pid="$p" -f /dev/null || kill -9 "$p" 2>/dev/null || true
   done
   echo "$m $(cut -d' ' -f1 /proc/loadavg)" >> "$dir/loads"
-  # How long after trainer 1's clock started the last trainer's started (processes loading
-  # libtorch and the data set together on shared cores): trainer 1 waits for it.
+  # How long after trainer 1's clock started the last trainer's started (with the barrier:
+  # milliseconds; trainer 1 would wait for it).
   local starts=""
   for i in $(seq "$k"); do starts+=" $(field "$dir/$m$i.json" started_unix)"; done
   lag[$m]=$(echo "$starts" | awk '{ m = 0; for (i = 2; i <= NF; ++i) if ($i - $1 > m) m = $i - $1;

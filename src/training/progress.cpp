@@ -299,10 +299,11 @@ void ProgressTracker::observe(const net::PeerId& peer, const PeerProgress& recor
     // A peer first seen at the starting epoch, before this one's first epoch change, may
     // have started later than the others (processes start unevenly): peers started with it
     // publish within the adapted wait, so the view settles no sooner than that wait after
-    // now (and at most startup_grace after start()).
+    // its record was written (its age says when: a record merely fetched late, written
+    // early, extends nothing), and at most startup_grace after start().
     if (adapted_grace_ && settle_from_ && epoch_ == started_epoch_ && record.epoch == epoch_)
       settle_from_ = std::min(*started_ + config_.startup_grace,
-                              std::max(*settle_from_, now + *adapted_grace_));
+                              std::max(*settle_from_, observed_at + *adapted_grace_));
     return;
   }
   // Newer if it has a later sequence number (same run of the peer) or was written later on

@@ -94,13 +94,18 @@ TEST(StartupGrace, TheSettlingFetchBeginsAsSoonAsItMay) {
 }
 
 // Processes start unevenly: a peer first seen after the others (it started later) moves the
-// moment the view settles to its sighting plus the adapted wait, so peers started with it are
-// in the first round too; at most startup_grace after start(), and not after a step.
+// moment the view settles to the time its record was written plus the adapted wait, so peers
+// started with it are in the first round too; at most startup_grace after start(), and not after a
+// step.
 TEST(StartupGrace, ALatePeerExtendsTheWaitUntilItsPeersCanBeSeen) {
   auto t = started(500ms, 10ms);                               // settles at 500 ms
   t.observe(make_peer(), rec(0, 0, 10, 1), 0s, t0() + 300ms);  // first seen at 300 ms
   EXPECT_FALSE(round_after_fetch_at(t, 700ms));
   EXPECT_TRUE(round_after_fetch_at(t, 800ms));
+  // A record written at 20 ms, first fetched at 600 ms: not a late start, nothing moves.
+  auto fetched_late = started(500ms, 10ms);
+  fetched_late.observe(make_peer(), rec(0, 0, 10, 1), 580ms, t0() + 600ms);
+  EXPECT_TRUE(round_after_fetch_at(fetched_late, 600ms));
   auto bounded = started(500ms, 10ms);
   bounded.observe(make_peer(), rec(0, 0, 10, 1), 0s, t0() + 1800ms);  // 2.3 s, bounded at 2 s
   EXPECT_FALSE(round_after_fetch_at(bounded, 1900ms));

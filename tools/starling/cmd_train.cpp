@@ -21,7 +21,7 @@
 #include "starling/optim/optimizer.hpp"
 #include "starling/training/checkpoint.hpp"
 #include "starling/training/round_budget.hpp"
-#include "train_eval_pause.hpp"
+#include "train_bench_hooks.hpp"
 #include "train_grad_check.hpp"
 #include "train_metrics.hpp"
 #include "train_options.hpp"
@@ -168,6 +168,14 @@ int train_main(const TrainOptions& o) {
     std::cerr << "error: " << inner.error().message() << "\n";
     net.value()->stop();
     return 2;
+  }
+  // Benchmarks: the trainers start their clocks (and their startup grace) together.
+  if (!o.start_barrier.empty()) {
+    if (auto b = wait_start_barrier(o.start_barrier, 120); !b) {
+      std::cerr << "error: " << b.error().message() << "\n";
+      net.value()->stop();
+      return 2;
+    }
   }
   auto created = optim::Optimizer::create(task.module(), std::move(inner).value(), oo.value(),
                                           net.value()->collaboration());

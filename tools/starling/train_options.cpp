@@ -168,6 +168,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option("--eval-pause-file", o.eval_pause_file,
                  "benchmarks: stop the processes whose ids this file lists while evaluating "
                  "(SIGSTOP, then SIGCONT), so that evaluation time is time nobody computed");
+  cmd.add_option("--start-barrier", o.start_barrier,
+                 "benchmarks: once ready to train, create DIR/ready.<pid> and wait (at most "
+                 "120 s) for DIR/go, so that trainers start their clocks together");
   cmd.add_option("--progress-every", o.progress_every,
                  "seconds between progress lines when stderr is not a terminal")
       ->capture_default_str();

@@ -98,8 +98,9 @@ struct TrainOptions {
   double target_accuracy = 0;
   bool stop_at_target = false;
   std::string eval_pause_file;  // benchmarks: processes stopped while evaluating
-  double progress_every = 2;  // seconds between progress lines when stderr is not a tty
-  std::string report;         // write a JSON summary here at the end
+  std::string start_barrier;    // benchmarks: wait for DIR/go before starting the clock
+  double progress_every = 2;    // seconds between progress lines when stderr is not a tty
+  std::string report;           // write a JSON summary here at the end
   double averaging_timeout = 30;
   double matchmaking_time = 2;
   double startup_grace = 0.5;  // ProgressConfig::startup_grace_min (0: --matchmaking-time)

@@ -116,9 +116,9 @@ struct ProgressConfig {
   // clamp(grace_per_publish x that publication's duration, startup_grace_min, startup_grace)
   // instead of start() + startup_grace. A peer started with this one publishes in about the
   // same time, so its record is stored well before that fetch. A peer first seen at the
-  // starting epoch before any step (it started later) moves that point to its sighting plus
-  // the adapted wait (at most start() + startup_grace). Stepping alone still waits for the
-  // whole startup_grace. 0: the fixed startup_grace.
+  // starting epoch before any step (it started later) moves that point to the time its
+  // record was written plus the adapted wait (at most start() + startup_grace). Stepping alone
+  // still waits for the whole startup_grace. 0: the fixed startup_grace.
   Duration startup_grace_min{0};
   double grace_per_publish = 10;
   // This peer computes no gradients (it only helps averaging).

@@ -1,4 +1,6 @@
-// A benchmark hook of `starling train --eval-pause-file FILE`: while this trainer evaluates,
+// Benchmark hooks of `starling train` (bench/time_to_accuracy.sh).
+//
+// --eval-pause-file FILE: while this trainer evaluates,
 // the processes FILE lists (one id per line or space-separated) are stopped (SIGSTOP) and
 // continued after (SIGCONT), so that the time the trainer subtracts as evaluation is time in
 // which the collaboration computed nothing (bench/time_to_accuracy.sh). Otherwise the other
@@ -9,6 +11,8 @@
 
 #include <string>
 #include <vector>
+
+#include "starling/core/result.hpp"
 
 namespace starling::cli {
 
@@ -24,5 +28,10 @@ class EvalPause {
  private:
   std::vector<pid_t> pids_;
 };
+
+// --start-barrier DIR: a trainer ready to train (data loaded, network joined) creates
+// DIR/ready.<pid>, then waits until DIR/go exists (at most `bound`), so that the trainers of a
+// benchmark start their clocks together however unevenly their processes started.
+result<void> wait_start_barrier(const std::string& dir, double bound_seconds);
 
 }  // namespace starling::cli
