@@ -56,7 +56,7 @@ best() {
 outcome() {
   local f=$2
   if [[ -s $f && -n $(field "$f" target_reached_seconds) ]]; then
-    echo "$(field "$f" target_reached_seconds) $(field "$f" target_reached_epoch) $(field "$f" target_reached_eval_seconds)"
+    echo "$(field "$f" target_reached_seconds) $(field "$f" target_reached_epoch) $(field "$f" target_reached_eval_seconds) $(field "$f" target_reached_cpu_seconds)"
   else
     read -r acc ep < <(best "$3" || true)
     echo "- ${acc:-0} ${ep:-0}"
@@ -67,14 +67,14 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
 "$bin" train --identity "$dir/alone.key" --run-id tta-alone "${recipe[@]}" --eval-every "$eval_every" \
   --target-accuracy "$target" --stop-at-target --max-seconds "$deadline" --report "$dir/alone.json" \
   > "$dir/alone.out" 2> "$dir/alone.log" || true
-read -r alone_s alone_ep alone_ev < <(outcome alone "$dir/alone.json" "$dir/alone.log")
+read -r alone_s alone_ep alone_ev _ < <(outcome alone "$dir/alone.json" "$dir/alone.log")
 echo "alone $(cut -d' ' -f1 /proc/loadavg)" >> "$dir/loads"
 if [[ -n $alt ]]; then
   "$bin" train --identity "$dir/alone.key" --run-id tta-alone-alt "${base[@]}" \
     --target-batch-size "$alt" --eval-every $((eval_every * 1024 / alt)) --target-accuracy "$target" \
     --stop-at-target --max-seconds "$deadline" --report "$dir/alone-alt.json" \
     > "$dir/alone-alt.out" 2> "$dir/alone-alt.log" || true
-  read -r alt_s alt_ep alt_ev < <(outcome alone "$dir/alone-alt.json" "$dir/alone-alt.log")
+  read -r alt_s alt_ep alt_ev alt_cpu < <(outcome alone "$dir/alone-alt.json" "$dir/alone-alt.log")
 fi
 
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/bootstrap_node.sh"
@@ -111,8 +111,13 @@ collab() {
     sleep 0.1
   done
   touch "$bar/go"
-  wait "${ps[0]}" || true
+  # The others stop as soon as trainer 1 reached the target (not after its exit: their CPU
+  # seconds are counted until they stop).
+  while kill -0 "${ps[0]}" 2>/dev/null && ! grep -q '^reached test accuracy' "$dir/${m}1.log"; do
+    sleep 0.02
+  done
   for p in "${ps[@]:1}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait "${ps[0]}" || true
   for p in "${ps[@]:1}"; do
     timeout 15 tail --pid="$p" -f /dev/null || kill -9 "$p" 2>/dev/null || true
   done
@@ -139,6 +144,14 @@ for m in $modes; do
     *) echo "unknown mode $m"; exit 2 ;;
   esac
   res[$m]=$(outcome "$m" "$dir/${m}1.json" "$dir/${m}1.log")
+  # CPU seconds of all trainers (trainer 1's at the target, the others' until they stopped,
+  # evaluations left out): robust to other load on the machine.
+  read -r a b c cpu1 <<<"${res[$m]}"
+  if [[ $a != - && -n ${cpu1:-} ]]; then
+    cpu=$cpu1
+    for i in $(seq 2 "$k"); do cpu=$(awk -v x="$cpu" -v y="$(field "$dir/$m$i.json" cpu_seconds)" 'BEGIN{printf "%.2f", x + y}'); done
+    res[$m]="$a $b $c $cpu"
+  fi
 done
 
 share=$((k < cores ? k : cores))
@@ -146,21 +159,24 @@ train_of() { [[ $1 == - ]] && echo - || awk -v s="$1" -v e="$2" 'BEGIN{printf "%
 alone_t=$(train_of "$alone_s" "${alone_ev:-0}")
 ideal=$(awk -v a="$alone_t" -v s="$share" 'BEGIN{ if (a == "-") print "-"; else printf "%.2f", a / s }')
 echo "time to test accuracy $target: $k peers vs one process alone, $cores cores, deadline ${deadline} s, load before: $load0"
-printf '  %-28s %9s %8s %8s %11s %9s %9s\n' config "wall s" epoch "eval s" "training s" "vs alone" "vs ideal"
+printf '  %-28s %9s %8s %8s %11s %9s %9s %7s %9s\n' config "wall s" epoch "eval s" "training s" "vs alone" "vs ideal" "CPU s" "CPU ratio"
+alone_cpu=${alone_cpu:-}
 row() {
-  local name=$1 s=$2 ep=$3 evs=$4
+  local name=$1 s=$2 ep=$3 evs=$4 cpu=${5:-}
   if [[ $s == - ]]; then
     printf '  %-28s %9s %8s %8s %11s %9s %9s   (best %s at epoch %s)\n' "$name" "not reached" - - - - - "$ep" "$evs"
   else
     local t
     t=$(train_of "$s" "$evs")
-    printf '  %-28s %9.1f %8s %8.1f %11.2f %9s %9s\n' "$name" "$s" "$ep" "$evs" "$t" \
+    printf '  %-28s %9.1f %8s %8.1f %11.2f %9s %9s %7s %9s\n' "$name" "$s" "$ep" "$evs" "$t" \
       "$(awk -v x="$t" -v a="$alone_t" 'BEGIN{ if (a == "-") print "-"; else printf "%.2f", x / a }')" \
-      "$(awk -v x="$t" -v i="$ideal" 'BEGIN{ if (i == "-") print "-"; else printf "%.2f", x / i }')"
+      "$(awk -v x="$t" -v i="$ideal" 'BEGIN{ if (i == "-") print "-"; else printf "%.2f", x / i }')" \
+      "$(awk -v x="$cpu" 'BEGIN{ if (x == "") print "-"; else printf "%.2f", x }')" "$(awk -v x="$cpu" -v a="$alone_cpu" 'BEGIN{ if (a == "" || x == "") print "-"; else printf "%.2f", x / a }')"
   fi
 }
-row "alone (1 process, 1 thread)" $alone_s $alone_ep $alone_ev
-[[ -n $alt ]] && row "alone, target batch $alt" $alt_s $alt_ep $alt_ev
+alone_cpu=$(awk -v x="$(field "$dir/alone.json" target_reached_cpu_seconds)" 'BEGIN{ if (x != "") printf "%.2f", x }')
+row "alone (1 process, 1 thread)" $alone_s $alone_ep $alone_ev "$alone_cpu"
+[[ -n $alt ]] && row "alone, target batch $alt" $alt_s $alt_ep $alt_ev "${alt_cpu:-}"
 echo "  ideal: alone's training s / $share = $ideal s"
 for m in $modes; do
   # shellcheck disable=SC2086
@@ -195,11 +211,13 @@ fi
 json="{\"bench\":\"time_to_accuracy\",\"target\":$target,\"peers\":$k,\"cores\":$cores,\"deadline\":$deadline"
 num() { [[ $1 == - ]] && echo null || echo "$1"; }
 [[ -n $alt ]] && json+=",\"alone_alt_target\":$alt,\"alone_alt_training_seconds\":$(num "$(train_of "$alt_s" "${alt_ev:-0}")")"
+[[ -n $alone_cpu ]] && json+=",\"alone_cpu_seconds\":$alone_cpu"
 json+=",\"alone_seconds\":$(num "$alone_s"),\"alone_training_seconds\":$(num "$alone_t"),\"ideal_seconds\":$(num "$ideal")"
 for m in $modes; do
-  read -r s ep evs <<<"${res[$m]}"
+  read -r s ep evs cpu <<<"${res[$m]}"
   t=$(train_of "$s" "$evs")
   json+=",\"${m}_seconds\":$(num "$s"),\"${m}_training_seconds\":$(num "$t")"
+  [[ -n ${cpu:-} && $s != - ]] && json+=",\"${m}_cpu_seconds\":$cpu"
   [[ $t == - || $alone_t == - ]] || json+=",\"${m}_vs_alone\":$(awk -v x="$t" -v a="$alone_t" 'BEGIN{printf "%.3f", x / a}')"
 done
 echo "RESULT $json,\"load_before\":\"$load0\"}"

@@ -214,7 +214,11 @@ int train_main(const TrainOptions& o) {
   // Time to accuracy: wall time from the start (evaluations included) and the time spent in
   // evaluations, at the first evaluation that reached the target.
   Duration eval_time{};
-  std::optional<double> reached_seconds, reached_eval_seconds;
+  // CPU seconds of this process from the clock's start, evaluations left out (all threads:
+  // the training thread, torch's and the network's); robust to a machine shared with others.
+  const double cpu0 = process_cpu_seconds();
+  double eval_cpu = 0;
+  std::optional<double> reached_seconds, reached_eval_seconds, reached_cpu;
   std::uint64_t reached_epoch = 0;
   if (o.task == "lm" && o.eval_every > 0) {
     const auto ev = evaluate(task, opt);
@@ -289,11 +293,13 @@ int train_main(const TrainOptions& o) {
         rep.value().epoch >= last_eval_epoch + o.eval_every) {
       last_eval_epoch = rep.value().epoch;
       const auto e0 = Clock::now();
+      const double c0 = process_cpu_seconds();
       const auto ev = [&] {
         EvalPause pause(o.eval_pause_file);
         return evaluate(task, opt);
       }();
       eval_time += Clock::now() - e0;
+      eval_cpu += process_cpu_seconds() - c0;
       const double at = std::chrono::duration<double>(Clock::now() - t0).count();
       std::cerr << (progress.tty ? "\n" : "")
                 << fmt::format("epoch {}: {} at {:.1f} s\n", rep.value().epoch, ev.describe(), at);
@@ -302,6 +308,7 @@ int train_main(const TrainOptions& o) {
         reached_seconds = at;
         reached_eval_seconds = std::chrono::duration<double>(eval_time).count();
         reached_epoch = rep.value().epoch;
+        reached_cpu = process_cpu_seconds() - cpu0 - eval_cpu;
         std::cerr << fmt::format(
             "reached test accuracy {:.4f} (target {}) at epoch {} in {:.1f} s "
             "({:.1f} s of it evaluating)\n",
@@ -325,6 +332,7 @@ int train_main(const TrainOptions& o) {
       break;
     }
   }
+  const double loop_cpu = process_cpu_seconds() - cpu0 - eval_cpu;
   if (progress.tty) std::cerr << "\n";
   const bool finished =
       stop_reason != "interrupted" && stop_reason != "error" && stop_reason != "identity-conflict";
@@ -391,6 +399,7 @@ int train_main(const TrainOptions& o) {
                         {"state_downloads", final_status.state_downloads},
                         {"seconds", secs},
                         {"started_unix", started_unix},
+                        {"cpu_seconds", loop_cpu},
                         {"step_seconds", step_secs},
                         {"param_hash", hash}};
     if (grad_check) {
@@ -410,6 +419,7 @@ int train_main(const TrainOptions& o) {
         j["target_reached_seconds"] = *reached_seconds;
         j["target_reached_eval_seconds"] = *reached_eval_seconds;
         j["target_reached_epoch"] = reached_epoch;
+        j["target_reached_cpu_seconds"] = *reached_cpu;
       }
     }
     const std::string text = j.dump() + "\n";

@@ -1,6 +1,7 @@
 #include "train_bench_hooks.hpp"
 
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -23,6 +24,12 @@ EvalPause::EvalPause(const std::string& file) {
 
 EvalPause::~EvalPause() {
   for (const pid_t p : pids_) kill(p, SIGCONT);
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 result<void> wait_start_barrier(const std::string& dir, double bound_seconds) {

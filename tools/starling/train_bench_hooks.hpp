@@ -29,6 +29,9 @@ class EvalPause {
   std::vector<pid_t> pids_;
 };
 
+// CPU seconds used by this process so far (all threads).
+double process_cpu_seconds();
+
 // --start-barrier DIR: a trainer ready to train (data loaded, network joined) creates
 // DIR/ready.<pid>, then waits until DIR/go exists (at most `bound`), so that the trainers of a
 // benchmark start their clocks together however unevenly their processes started.
