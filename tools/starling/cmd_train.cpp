@@ -206,20 +206,10 @@ int train_main(const TrainOptions& o) {
   Progress progress;
   progress.every = seconds(std::max(0.1, o.progress_every));
   const auto t0 = Clock::now();
-  // The same instant on the wall clock, in the report: a harness compares the starts of
-  // processes (bench/time_to_accuracy.sh: how long trainer 1 waited for the last to start).
-  const double started_unix =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::uint64_t last_eval_epoch = opt.local_epoch();
   // Time to accuracy: wall time from the start (evaluations included) and the time spent in
   // evaluations, at the first evaluation that reached the target.
-  Duration eval_time{};
-  // CPU seconds of this process from the clock's start, evaluations left out (all threads:
-  // the training thread, torch's and the network's); robust to a machine shared with others.
-  const double cpu0 = process_cpu_seconds();
-  double eval_cpu = 0;
-  std::optional<double> reached_seconds, reached_eval_seconds, reached_cpu;
-  std::uint64_t reached_epoch = 0;
+  TimeToTarget ttt;
   if (o.task == "lm" && o.eval_every > 0) {
     const auto ev = evaluate(task, opt);
     std::cerr << fmt::format("epoch {} (start): {}\n", opt.local_epoch(), ev.describe());
@@ -292,27 +282,17 @@ int train_main(const TrainOptions& o) {
     if (rep.value().stepped && o.eval_every > 0 &&
         rep.value().epoch >= last_eval_epoch + o.eval_every) {
       last_eval_epoch = rep.value().epoch;
-      const auto e0 = Clock::now();
-      const double c0 = process_cpu_seconds();
-      const auto ev = [&] {
-        EvalPause pause(o.eval_pause_file);
-        return evaluate(task, opt);
-      }();
-      eval_time += Clock::now() - e0;
-      eval_cpu += process_cpu_seconds() - c0;
-      const double at = std::chrono::duration<double>(Clock::now() - t0).count();
+      const auto ev = ttt.evaluation(o.eval_pause_file, [&] { return evaluate(task, opt); });
+      const double at = ttt.elapsed();
       std::cerr << (progress.tty ? "\n" : "")
                 << fmt::format("epoch {}: {} at {:.1f} s\n", rep.value().epoch, ev.describe(), at);
       metrics.evaluated(ev.accuracy, ev.loss, rep.value().epoch, ev.perplexity);
-      if (o.target_accuracy > 0 && !reached_seconds && ev.accuracy >= o.target_accuracy) {
-        reached_seconds = at;
-        reached_eval_seconds = std::chrono::duration<double>(eval_time).count();
-        reached_epoch = rep.value().epoch;
-        reached_cpu = process_cpu_seconds() - cpu0 - eval_cpu;
+      if (o.target_accuracy > 0 && ev.accuracy >= o.target_accuracy &&
+          ttt.reach(rep.value().epoch)) {
         std::cerr << fmt::format(
             "reached test accuracy {:.4f} (target {}) at epoch {} in {:.1f} s "
             "({:.1f} s of it evaluating)\n",
-            ev.accuracy, o.target_accuracy, reached_epoch, at, *reached_eval_seconds);
+            ev.accuracy, o.target_accuracy, rep.value().epoch, at, ttt.eval_seconds());
         if (o.stop_at_target) {
           stop_reason = "target-accuracy";
           break;
@@ -332,7 +312,7 @@ int train_main(const TrainOptions& o) {
       break;
     }
   }
-  const double loop_cpu = process_cpu_seconds() - cpu0 - eval_cpu;
+  ttt.end_training();
   if (progress.tty) std::cerr << "\n";
   const bool finished =
       stop_reason != "interrupted" && stop_reason != "error" && stop_reason != "identity-conflict";
@@ -398,8 +378,6 @@ int train_main(const TrainOptions& o) {
                         {"samples_dropped", final_status.samples_dropped},
                         {"state_downloads", final_status.state_downloads},
                         {"seconds", secs},
-                        {"started_unix", started_unix},
-                        {"cpu_seconds", loop_cpu},
                         {"step_seconds", step_secs},
                         {"param_hash", hash}};
     if (grad_check) {
@@ -412,16 +390,8 @@ int train_main(const TrainOptions& o) {
       j["heldout_loss"] = ev.loss;
       j["heldout_accuracy"] = ev.accuracy;
     }
-    if (o.target_accuracy > 0) {
-      j["target_accuracy"] = o.target_accuracy;
-      j["eval_seconds"] = std::chrono::duration<double>(eval_time).count();
-      if (reached_seconds) {
-        j["target_reached_seconds"] = *reached_seconds;
-        j["target_reached_eval_seconds"] = *reached_eval_seconds;
-        j["target_reached_epoch"] = reached_epoch;
-        j["target_reached_cpu_seconds"] = *reached_cpu;
-      }
-    }
+    if (o.target_accuracy > 0) j["target_accuracy"] = o.target_accuracy;
+    ttt.report(j, o.target_accuracy > 0);
     const std::string text = j.dump() + "\n";
     auto w = training::write_file_atomic(o.report, as_bytes(text));
     if (!w) std::cerr << "error: report: " << w.error().message() << "\n";

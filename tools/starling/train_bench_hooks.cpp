@@ -9,6 +9,8 @@
 #include <fstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 namespace starling::cli {
 
 EvalPause::EvalPause(const std::string& file) {
@@ -30,6 +32,45 @@ double process_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+TimeToTarget::TimeToTarget()
+    : started_unix_(
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count()) {}
+
+double TimeToTarget::elapsed() const {
+  return std::chrono::duration<double>(Clock::now() - t0_).count();
+}
+
+double TimeToTarget::eval_seconds() const {
+  return std::chrono::duration<double>(eval_time_).count();
+}
+
+bool TimeToTarget::reach(std::uint64_t epoch) {
+  if (reached_seconds_) return false;
+  reached_seconds_ = elapsed();
+  reached_eval_seconds_ = eval_seconds();
+  reached_epoch_ = epoch;
+  reached_cpu_ = process_cpu_seconds() - cpu0_ - eval_cpu_;
+  return true;
+}
+
+void TimeToTarget::end_training() {
+  cpu_end_ = process_cpu_seconds() - cpu0_ - eval_cpu_;
+}
+
+void TimeToTarget::report(nlohmann::json& j, bool with_target) const {
+  // The wall-clock instant the clock started: a harness compares the trainers' starts.
+  j["started_unix"] = started_unix_;
+  j["cpu_seconds"] = cpu_end_;
+  if (!with_target) return;
+  j["eval_seconds"] = eval_seconds();
+  if (!reached_seconds_) return;
+  j["target_reached_seconds"] = *reached_seconds_;
+  j["target_reached_eval_seconds"] = *reached_eval_seconds_;
+  j["target_reached_epoch"] = reached_epoch_;
+  j["target_reached_cpu_seconds"] = *reached_cpu_;
 }
 
 result<void> wait_start_barrier(const std::string& dir, double bound_seconds) {
