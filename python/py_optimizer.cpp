@@ -18,6 +18,7 @@
 
 #include "py_common.hpp"
 #include "py_inner.hpp"
+#include "starling/averaging/robust.hpp"
 #include "starling/collab/net_collaboration.hpp"
 #include "starling/core/log.hpp"
 #include "starling/optim/optimizer.hpp"
@@ -103,6 +104,20 @@ void initialise_state(py::object& opt, const std::vector<py::object>& params) {
   }
 }
 
+// Worker momentum moves the first moment before the average: the optimizer must keep none of
+// its own (Adam/AdamW betas[0] == 0, SGD momentum == 0).
+void refuse_own_momentum(const py::object& opt) {
+  for (auto g : opt.attr("param_groups")) {
+    auto group = g.cast<py::dict>();
+    if (group.contains("betas") && py::cast<double>(group["betas"].attr("__getitem__")(0)) != 0)
+      throw py::value_error(
+          "worker_momentum replaces the optimizer's first moment: create it with betas=(0, ...)");
+    if (group.contains("momentum") && py::cast<double>(group["momentum"]) != 0)
+      throw py::value_error(
+          "worker_momentum replaces the optimizer's momentum: create it with momentum=0");
+  }
+}
+
 }  // namespace
 
 class PyOptimizer {
@@ -112,7 +127,8 @@ class PyOptimizer {
               const std::string& compression, std::uint32_t diloco_steps, double matchmaking_time,
               double averaging_timeout, double load_state_timeout,
               const std::string& checkpoint_dir, bool auxiliary, const py::object& model,
-              const py::object& names, const std::string& run_key, const std::string& membership)
+              const py::object& names, const std::string& run_key, const std::string& membership,
+              const std::string& aggregation, double clip_tau, bool verify, double worker_momentum)
       : dht_(std::move(dht)), py_opt_(std::move(optimizer)) {
     dht_->check_open();
     if (!py::hasattr(py_opt_, "param_groups") || !py::hasattr(py_opt_, "step"))
@@ -133,6 +149,7 @@ class PyOptimizer {
         py_params_.push_back(py::reinterpret_borrow<py::object>(p));
       }
     if (params.empty()) throw py::value_error("the optimizer has no parameters");
+    if (worker_momentum > 0) refuse_own_momentum(py_opt_);
     view_ = std::make_shared<ModelView>();
     name_parameters(params, model, names);
 
@@ -153,6 +170,7 @@ class PyOptimizer {
     o.auxiliary = auxiliary;
     o.client_mode = dht_->client_mode();
     o.optimizer_state_in_model = state_in_model;
+    o.worker_momentum = worker_momentum;
     o.checkpoint_dir = checkpoint_dir;
     o.interrupted = [this] { return check_signals(); };
     o.grad_compression = unwrap(training::parse_compression(compression));
@@ -166,6 +184,12 @@ class PyOptimizer {
     collab::NetCollaborationConfig cfg;
     cfg.run_id = run_id;
     cfg.client_mode = dht_->client_mode();
+    cfg.aggregation.kind = unwrap(averaging::parse_aggregation(aggregation));
+    cfg.aggregation.tau = clip_tau;
+    unwrap(averaging::validate(cfg.aggregation));
+    cfg.verify = verify;
+    if (verify && compression != "none")
+      throw py::value_error("verify=True sends gradients uncompressed: pass compression='none'");
     if (!run_key.empty() || !membership.empty()) {  // a private run
       if (run_key.empty() || membership.empty())
         throw py::value_error("a private run needs both run_key and membership");
@@ -219,6 +243,29 @@ class PyOptimizer {
     check_open();
     py::gil_scoped_release release;
     return opt_->status();
+  }
+
+  // [{"peer": id, "reason": why}] of the peers this one banned (verify=True).
+  py::list banned_peers() const {
+    check_open();
+    auto c = collab_;
+    auto r = [&] {
+      py::gil_scoped_release release;
+      return block_on(
+          dht_->executor(),
+          [c]() -> awaitable<result<std::vector<collab::NetCollaboration::BannedPeer>>> {
+            co_return c->banned_peers();
+          },
+          10s);
+    }();
+    py::list out;
+    for (const auto& b : unwrap(std::move(r))) {
+      py::dict d;
+      d["peer"] = b.peer.to_string();
+      d["reason"] = b.reason;
+      out.append(d);
+    }
+    return out;
   }
 
   const char* state_sharing() const {
@@ -403,21 +450,30 @@ optimizer's state tensors are read and written in place. Pass model= (the module
 optimizer trains) to name the parameters as the model does: peers of one run must agree on
 names and shapes, and `starling train` peers use the model's names. A private run (see
 docs/security.md): run_key= (the run key's text) and membership= (this peer's certificate
-file, `starling run-key sign`).)doc")
+file, `starling run-key sign`). Hostile peers (docs/security.md): aggregation='centered-clip'
+(clip_tau: its radius, 0 adaptive), verify=True (signed, checked rounds; cheaters are banned,
+see banned_peers()), worker_momentum=0.9 (peers average the moving average of their gradients;
+the optimizer then keeps no momentum of its own: Adam betas=(0, 0.999)). Every peer of a run
+uses the same.)doc")
       .def(py::init<std::shared_ptr<Dht>, std::string, py::object, std::uint64_t, std::size_t,
                     std::string, std::uint32_t, double, double, double, std::string, bool,
-                    py::object, py::object, std::string, std::string>(),
+                    py::object, py::object, std::string, std::string, std::string, double, bool,
+                    double>(),
            py::arg("dht"), py::arg("run_id"), py::arg("optimizer"), py::arg("target_batch_size"),
            py::arg("batch_size_per_step") = 0, py::arg("compression") = "none",
            py::arg("diloco_steps") = 0, py::arg("matchmaking_time") = 5.0,
            py::arg("averaging_timeout") = 30.0, py::arg("load_state_timeout") = 60.0,
            py::arg("checkpoint_dir") = "", py::arg("auxiliary") = false,
            py::arg("model") = py::none(), py::arg("names") = py::none(), py::arg("run_key") = "",
-           py::arg("membership") = "")
+           py::arg("membership") = "", py::arg("aggregation") = "mean", py::arg("clip_tau") = 0.0,
+           py::arg("verify") = false, py::arg("worker_momentum") = 0.0)
       .def("step", &PyOptimizer::step, py::arg("batch_size") = py::none(),
            "Call after loss.backward() on a batch (batch_size: its samples; default "
            "batch_size_per_step). Returns True when the collaboration's epoch advanced.")
       .def("zero_grad", &PyOptimizer::zero_grad, py::arg("set_to_none") = false)
+      .def("banned_peers", &PyOptimizer::banned_peers,
+           "The peers this one banned for the run (verify=True): a list of {'peer': id, "
+           "'reason': why}.")
       .def_property_readonly("local_epoch", &PyOptimizer::local_epoch)
       .def_property_readonly("state_sharing", &PyOptimizer::state_sharing,
                              "How the optimizer's state travels: 'sgd', 'adam', 'adamw' "

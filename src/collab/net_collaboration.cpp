@@ -144,6 +144,16 @@ bool NetCollaboration::banned(const net::PeerId& peer) const {
   return k && impl_->bans->banned(*k);
 }
 
+std::vector<NetCollaboration::BannedPeer> NetCollaboration::banned_peers() const {
+  std::vector<BannedPeer> out;
+  if (!impl_->bans) return out;
+  for (const auto& b : impl_->bans->bans())
+    out.push_back({net::PeerId::from_public_key(crypto::PublicKey(
+                       crypto::KeyType::ed25519, Bytes(b.peer.begin(), b.peer.end()))),
+                   b.reason});
+  return out;
+}
+
 NetCollaboration::NetCollaboration(std::shared_ptr<net::Host> host,
                                    std::shared_ptr<dht::DhtNode> node, NetCollaborationConfig cfg)
     : host_(std::move(host)),

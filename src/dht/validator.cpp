@@ -1,10 +1,32 @@
 #include "starling/dht/validator.hpp"
 
 #include <algorithm>
+#include <mutex>
 
+#include "starling/core/fifo_map.hpp"
+#include "starling/crypto/keys.hpp"
 #include "starling/dht/signing.hpp"
 
 namespace starling::dht {
+
+struct OwnerSignatureValidator::Memory {
+  std::mutex mutex;
+  FifoMap<crypto::Sha256, bool> verified{kVerifiedMemory};
+  std::uint64_t verifications = 0, remembered = 0;
+};
+
+OwnerSignatureValidator::OwnerSignatureValidator() : memory_(std::make_unique<Memory>()) {}
+OwnerSignatureValidator::~OwnerSignatureValidator() = default;
+
+std::uint64_t OwnerSignatureValidator::verifications() const {
+  std::lock_guard lk(memory_->mutex);
+  return memory_->verifications;
+}
+
+std::uint64_t OwnerSignatureValidator::remembered() const {
+  std::lock_guard lk(memory_->mutex);
+  return memory_->remembered;
+}
 
 ValidatorChain ValidatorChain::standard(const WireLimits& limits) {
   ValidatorChain c;
@@ -70,8 +92,32 @@ result<void> OwnerSignatureValidator::validate(const RecordKey& key, Record& rec
   if (body.lifetime.count() <= 0)
     return make_error(dht_errc::signature_window, "signed lifetime is zero");
   auto pk = owner.public_key();  // owners_in checked it is an inlined Ed25519 key
-  if (!pk || !pk->verify(signing_payload(key, record.subkey, body), body.signature))
-    return make_error(dht_errc::bad_signature, "owner " + owner.short_string());
+  if (!pk) return make_error(dht_errc::bad_signature, "owner " + owner.short_string());
+  const Bytes payload = signing_payload(key, record.subkey, body);
+  // What the memory is keyed on: everything the verification reads, length-prefixed.
+  Bytes seen;
+  const auto put = [&seen](BytesView b) {
+    const auto n = static_cast<std::uint32_t>(b.size());
+    for (int i = 0; i < 4; ++i) seen.push_back(static_cast<std::uint8_t>(n >> (8 * i)));
+    seen.insert(seen.end(), b.begin(), b.end());
+  };
+  put(pk->data());
+  put(body.signature);
+  put(payload);
+  const crypto::Sha256 digest = crypto::sha256(seen);
+  bool known = false;
+  {
+    std::lock_guard lk(memory_->mutex);
+    known = memory_->verified.count(digest) != 0;
+    if (known) ++memory_->remembered;
+  }
+  if (!known) {
+    if (!pk->verify(payload, body.signature))
+      return make_error(dht_errc::bad_signature, "owner " + owner.short_string());
+    std::lock_guard lk(memory_->mutex);
+    ++memory_->verifications;
+    memory_->verified.try_emplace(digest, true);
+  }
 
   // The coarse wall-clock window (see signing.hpp). Everything in microseconds; versions and
   // lifetimes above 2^62 are rejected by the decoder, so nothing here overflows.

@@ -221,10 +221,18 @@ awaitable<void> OptimizerIo::publish_once(bool leaving) {
   const Duration ttl = leaving ? kLeavingTtl : options_.progress_ttl;
   auto rec = run([&](training::ProgressTracker& t) { return t.make_record(Clock::now(), ttl); });
   rec.leaving = leaving;
+  const TimePoint began = Clock::now();
   auto r =
       co_await with_timeout(collab_->publish_progress(training::encode_progress(rec), ttl),
                             leaving ? kLeavingPublishTimeout : kPublishTimeout, "publish progress");
   if (!r) log()->info("publishing progress failed: {}", r.error().message());
+  if (r && !leaving) {
+    const Duration took = Clock::now() - began;
+    run([&](training::ProgressTracker& t) {
+      t.publish_took(took);
+      return 0;
+    });
+  }
 }
 
 awaitable<void> OptimizerIo::fetch_once() {

@@ -187,6 +187,18 @@ void ProgressTracker::end_background_round(bool stepped) {
 void ProgressTracker::start(TimePoint now) {
   hold_alone_until_ = now + config_.startup_grace;
   settle_from_ = hold_alone_until_;
+  started_ = now;
+  started_epoch_ = epoch_;
+}
+
+void ProgressTracker::publish_took(Duration took) {
+  if (adapted_grace_ || !started_ || !settle_from_ || config_.startup_grace_min <= Duration::zero())
+    return;
+  const auto adapted = std::clamp(
+      std::chrono::duration_cast<Duration>(took * config_.grace_per_publish),
+      config_.startup_grace_min, std::max(config_.startup_grace_min, config_.startup_grace));
+  adapted_grace_ = adapted;
+  settle_from_ = std::min(*settle_from_, *started_ + adapted);
 }
 
 void ProgressTracker::round_failed(TimePoint now) {
@@ -284,6 +296,14 @@ void ProgressTracker::observe(const net::PeerId& peer, const PeerProgress& recor
   auto it = peers_.find(peer);
   if (it == peers_.end()) {
     peers_.emplace(peer, Held{record, observed_at});
+    // A peer first seen at the starting epoch, before this one's first epoch change, may
+    // have started later than the others (processes start unevenly): peers started with it
+    // publish within the adapted wait, so the view settles no sooner than that wait after
+    // its record was written (its age says when: a record merely fetched late, written
+    // early, extends nothing), and at most startup_grace after start().
+    if (adapted_grace_ && settle_from_ && epoch_ == started_epoch_ && record.epoch == epoch_)
+      settle_from_ = std::min(*started_ + config_.startup_grace,
+                              std::max(*settle_from_, observed_at + *adapted_grace_));
     return;
   }
   // Newer if it has a later sequence number (same run of the peer) or was written later on
@@ -431,7 +451,11 @@ Duration ProgressTracker::fetch_interval(const CollaborationView& v, TimePoint n
   for (const auto& [id, h] : peers_)
     if (live(h, now) && h.record.epoch + 1 == epoch_)
       next = std::min(next, 2 * config_.min_refresh);
-  return std::clamp(next, config_.min_refresh, config_.max_refresh);
+  next = std::clamp(next, config_.min_refresh, config_.max_refresh);
+  // Until the view settled, the fetch that settles it begins as soon as it may.
+  if (settle_from_ && !(confirming_fetch_ && confirming_fetch_->first >= *settle_from_))
+    next = std::min(next, std::max<Duration>(*settle_from_ - now, Duration::zero()));
+  return next;
 }
 
 Duration ProgressTracker::next_fetch(TimePoint now) const {

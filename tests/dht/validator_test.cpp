@@ -185,3 +185,44 @@ TEST(Validators, SizesSchemasAndChainOrder) {
   r = plain;
   EXPECT_EQ(schema.validate(RecordKey::from_string("elsewhere"), r, ctx).error(), dht_errc::schema);
 }
+
+TEST(OwnerSignature, RemembersVerifiedSignaturesWithoutTrustingLookalikes) {
+  Owner a, b;
+  const OwnerSignatureValidator v;
+  const auto key = RecordKey::from_string("peers/" + a.marker());
+  auto good = make_signed_record(a.key, key, std::nullopt, to_bytes("v"), 60s, version_at(wall));
+  auto run = [&](const RecordKey& k, Record r, const ValidationContext& c = ctx) {
+    return v.validate(k, r, c);
+  };
+  ASSERT_TRUE(run(key, good));
+  ASSERT_TRUE(run(key, good));
+  EXPECT_EQ(v.verifications(), 1u);  // the repeat was found in the memory
+  EXPECT_EQ(v.remembered(), 1u);
+
+  // Every variant of a remembered record is verified (and rejected) again.
+  Record forged = good;
+  forged.body.value = to_bytes("evil");
+  EXPECT_EQ(run(key, forged).error(), dht_errc::bad_signature);
+  Record flipped = good;
+  flipped.body.signature[10] ^= 1;
+  EXPECT_EQ(run(key, flipped).error(), dht_errc::bad_signature);
+  Record later = good;
+  later.body.version += 1;
+  EXPECT_EQ(run(key, later).error(), dht_errc::bad_signature);
+  EXPECT_EQ(run(RecordKey::from_string("other/" + a.marker()), good).error(),
+            dht_errc::bad_signature);
+  auto by_b = make_signed_record(b.key, key, std::nullopt, to_bytes("v"), 60s, version_at(wall));
+  EXPECT_EQ(run(key, by_b).error(), dht_errc::bad_signature);
+  EXPECT_EQ(v.remembered(), 1u);
+  // The signing window is checked every time: the remembered record replayed an hour later.
+  const ValidationContext later_ctx{wall + 1h, std::chrono::minutes(10)};
+  EXPECT_EQ(run(key, good, later_ctx).error(), dht_errc::signature_window);
+
+  // Bounded: after kVerifiedMemory other records, the first one is verified again.
+  for (std::size_t i = 0; i < OwnerSignatureValidator::kVerifiedMemory; ++i)
+    ASSERT_TRUE(run(key, make_signed_record(a.key, key, std::nullopt, to_bytes(std::to_string(i)),
+                                            60s, version_at(wall))));
+  const auto before = v.verifications();
+  ASSERT_TRUE(run(key, good));
+  EXPECT_EQ(v.verifications(), before + 1);
+}

@@ -9,6 +9,8 @@ the optimizer only when the parent writes "go" (the C++ trainers of the test are
 that joins on cue then joins at the epoch the parent saw).
 --plain-steps N: no Starling at all: N steps of torch.optim.Adam on the mean gradient of 1,024
 samples (16 batches of 64), the collaboration's recipe for one process alone.
+--aggregation / --verify / --worker-momentum: starling.Optimizer's options against hostile
+peers (the result then lists the peers this one banned).
 --load-only: builds the optimizer, calls load_state_from_peers() once and prints what
 happened (the parameter hash, or the error's type and message) instead of training."""
 import argparse
@@ -58,6 +60,9 @@ def main():
     ap.add_argument("--load-only", action="store_true")
     ap.add_argument("--wait-go", action="store_true")
     ap.add_argument("--plain-steps", type=int, default=0)
+    ap.add_argument("--aggregation", default="mean")
+    ap.add_argument("--verify", action="store_true")
+    ap.add_argument("--worker-momentum", type=float, default=0.0)
     a = ap.parse_args()
     deadline = time.monotonic() + a.deadline
     torch.set_num_threads(1)
@@ -67,7 +72,9 @@ def main():
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, a.hidden),
                                     torch.nn.ReLU(), torch.nn.Linear(a.hidden, 10))
-    adam = torch.optim.Adam(model.parameters(), lr=1e-3)
+    # Worker momentum replaces Adam's first moment (`starling train --worker-momentum` too).
+    adam = torch.optim.Adam(model.parameters(), lr=1e-3,
+                            betas=(0.0 if a.worker_momentum > 0 else 0.9, 0.999))
     x, y = (None, None) if a.load_only else fm.load("train")
     if a.plain_steps:
         return plain(a, model, adam, x, y)
@@ -81,7 +88,8 @@ def main():
     opt = starling.Optimizer(dht=dht, run_id=a.run_id, optimizer=adam, model=model,
                              target_batch_size=1024, batch_size_per_step=64,
                              matchmaking_time=2.0, averaging_timeout=30.0,
-                             load_state_timeout=30.0)
+                             load_state_timeout=30.0, aggregation=a.aggregation,
+                             verify=a.verify, worker_momentum=a.worker_momentum)
     if a.load_only:
         try:
             opt.load_state_from_peers()
@@ -106,7 +114,8 @@ def main():
     say(epoch=opt.local_epoch, hash=fm.parameter_hash(model), sharing=opt.state_sharing,
         accuracy=accuracy, samples=st["samples_total"],
         state_downloads=st["state_downloads"], rounds_ok=st["rounds_ok"],
-        adam_steps=sorted({int(s["step"]) for s in adam.state.values()}))
+        adam_steps=sorted({int(s["step"]) for s in adam.state.values()}),
+        banned=sorted(b["peer"] for b in opt.banned_peers()))
     while time.monotonic() < deadline:
         opt.serve_state_requests()
         if select.select([sys.stdin], [], [], 0.02)[0]:

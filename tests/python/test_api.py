@@ -136,6 +136,33 @@ class ApiTest(unittest.TestCase):
         with self.assertRaises(starling.StarlingError):
             closed.store("k", b"v", starling.get_dht_time() + 10)
 
+        with starling.DHT(listen=LISTEN) as dht:
+            adam = torch.optim.Adam(model.parameters(), lr=1e-3)
+            with self.assertRaisesRegex(ValueError, "aggregation"):
+                starling.Optimizer(dht=dht, run_id="x", optimizer=adam, target_batch_size=8,
+                                   aggregation="median")
+            with self.assertRaisesRegex(ValueError, "compression"):
+                starling.Optimizer(dht=dht, run_id="x", optimizer=adam, target_batch_size=8,
+                                   verify=True, compression="float16")
+            # Worker momentum replaces the optimizer's own first moment / momentum.
+            with self.assertRaisesRegex(ValueError, "betas"):
+                starling.Optimizer(dht=dht, run_id="x", optimizer=adam, target_batch_size=8,
+                                   worker_momentum=0.9)
+            with self.assertRaisesRegex(ValueError, "momentum=0"):
+                starling.Optimizer(dht=dht, run_id="x", target_batch_size=8, worker_momentum=0.9,
+                                   optimizer=torch.optim.SGD(model.parameters(), lr=0.1,
+                                                             momentum=0.9))
+            with self.assertRaisesRegex(ValueError, "worker_momentum"):
+                starling.Optimizer(dht=dht, run_id="x", target_batch_size=8, worker_momentum=1.5,
+                                   optimizer=torch.optim.Adam(model.parameters(),
+                                                              betas=(0, 0.999)))
+            with starling.Optimizer(dht=dht, run_id="wm", target_batch_size=8,
+                                    worker_momentum=0.9, aggregation="centered-clip",
+                                    verify=True,
+                                    optimizer=torch.optim.Adam(model.parameters(),
+                                                               betas=(0, 0.999))) as ok:
+                self.assertEqual(ok.banned_peers(), [])
+
         class Broken(torch.optim.SGD):
             def step(self, closure=None):
                 raise ArithmeticError("broken step")

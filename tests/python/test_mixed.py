@@ -5,6 +5,9 @@ mixed_peer.py) in one collaboration on loopback, on the built-in Fashion-MNIST M
   state: parameters and Adam's moments); one C++ trainer is killed (SIGKILL) once the Python
   peer is averaging with them; a second Python peer joins late. Every live peer ends at the
   same epoch with the same param_hash (`starling train`'s hash) and Adam step count.
+- Two Python peers with aggregation='centered-clip', verify=True and worker momentum, an honest
+  C++ trainer and a C++ owner returning shifted averages (--attack wrong-average): every honest
+  peer bans the cheater and nobody else, and they end with the same parameters.
 - A C++ trainer joins a run of one Python peer and downloads its state: same param_hash.
 - A Python peer whose model has another architecture gets a clear error from
   load_state_from_peers().
@@ -14,6 +17,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -69,12 +73,18 @@ class MixedTest(unittest.TestCase):
         self.procs.append(p)
         return p
 
-    def cpp(self, name, run_id, epochs, linger):
+    def cpp(self, name, run_id, epochs, linger, *extra):
         return self.start([STARLING, "train", "--identity", self.path(name + ".key"),
                            "--initial-peers", self.boot_addr, "--listen", "/ip4/127.0.0.1/tcp/0",
                            "--data-dir", DATA, "--threads", "1", "--run-id", run_id,
                            "--max-epochs", str(epochs), "--linger", str(linger),
-                           "--report", self.path(name + ".json")], stream="stderr")
+                           "--report", self.path(name + ".json"), *extra], stream="stderr")
+
+    def peer_id(self, name):
+        """Creates the identity `name`.key and returns its peer id (`starling id`)."""
+        out = subprocess.run([STARLING, "id", "--identity", self.path(name + ".key")],
+                             capture_output=True, text=True, timeout=30, check=True)
+        return out.stdout.split()[0]
 
     def py(self, run_id, epochs, seed, *extra):
         return self.start([sys.executable, "-u", PEER, "--initial-peers", self.boot_addr,
@@ -126,6 +136,38 @@ class MixedTest(unittest.TestCase):
         self.assertGreaterEqual(r1["state_downloads"], 1)  # from a C++ peer (the only donors)
         self.assertGreaterEqual(r1["rounds_ok"], 2)
         self.assertGreaterEqual(r2["state_downloads"], 1)
+
+    def test_python_peers_ban_a_cheating_owner(self):
+        # Two Python peers (centered-clip, verify, worker momentum), an honest C++ trainer and
+        # a C++ owner that returns shifted averages: every honest peer bans the cheater (the
+        # Python peers through banned_peers()), bans nobody else, and ends with the same
+        # parameters.
+        run, epochs = "mixed-hostile", 24
+        hostile = ["--aggregation", "centered-clip", "--verify", "--worker-momentum", "0.9"]
+        bad_id = self.peer_id("bad")
+        p1 = self.py(run, epochs, 1, "--wait-go", *hostile)
+        p2 = self.py(run, epochs, 2, "--wait-go", *hostile)
+        p1.json("ready", 120)
+        p2.json("ready", 120)
+        self.go(p1)
+        self.go(p2)
+        c = self.cpp("c", run, epochs, 30, *hostile)
+        bad = self.cpp("bad", run, epochs, 0, *hostile, "--attack", "wrong-average")
+        r1 = p1.json("hash", 300)
+        r2 = p2.json("hash", 300)
+        rc = self.report(c, "c", 300)
+        bad.p.kill()
+        bad.p.wait()
+        p1.release()
+        p2.release()
+        print("python", r1, r2, "\nc++", rc, file=sys.stderr)
+        self.assertEqual(r1["banned"], [bad_id], r1)
+        self.assertEqual(r2["banned"], [bad_id], r2)
+        banned_by_c = set(re.findall(r"banned peer (\w+)", "".join(c.log)))
+        self.assertEqual(banned_by_c, {bad_id})
+        self.assertEqual({r1["epoch"], r2["epoch"], rc["epoch"]}, {epochs})
+        self.assertEqual(r1["hash"], rc["param_hash"])
+        self.assertEqual(r2["hash"], rc["param_hash"])
 
     def test_cpp_downloads_from_python_and_another_model_is_refused(self):
         run, epochs = "mixed-down", 3

@@ -38,6 +38,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option("--diloco-steps", o.diloco_steps,
                  "DiLoCo: local steps between outer rounds (0: synchronous DeDLOC steps)")
       ->capture_default_str();
+  cmd.add_option("--outer-lr", o.outer_lr, "DiLoCo: outer learning rate")->capture_default_str();
+  cmd.add_option("--outer-momentum", o.outer_momentum, "DiLoCo: outer Nesterov momentum (0: none)")
+      ->capture_default_str();
   cmd.add_option("--config", o.config, "JSON file of flags ({\"target-batch-size\": 2048, ...})");
   cmd.add_option("--task", o.task,
                  "built-in task: fashion (Fashion-MNIST) or lm (transformer language model on "
@@ -168,12 +171,23 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o) {
                  "report when an evaluation first reaches this test accuracy (needs --eval-every)")
       ->check(CLI::Range(0.0, 1.0));
   cmd.add_flag("--stop-at-target", o.stop_at_target, "stop once --target-accuracy is reached");
+  cmd.add_option("--eval-pause-file", o.eval_pause_file,
+                 "benchmarks: stop the processes whose ids this file lists while evaluating "
+                 "(SIGSTOP, then SIGCONT), so that evaluation time is time nobody computed");
+  cmd.add_option("--start-barrier", o.start_barrier,
+                 "benchmarks: once ready to train, create DIR/ready.<pid> and wait (at most "
+                 "120 s) for DIR/go, so that trainers start their clocks together");
   cmd.add_option("--progress-every", o.progress_every,
                  "seconds between progress lines when stderr is not a terminal")
       ->capture_default_str();
   cmd.add_option("--report", o.report, "write a JSON summary to this file at the end");
   cmd.add_option("--averaging-timeout", o.averaging_timeout, "seconds")->capture_default_str();
   cmd.add_option("--matchmaking-time", o.matchmaking_time, "seconds")->capture_default_str();
+  cmd.add_option("--startup-grace", o.startup_grace,
+                 "seconds: the least a peer waits before its first round so that peers started "
+                 "with it see each other (10 x its first progress publication, at most "
+                 "--matchmaking-time; 0: always --matchmaking-time)")
+      ->capture_default_str();
   cmd.add_option("--metrics", o.metrics,
                  "publish this trainer's metrics record in the DHT for monitors (default: on "
                  "when networked); --metrics HOST:PORT also serves Prometheus text at "
@@ -292,6 +306,8 @@ result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o) {
   oo.batch_size = o.batch_size;
   oo.checkpoint_dir = o.checkpoint_dir;
   oo.diloco_steps = o.diloco_steps;
+  oo.outer.lr = o.outer_lr;
+  oo.outer.momentum = o.outer_momentum;
   oo.delay_optimizer_step = o.delay_step;
   ST_TRY(oo.delay_correction, optim::parse_delay_correction(o.delay_correction));
   oo.delay_max_backlog = o.max_backlog;
@@ -308,6 +324,9 @@ result<optim::OptimizerOptions> optimizer_options(const TrainOptions& o) {
     return make_error(errc::invalid_argument, "timeouts must be positive");
   oo.averaging_timeout = seconds(o.averaging_timeout);
   oo.matchmaking_time = seconds(o.matchmaking_time);
+  if (!(o.startup_grace >= 0))
+    return make_error(errc::invalid_argument, "--startup-grace must be >= 0");
+  oo.progress.startup_grace_min = seconds(o.startup_grace);
   if (o.threads < 1) return make_error(errc::invalid_argument, "--threads must be >= 1");
   ST_TRY(optim::validate(oo));
   return oo;

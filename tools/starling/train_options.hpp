@@ -38,6 +38,8 @@ struct TrainOptions {
   std::string max_bandwidth = "0";  // bytes/s, with an optional k/M/G suffix; 0: unlimited
   std::string checkpoint_dir;
   std::uint32_t diloco_steps = 0;
+  double outer_lr = 0.7;        // DiLoCo outer step (OuterOptions)
+  double outer_momentum = 0.5;  // Nesterov (the library's default is 0.9; docs/training.md)
   std::string config;
   // The built-in task.
   std::string task = "fashion";    // fashion (Fashion-MNIST) | lm (language model on WordNet)
@@ -97,10 +99,13 @@ struct TrainOptions {
   // epoch); with stop_at_target the trainer stops there.
   double target_accuracy = 0;
   bool stop_at_target = false;
-  double progress_every = 2;  // seconds between progress lines when stderr is not a tty
-  std::string report;         // write a JSON summary here at the end
+  std::string eval_pause_file;  // benchmarks: processes stopped while evaluating
+  std::string start_barrier;    // benchmarks: wait for DIR/go before starting the clock
+  double progress_every = 2;    // seconds between progress lines when stderr is not a tty
+  std::string report;           // write a JSON summary here at the end
   double averaging_timeout = 30;
   double matchmaking_time = 2;
+  double startup_grace = 0.5;  // ProgressConfig::startup_grace_min (0: --matchmaking-time)
   // Run metrics: a signed record in the DHT every interval (networked only), unless
   // --no-metrics; `--metrics HOST:PORT` also serves Prometheus text on http://HOST:PORT/metrics.
   std::string metrics = "on";

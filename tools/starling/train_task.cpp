@@ -109,9 +109,13 @@ std::string TaskEvaluation::describe() const {
 std::string TrainTask::optimizer_identity() const {
   const std::string wm =
       o_.worker_momentum > 0 ? fmt::format(" wm{}", o_.worker_momentum) : std::string();
-  if (o_.optimizer != "lamb") return "adam" + wm;
+  // DiLoCo peers apply the outer step each on its own: they must agree on it.
+  const std::string outer = o_.diloco_steps > 0
+                                ? fmt::format(" outer{}/{}", o_.outer_lr, o_.outer_momentum)
+                                : std::string();
+  if (o_.optimizer != "lamb") return "adam" + wm + outer;
   return fmt::format("lamb wd{} clip{} wu{} dc{}{}", o_.weight_decay, o_.max_grad_norm,
-                     o_.warmup_epochs, o_.decay_epochs, wm);
+                     o_.warmup_epochs, o_.decay_epochs, wm + outer);
 }
 
 result<std::unique_ptr<torch::optim::Optimizer>> TrainTask::make_optimizer() {

@@ -133,6 +133,14 @@ class NetCollaboration final : public training::Collaboration,
   // Stops serving state and the averagers; bounded (a few seconds). Call on executor().
   awaitable<void> stop();
 
+  // Accountability: the peers banned for this run so far and why ("part_mismatch", "false
+  // accusation", ...); empty when verify is off. Call on executor().
+  struct BannedPeer {
+    net::PeerId peer;
+    std::string reason;
+  };
+  std::vector<BannedPeer> banned_peers() const;
+
   asio::any_io_executor executor() override;
   const net::PeerId& self() const override;
   awaitable<result<void>> publish_progress(Bytes value, Duration ttl) override;

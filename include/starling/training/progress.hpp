@@ -111,6 +111,16 @@ struct ProgressConfig {
   // a majority of such a partial view let two disjoint groups both average one epoch.
   bool confirm_alone = false;
   Duration startup_grace{0};
+  // If > 0, the wait before the first round adapts to the network: once this peer's first
+  // record is published (publish_took()), the view settles from start() +
+  // clamp(grace_per_publish x that publication's duration, startup_grace_min, startup_grace)
+  // instead of start() + startup_grace. A peer started with this one publishes in about the
+  // same time, so its record is stored well before that fetch. A peer first seen at the
+  // starting epoch before any step (it started later) moves that point to the time its
+  // record was written plus the adapted wait (at most start() + startup_grace). Stepping alone
+  // still waits for the whole startup_grace. 0: the fixed startup_grace.
+  Duration startup_grace_min{0};
+  double grace_per_publish = 10;
   // This peer computes no gradients (it only helps averaging).
   bool auxiliary = false;
   bool client_mode = false;
@@ -190,6 +200,9 @@ class ProgressTracker {
   // joined a running collaboration, whose peers it has seen, so its first round need not wait
   // for the startup grace (peers that join in the same instant still see partial views).
   void state_downloaded() { settle_from_.reset(); }
+  // This peer's first record was published in `took` (see ProgressConfig::startup_grace_min):
+  // the view may settle sooner. Later calls change nothing.
+  void publish_took(Duration took);
   // A round of this peer failed at `now`: the view may be disturbed (a peer whose publishing
   // stalled on a dead node looks gone for a while), so with confirm_alone no step alone
   // before a live peer's record would have shown again (the shorter of stale_after and
@@ -301,7 +314,10 @@ class ProgressTracker {
   std::uint64_t published_digest_ = 0;
   std::uint64_t generation_ = 0;  // incremented by every epoch change
   std::optional<TimePoint> hold_alone_until_;
-  std::optional<TimePoint> settle_from_;                                 // start() + startup_grace
+  std::optional<TimePoint> settle_from_;   // start() + startup_grace
+  std::optional<TimePoint> started_;       // start()
+  std::optional<Duration> adapted_grace_;  // set by publish_took()
+  std::uint64_t started_epoch_ = 0;
   std::optional<std::pair<TimePoint, std::uint64_t>> confirming_fetch_;  // began, generation
 };
 
