@@ -128,7 +128,8 @@ class PyOptimizer {
               double averaging_timeout, double load_state_timeout,
               const std::string& checkpoint_dir, bool auxiliary, const py::object& model,
               const py::object& names, const std::string& run_key, const std::string& membership,
-              const std::string& aggregation, double clip_tau, bool verify, double worker_momentum)
+              const std::string& aggregation, double clip_tau, double clip_cut, bool verify,
+              double worker_momentum)
       : dht_(std::move(dht)), py_opt_(std::move(optimizer)) {
     dht_->check_open();
     if (!py::hasattr(py_opt_, "param_groups") || !py::hasattr(py_opt_, "step"))
@@ -186,6 +187,7 @@ class PyOptimizer {
     cfg.client_mode = dht_->client_mode();
     cfg.aggregation.kind = unwrap(averaging::parse_aggregation(aggregation));
     cfg.aggregation.tau = clip_tau;
+    cfg.aggregation.cut = clip_cut;
     unwrap(averaging::validate(cfg.aggregation));
     cfg.verify = verify;
     if (verify && compression != "none")
@@ -451,14 +453,15 @@ optimizer trains) to name the parameters as the model does: peers of one run mus
 names and shapes, and `starling train` peers use the model's names. A private run (see
 docs/security.md): run_key= (the run key's text) and membership= (this peer's certificate
 file, `starling run-key sign`). Hostile peers (docs/security.md): aggregation='centered-clip'
-(clip_tau: its radius, 0 adaptive), verify=True (signed, checked rounds; cheaters are banned,
+(clip_tau: its radius, 0 adaptive; clip_cut: members beyond clip_cut x an adaptive radius
+count 0, default 6, 0 off), verify=True (signed, checked rounds; cheaters are banned,
 see banned_peers()), worker_momentum=0.9 (peers average the moving average of their gradients;
 the optimizer then keeps no momentum of its own: Adam betas=(0, 0.999)). Every peer of a run
 uses the same.)doc")
       .def(py::init<std::shared_ptr<Dht>, std::string, py::object, std::uint64_t, std::size_t,
                     std::string, std::uint32_t, double, double, double, std::string, bool,
-                    py::object, py::object, std::string, std::string, std::string, double, bool,
-                    double>(),
+                    py::object, py::object, std::string, std::string, std::string, double, double,
+                    bool, double>(),
            py::arg("dht"), py::arg("run_id"), py::arg("optimizer"), py::arg("target_batch_size"),
            py::arg("batch_size_per_step") = 0, py::arg("compression") = "none",
            py::arg("diloco_steps") = 0, py::arg("matchmaking_time") = 5.0,
@@ -466,7 +469,8 @@ uses the same.)doc")
            py::arg("checkpoint_dir") = "", py::arg("auxiliary") = false,
            py::arg("model") = py::none(), py::arg("names") = py::none(), py::arg("run_key") = "",
            py::arg("membership") = "", py::arg("aggregation") = "mean", py::arg("clip_tau") = 0.0,
-           py::arg("verify") = false, py::arg("worker_momentum") = 0.0)
+           py::arg("clip_cut") = averaging::AggregationConfig{}.cut, py::arg("verify") = false,
+           py::arg("worker_momentum") = 0.0)
       .def("step", &PyOptimizer::step, py::arg("batch_size") = py::none(),
            "Call after loss.backward() on a batch (batch_size: its samples; default "
            "batch_size_per_step). Returns True when the collaboration's epoch advanced.")

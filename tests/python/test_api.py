@@ -141,6 +141,9 @@ class ApiTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "aggregation"):
                 starling.Optimizer(dht=dht, run_id="x", optimizer=adam, target_batch_size=8,
                                    aggregation="median")
+            with self.assertRaisesRegex(ValueError, "cut"):
+                starling.Optimizer(dht=dht, run_id="x", optimizer=adam, target_batch_size=8,
+                                   aggregation="centered-clip", clip_cut=1.5)
             with self.assertRaisesRegex(ValueError, "compression"):
                 starling.Optimizer(dht=dht, run_id="x", optimizer=adam, target_batch_size=8,
                                    verify=True, compression="float16")
