@@ -177,9 +177,7 @@ awaitable<result<Accusation>> fetch(Directory& dir, const std::string& run_id,
 
 bool admitted(PeerGate* gate, const PubKey& accuser) {
   if (!gate) return true;
-  const auto id = net::PeerId::from_public_key(
-      crypto::PublicKey(crypto::KeyType::ed25519, Bytes(accuser.begin(), accuser.end())));
-  return gate->admits(id);
+  return gate->admits(peer_of_key(accuser));
 }
 
 // Judges one accusation read (decoded, or reassembled from its chunks).

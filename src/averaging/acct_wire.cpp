@@ -104,6 +104,11 @@ std::optional<PubKey> key_of_peer(const net::PeerId& id) {
   return out;
 }
 
+net::PeerId peer_of_key(const PubKey& k) {
+  return net::PeerId::from_public_key(
+      crypto::PublicKey(crypto::KeyType::ed25519, Bytes(k.begin(), k.end())));
+}
+
 // --- encodings ---
 
 Bytes encode(const Commitment& s) {

@@ -24,9 +24,7 @@ Bytes signed_bytes(const Accusation& a) {
 
 // The peer id of a key (as `starling id` prints it), so that logs name the banned peer.
 std::string peer_name(const PubKey& k) {
-  return net::PeerId::from_public_key(
-             crypto::PublicKey(crypto::KeyType::ed25519, Bytes(k.begin(), k.end())))
-      .to_string();
+  return peer_of_key(k).to_string();
 }
 
 // What an accusation is about, with its accuser: the kind, the round and the statement naming

@@ -148,9 +148,7 @@ std::vector<NetCollaboration::BannedPeer> NetCollaboration::banned_peers() const
   std::vector<BannedPeer> out;
   if (!impl_->bans) return out;
   for (const auto& b : impl_->bans->bans())
-    out.push_back({net::PeerId::from_public_key(crypto::PublicKey(
-                       crypto::KeyType::ed25519, Bytes(b.peer.begin(), b.peer.end()))),
-                   b.reason});
+    out.push_back({averaging::acct::peer_of_key(b.peer), b.reason});
   return out;
 }
 

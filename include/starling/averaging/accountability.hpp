@@ -77,6 +77,8 @@ Hash32 hash_nonce(const Hash32& nonce);
 PubKey key_of(const crypto::KeyPair& k);
 // The raw Ed25519 key of a peer id (nullopt: another key type).
 std::optional<PubKey> key_of_peer(const net::PeerId& id);
+// The peer id of a raw Ed25519 key (the inverse of key_of_peer).
+net::PeerId peer_of_key(const PubKey& k);
 
 struct Commitment {
   Hash32 round{};
